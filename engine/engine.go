@@ -1,0 +1,178 @@
+// Package engine defines what the serving layer needs from whatever runs the model:
+// local generation, prefill with KV export, KV import, and the state of the KV pool.
+// Implementations live in subpackages: native (a pure-Go transformer) and sim (a
+// timing model for scale tests).
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tandem-serve/tandem/kvcache"
+)
+
+// Engine runs one model on one worker.
+type Engine interface {
+	// Info describes the model and its KV layout; it does not change.
+	Info() Info
+
+	// CachedPrefix returns how many leading tokens of prompt are in the prefix cache
+	// now: a whole number of blocks, never the whole prompt (the last token is always
+	// computed so that there are logits to sample from).
+	CachedPrefix(prompt []uint32) int
+
+	// Generate prefills the prompt here, reusing any cached prefix, and decodes.
+	Generate(ctx context.Context, req Request) (Stream, error)
+
+	// Prefill computes the prompt's KV and draws the first token. The blocks stay
+	// pinned until the Export is released.
+	Prefill(ctx context.Context, req Request) (Export, error)
+
+	// Import prepares a sequence whose KV arrives from elsewhere. The first
+	// spec.SkipBlocks blocks must already be in this engine's prefix cache; they are
+	// pinned at once so eviction cannot take them while the rest arrive.
+	Import(ctx context.Context, req Request, spec ImportSpec) (Importer, error)
+
+	// Stats is the pool accounting and load now.
+	Stats() Stats
+
+	// Events is the log of KV cache changes, for the router's index.
+	Events() *kvcache.EventLog
+
+	// Close stops the engine; running streams end with ErrClosed.
+	Close() error
+}
+
+// Info describes a loaded model.
+type Info struct {
+	Engine        string // "native" or "sim"
+	Model         string // e.g. "tiny"
+	VocabSize     int
+	ContextLength int
+	TotalBlocks   int
+	Layout        Layout
+}
+
+// Layout is the shape of one KV block as exported.
+type Layout struct {
+	Layers    int
+	KVHeads   int
+	HeadDim   int
+	BlockSize int
+	Dtype     string // "f32"
+	// BlockBytes = Layers * 2 * KVHeads * BlockSize * HeadDim * sizeof(Dtype).
+	BlockBytes int
+	// Fingerprint names the weights; KV from other weights must be refused.
+	Fingerprint string
+}
+
+// Sampling decides how tokens are drawn. Given the same seed, the token at a position
+// is the same whichever engine instance draws it.
+type Sampling struct {
+	Temperature float32 // 0 is greedy
+	TopP        float32 // 0 or 1 is off
+	TopK        int     // 0 is off
+	Seed        uint64
+}
+
+// Request is one sequence to run.
+type Request struct {
+	ID         string
+	Prompt     []uint32
+	Sampling   Sampling
+	MaxTokens  int
+	StopTokens []uint32
+}
+
+// FinishReason says why a stream ended.
+type FinishReason int
+
+const (
+	FinishNone FinishReason = iota
+	FinishStop
+	FinishLength
+	FinishCancelled
+)
+
+func (f FinishReason) String() string {
+	switch f {
+	case FinishStop:
+		return "stop"
+	case FinishLength:
+		return "length"
+	case FinishCancelled:
+		return "cancelled"
+	}
+	return "none"
+}
+
+// Usage counts a sequence's tokens.
+type Usage struct {
+	PromptTokens     int
+	CachedTokens     int // prompt tokens whose KV was reused, not computed here
+	CompletionTokens int
+}
+
+// Stream is a running sequence.
+type Stream interface {
+	// Next blocks for the next token. It returns io.EOF after the last one, when
+	// Finish tells why; a stop token ends the stream and is not returned.
+	Next(ctx context.Context) (uint32, error)
+	Finish() FinishReason
+	Usage() Usage
+	// Close ends the sequence and frees its blocks at once. Safe to call twice.
+	Close()
+}
+
+// Export is a prefilled prompt whose KV can be read out block by block.
+type Export interface {
+	FirstToken() uint32
+	// NumBlocks covers the whole prompt; the last block may be partly filled.
+	NumBlocks() int
+	// CachedBlocks were already in this engine's prefix cache.
+	CachedBlocks() int
+	// AppendBlock appends block i's bytes (Layout.BlockBytes) to dst.
+	AppendBlock(dst []byte, i int) ([]byte, error)
+	QueueTime() time.Duration
+	PrefillTime() time.Duration
+	// Release unpins the blocks. Safe to call twice.
+	Release()
+}
+
+// ImportSpec describes incoming KV.
+type ImportSpec struct {
+	FirstToken uint32
+	NumBlocks  int
+	SkipBlocks int
+	Layout     Layout
+}
+
+// Importer receives blocks [SkipBlocks, NumBlocks) in any order, then starts decoding.
+type Importer interface {
+	WriteBlock(i int, data []byte) error
+	// Commit starts decoding. The stream's first token is the imported first token.
+	Commit(ctx context.Context) (Stream, error)
+	// Abort frees everything the import held. Safe after Commit (then it does nothing).
+	Abort()
+}
+
+// Stats is the pool accounting and load.
+type Stats struct {
+	TotalBlocks  int
+	FreeBlocks   int // neither in use nor cached
+	CachedBlocks int // holding a reusable prefix, referenced by nothing
+	ActiveBlocks int // referenced by a running, waiting or exported sequence
+	Running      int
+	Waiting      int
+	// WaitingTokens are prompt tokens not yet prefilled.
+	WaitingTokens int
+}
+
+var (
+	ErrClosed         = errors.New("engine: closed")
+	ErrPromptTooLong  = errors.New("engine: prompt longer than the model's context")
+	ErrLayoutMismatch = errors.New("engine: KV layout does not match this model")
+	ErrNoBlocks       = errors.New("engine: not enough free KV blocks")
+	ErrBadBlock       = errors.New("engine: bad KV block")
+)
