@@ -1,0 +1,160 @@
+// Package tokenizer turns text into the model's token ids and back.
+//
+// The suite's models share one vocabulary, OpenAI's cl100k_base: the native engine
+// sizes its embedding table by VocabSize, and the frontend's prompt token counts are
+// exact because the frontend tokenizes with the same vocabulary the engine samples from.
+package tokenizer
+
+import (
+	"fmt"
+	"sync"
+
+	tiktoken "github.com/tiktoken-go/tokenizer"
+)
+
+// Tokenizer encodes and decodes text for one vocabulary. Implementations are safe for
+// concurrent use.
+type Tokenizer interface {
+	// Name identifies the vocabulary, e.g. "cl100k_base".
+	Name() string
+	// Encode tokenizes text as ordinary text: special-token markers in it, such as
+	// "<|endoftext|>", are encoded as the characters they are, never as special ids,
+	// so a user cannot inject control tokens through a prompt.
+	Encode(text string) []uint32
+	// Decode returns the text of ids, leaving special tokens out. Bytes that do not
+	// form valid UTF-8 (a token sequence cut inside a character) come out as U+FFFD.
+	Decode(ids []uint32) string
+	// TokenBytes returns the raw bytes of one token, which may be part of a
+	// multi-byte character. Special and unassigned ids have no bytes. ok is false
+	// only for an id outside the vocabulary.
+	TokenBytes(id uint32) (b []byte, ok bool)
+	// VocabSize is one more than the largest id the model may produce.
+	VocabSize() int
+	// EOS is the end-of-sequence token.
+	EOS() uint32
+	// StopTokens are the ids that end generation; EOS is among them.
+	StopTokens() []uint32
+	// IsSpecial reports whether id is a special (control) token.
+	IsSpecial(id uint32) bool
+}
+
+// cl100k_base facts. The library ships the ordinary vocabulary (ids 0..100255) and
+// knows the special ids but cannot decode them, so they are kept here.
+const (
+	cl100kVocabSize = 100277
+	cl100kEndOfText = 100257
+)
+
+var cl100kSpecial = map[uint32]string{
+	100257: "<|endoftext|>",
+	100258: "<|fim_prefix|>",
+	100259: "<|fim_middle|>",
+	100260: "<|fim_suffix|>",
+	100276: "<|endofprompt|>",
+}
+
+// Tiktoken is a Tokenizer on github.com/tiktoken-go/tokenizer.
+type Tiktoken struct {
+	codec tiktoken.Codec
+	// pieces[id] holds the bytes of each ordinary token, built once so that
+	// incremental detokenization costs a slice lookup per token.
+	pieces [][]byte
+}
+
+var _ Tokenizer = (*Tiktoken)(nil)
+
+var (
+	cl100kOnce sync.Once
+	cl100k     *Tiktoken
+	cl100kErr  error
+)
+
+// CL100K returns the cl100k_base tokenizer. The vocabulary tables are built on the
+// first call (a few hundred milliseconds) and shared afterwards, since they are
+// read-only.
+func CL100K() (*Tiktoken, error) {
+	cl100kOnce.Do(func() { cl100k, cl100kErr = newCL100K() })
+	return cl100k, cl100kErr
+}
+
+func newCL100K() (*Tiktoken, error) {
+	codec, err := tiktoken.Get(tiktoken.Cl100kBase)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: load cl100k_base: %w", err)
+	}
+	t := &Tiktoken{codec: codec, pieces: make([][]byte, cl100kVocabSize)}
+	for id := range uint32(cl100kVocabSize) {
+		if _, special := cl100kSpecial[id]; special {
+			continue
+		}
+		s, err := codec.Decode([]uint{uint(id)})
+		if err != nil {
+			// cl100k has a few unassigned ids (100256, 100261..100275); they decode to nothing.
+			continue
+		}
+		t.pieces[id] = []byte(s)
+	}
+	return t, nil
+}
+
+// Name implements Tokenizer.
+func (t *Tiktoken) Name() string { return t.codec.GetName() }
+
+// Encode implements Tokenizer.
+func (t *Tiktoken) Encode(text string) []uint32 {
+	ids, _, err := t.codec.Encode(text)
+	if err != nil {
+		// The codec fails only if its split regexp errors, which it does not do without
+		// a timeout. Every byte is a token in a byte-level BPE, so bytes are still a
+		// faithful (if longer) encoding, and a prompt is never lost.
+		out := make([]uint32, 0, len(text))
+		for i := 0; i < len(text); i++ {
+			out = append(out, t.byteToken(text[i]))
+		}
+		return out
+	}
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
+}
+
+func (t *Tiktoken) byteToken(b byte) uint32 {
+	ids, _, err := t.codec.Encode(string([]byte{b}))
+	if err != nil || len(ids) != 1 {
+		return 0
+	}
+	return uint32(ids[0])
+}
+
+// Decode implements Tokenizer.
+func (t *Tiktoken) Decode(ids []uint32) string {
+	var d Detokenizer
+	d.tok = t
+	out := d.Add(ids...)
+	return out + d.Flush()
+}
+
+// TokenBytes implements Tokenizer.
+func (t *Tiktoken) TokenBytes(id uint32) ([]byte, bool) {
+	if int(id) >= len(t.pieces) {
+		return nil, false
+	}
+	return t.pieces[id], true
+}
+
+// VocabSize implements Tokenizer.
+func (t *Tiktoken) VocabSize() int { return cl100kVocabSize }
+
+// EOS implements Tokenizer.
+func (t *Tiktoken) EOS() uint32 { return cl100kEndOfText }
+
+// StopTokens implements Tokenizer.
+func (t *Tiktoken) StopTokens() []uint32 { return []uint32{cl100kEndOfText} }
+
+// IsSpecial implements Tokenizer.
+func (t *Tiktoken) IsSpecial(id uint32) bool {
+	_, ok := cl100kSpecial[id]
+	return ok
+}
