@@ -1,0 +1,127 @@
+package frontend
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+
+	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
+)
+
+// Generate implements frontendv1connect.FrontendServiceHandler. The first message
+// carries the request id and prefill path, the middle ones text, the last the
+// finish reason and usage.
+func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1.GenerateRequest], stream *connect.ServerStream[frontendv1.GenerateResponse]) (err error) {
+	const endpoint = "connect_generate"
+	rc := f.connectCtx(req.Header().Get(HeaderRequestID), endpoint)
+	stream.ResponseHeader().Set(HeaderRequestID, rc.id)
+	defer func() { f.countConnect(rc, err) }()
+
+	g, err := f.fromProto(req.Msg, rc.id)
+	if err != nil {
+		return f.connectError(rc, err)
+	}
+	p, err := f.prepare(g)
+	if err != nil {
+		return f.connectError(rc, err)
+	}
+	gen, err := f.start(ctx, p, rc.log, rc.start)
+	if err != nil {
+		return f.connectError(rc, err)
+	}
+	defer gen.close(endpoint)
+	stream.ResponseHeader().Set(HeaderPrefillPath, gen.info.Path)
+	i := gen.info
+	if err := stream.Send(&frontendv1.GenerateResponse{RequestId: rc.id, Prefill: &frontendv1.Prefill{
+		Path: i.Path, Reason: i.Reason, Detail: i.Detail, DecodeWorkerId: i.DecodeWorker,
+		PrefillWorkerId: i.PrefillWorker, RouteReason: i.RouteReason,
+	}}); err != nil {
+		return err
+	}
+	for {
+		text, done, err := gen.next()
+		if err != nil {
+			return f.connectError(rc, err)
+		}
+		msg := &frontendv1.GenerateResponse{Text: text}
+		if done {
+			u := gen.usage()
+			msg.FinishReason = gen.finish
+			msg.Usage = &frontendv1.Usage{PromptTokens: uint32(u.prompt), CompletionTokens: uint32(u.completion), CachedTokens: uint32(u.cached)}
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		if done {
+			f.metrics.e2e.WithLabelValues(endpoint).Observe(time.Since(rc.start).Seconds())
+			return nil
+		}
+	}
+}
+
+// ListModels implements frontendv1connect.FrontendServiceHandler.
+func (f *Frontend) ListModels(_ context.Context, req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
+	rc := f.connectCtx(req.Header().Get(HeaderRequestID), "connect_list_models")
+	f.countConnect(rc, nil)
+	resp := connect.NewResponse(&frontendv1.ListModelsResponse{Models: []*frontendv1.Model{
+		{Id: f.cfg.Model, ContextLength: uint32(f.cfg.ContextLength)},
+	}})
+	resp.Header().Set(HeaderRequestID, rc.id)
+	return resp, nil
+}
+
+func (f *Frontend) connectCtx(givenID, endpoint string) *reqCtx {
+	id := requestID(givenID)
+	return &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", endpoint), start: time.Now(), endpoint: endpoint}
+}
+
+func (f *Frontend) fromProto(m *frontendv1.GenerateRequest, id string) (*genRequest, error) {
+	g := &genRequest{
+		requestID: id, model: m.GetModel(), maxTokens: int64(m.GetMaxTokens()), maxTokensParam: "max_tokens",
+		stops: m.GetStop(), explain: m.GetExplain(), seed: m.Seed,
+	}
+	switch hasPrompt, hasMessages := m.GetPrompt() != "", len(m.GetMessages()) > 0; {
+	case hasPrompt && hasMessages:
+		return nil, invalidField("prompt", "set exactly one of prompt and messages, not both")
+	case !hasPrompt && !hasMessages:
+		return nil, invalidField("prompt", "set exactly one of prompt and messages; both are empty")
+	case hasPrompt:
+		g.prompt, g.promptParam = m.GetPrompt(), "prompt"
+	default:
+		g.isChat, g.promptParam = true, "messages"
+		for _, msg := range m.GetMessages() {
+			g.messages = append(g.messages, Message{Role: msg.GetRole(), Content: msg.GetContent()})
+		}
+	}
+	if m.Temperature != nil {
+		t := float64(m.GetTemperature())
+		g.temperature = &t
+	}
+	if m.TopP != nil {
+		p := float64(m.GetTopP())
+		g.topP = &p
+	}
+	return g, nil
+}
+
+func (f *Frontend) connectError(rc *reqCtx, err error) error {
+	ae := asAPIError(err)
+	if ae.httpStatus() >= 500 {
+		rc.log.Warn("request failed", "err", err)
+	} else {
+		rc.log.Info("request rejected", "param", ae.param, "err", ae.msg)
+	}
+	return ae.connectError()
+}
+
+// countConnect counts a Connect call under the HTTP status its outcome maps to.
+func (f *Frontend) countConnect(rc *reqCtx, err error) {
+	status := http.StatusOK
+	if err != nil {
+		status = (&apiError{code: connect.CodeOf(err)}).httpStatus()
+	}
+	f.metrics.requests.WithLabelValues(rc.endpoint, strconv.Itoa(status)).Inc()
+}

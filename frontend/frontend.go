@@ -1,0 +1,96 @@
+// Package frontend is tandem's front door: the OpenAI-compatible HTTP API and the
+// Connect/gRPC FrontendService. Both run one pipeline: validate, apply the chat
+// template, tokenize, hand the tokens to the Backend (router + decode worker),
+// detokenize the stream without splitting characters, and cut it at stop strings.
+//
+// The package opens no listeners and reads no flags; services/ mounts HTTPHandler
+// and ConnectHandler on its port.
+package frontend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-serve/tandem/tokenizer"
+	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
+)
+
+// HeaderRequestID carries the request id in and out; an incoming one is kept so a
+// client's id can be followed through every service's logs.
+const HeaderRequestID = "X-Request-Id"
+
+// HeaderPrefillPath says how the prompt was prefilled: local, remote or fallback.
+const HeaderPrefillPath = "X-Tandem-Prefill-Path"
+
+// Frontend serves generation requests over HTTP (OpenAI API) and Connect/gRPC.
+type Frontend struct {
+	cfg      Config
+	tok      tokenizer.Tokenizer
+	backend  Backend
+	log      *slog.Logger
+	template ChatTemplate
+	metrics  *metrics
+	created  int64
+}
+
+var _ frontendv1connect.FrontendServiceHandler = (*Frontend)(nil)
+
+// New returns a Frontend. reg may be nil to leave metrics unregistered.
+func New(cfg Config, tok tokenizer.Tokenizer, backend Backend, logger *slog.Logger, reg prometheus.Registerer) (*Frontend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if tok == nil || backend == nil || logger == nil {
+		return nil, errors.New("frontend: tokenizer, backend and logger are required")
+	}
+	tmpl, err := templateByName(cfg.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	return &Frontend{
+		cfg: cfg, tok: tok, backend: backend, log: logger, template: tmpl,
+		metrics: newMetrics(reg),
+		created: time.Now().Unix(),
+	}, nil
+}
+
+// ConnectHandler returns the FrontendService's path prefix and handler, for
+// Connect, gRPC and gRPC-Web clients. A panic in a call becomes an Internal error.
+func (f *Frontend) ConnectHandler(opts ...connect.HandlerOption) (string, http.Handler) {
+	opts = append([]connect.HandlerOption{connect.WithRecover(f.recoverConnect)}, opts...)
+	return frontendv1connect.NewFrontendServiceHandler(f, opts...)
+}
+
+func (f *Frontend) recoverConnect(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+	f.log.ErrorContext(ctx, "panic in Connect call", "procedure", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+}
+
+// requestID keeps a client's id if it is a sane header value, else makes one.
+func requestID(given string) string {
+	if given != "" && len(given) <= 128 && printableASCII(given) {
+		return given
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,56 @@
+package frontend
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Latency buckets as vLLM uses for time to first token, so dashboards carry over.
+var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+	0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+
+type metrics struct {
+	// requests counts finished requests by endpoint and HTTP status; Connect calls
+	// are counted under the HTTP status their code maps to, so one label means
+	// one thing.
+	requests         *prometheus.CounterVec
+	ttft             *prometheus.HistogramVec
+	e2e              *prometheus.HistogramVec
+	promptTokens     prometheus.Counter
+	generationTokens prometheus.Counter
+	prefillPath      *prometheus.CounterVec
+}
+
+// newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
+// tests that build many Frontends want.
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_requests_total",
+			Help: "Requests finished, by endpoint and HTTP status code.",
+		}, []string{"endpoint", "code"}),
+		ttft: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tandem_frontend_time_to_first_token_seconds",
+			Help:    "Time from receiving a request to the first generated token.",
+			Buckets: latencyBuckets,
+		}, []string{"endpoint"}),
+		e2e: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tandem_frontend_e2e_request_latency_seconds",
+			Help:    "Time from receiving a generation request to its last byte.",
+			Buckets: latencyBuckets,
+		}, []string{"endpoint"}),
+		promptTokens: f.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_prompt_tokens_total",
+			Help: "Prompt tokens, after the chat template, of requests that reached the backend.",
+		}),
+		generationTokens: f.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_generation_tokens_total",
+			Help: "Tokens generated.",
+		}),
+		prefillPath: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_prefill_path_total",
+			Help: "Requests by how their prompt was prefilled: local, remote, fallback (or unknown if the backend did not say).",
+		}, []string{"path"}),
+	}
+}

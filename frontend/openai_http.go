@@ -1,0 +1,368 @@
+package frontend
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+)
+
+// HTTPHandler serves the OpenAI-compatible API: POST /v1/chat/completions,
+// POST /v1/completions, GET /v1/models, GET /v1/models/{model}, and GET /healthz.
+// Every other path under /v1/ is a 404 in OpenAI's error shape.
+func (f *Frontend) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	post, get := []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
+	mux.Handle("/v1/chat/completions", f.endpoint("chat_completions", post, f.handleChat))
+	mux.Handle("/v1/completions", f.endpoint("completions", post, f.handleCompletions))
+	mux.Handle("/v1/models", f.endpoint("models", get, f.handleModels))
+	mux.Handle("/v1/models/{model}", f.endpoint("models", get, f.handleModel))
+	mux.Handle("/healthz", f.endpoint("healthz", get, f.handleHealth))
+	mux.Handle("/v1/", f.endpoint("unknown", nil, func(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+		f.writeError(w, rc, &apiError{code: connect.CodeNotFound, status: http.StatusNotFound,
+			msg: fmt.Sprintf("unknown path %s", r.URL.Path)})
+	}))
+	return mux
+}
+
+// reqCtx is what every handler knows about its request.
+type reqCtx struct {
+	id       string
+	log      *slog.Logger
+	start    time.Time
+	endpoint string
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, rc *reqCtx)
+
+// endpoint wraps h with what every request gets: a request id (echoed, logged, sent
+// to the backend), method checking, panic recovery, and the request metrics.
+func (f *Frontend) endpoint(name string, methods []string, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := requestID(r.Header.Get(HeaderRequestID))
+		w.Header().Set(HeaderRequestID, id)
+		sw := &statusWriter{ResponseWriter: w}
+		rc := &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", name), start: time.Now(), endpoint: name}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				rc.log.Error("panic in HTTP handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				if sw.status == 0 {
+					f.writeError(sw, rc, &apiError{code: connect.CodeInternal, msg: "internal error"})
+				}
+			}
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			f.metrics.requests.WithLabelValues(name, strconv.Itoa(status)).Inc()
+			if status == http.StatusOK && (name == "chat_completions" || name == "completions") {
+				f.metrics.e2e.WithLabelValues(name).Observe(time.Since(rc.start).Seconds())
+			}
+		}()
+		if methods != nil && !slices.Contains(methods, r.Method) {
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			f.writeError(sw, rc, &apiError{code: connect.CodeUnimplemented, status: http.StatusMethodNotAllowed,
+				msg: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
+			return
+		}
+		h(sw, r, rc)
+	})
+}
+
+// statusWriter remembers the status for metrics and for knowing whether an error
+// can still be sent as a status (before the headers) or only as an SSE event.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush on the real writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Our own response types always marshal; this is a programming error.
+		http.Error(w, `{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (f *Frontend) writeError(w http.ResponseWriter, rc *reqCtx, err error) {
+	ae := asAPIError(err)
+	status := ae.httpStatus()
+	if status >= 500 {
+		rc.log.Warn("request failed", "status", status, "err", err)
+	} else {
+		rc.log.Info("request rejected", "status", status, "param", ae.param, "err", ae.msg)
+	}
+	writeJSON(w, status, ae.openAI())
+}
+
+// readJSON reads a body of at most MaxBodyBytes and decodes it into v, turning
+// every failure into a 4xx that says what was wrong.
+func (f *Frontend) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &apiError{code: connect.CodeResourceExhausted, status: http.StatusRequestEntityTooLarge,
+				msg: fmt.Sprintf("request body is larger than the limit of %d bytes", f.cfg.MaxBodyBytes)}
+		}
+		return &apiError{code: connect.CodeInvalidArgument, msg: "could not read the request body: " + err.Error()}
+	}
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD; a client sending
+	// it has a bug it should hear about.
+	if !utf8.Valid(body) {
+		return &apiError{code: connect.CodeInvalidArgument, msg: "request body is not valid UTF-8"}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return jsonError(err)
+	}
+	return nil
+}
+
+func jsonError(err error) *apiError {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return &apiError{code: connect.CodeInvalidArgument, msg: fmt.Sprintf("request body is not valid JSON: %v (at byte %d)", syn, syn.Offset)}
+	case errors.As(err, &typ) && typ.Field != "":
+		return invalidField(typ.Field, "%s: expected %s, got a JSON %s", typ.Field, typ.Type, typ.Value)
+	case errors.As(err, &typ):
+		return &apiError{code: connect.CodeInvalidArgument, msg: "request body must be a JSON object"}
+	}
+	return &apiError{code: connect.CodeInvalidArgument, msg: "request body could not be decoded: " + err.Error()}
+}
+
+// toGen copies the fields chat and completions share.
+func (s *samplingFields) toGen(g *genRequest) error {
+	if s.N != nil && *s.N != 1 {
+		return invalidField("n", "n=%d is not supported; only n=1", *s.N)
+	}
+	g.model = s.Model
+	g.maxTokensParam = "max_tokens"
+	switch {
+	case s.MaxCompletionTokens != nil:
+		g.maxTokensParam = "max_completion_tokens"
+		g.maxTokens = *s.MaxCompletionTokens
+	case s.MaxTokens != nil:
+		g.maxTokens = *s.MaxTokens
+	}
+	if (s.MaxCompletionTokens != nil || s.MaxTokens != nil) && g.maxTokens < 1 {
+		return invalidField(g.maxTokensParam, "%s must be at least 1, got %d", g.maxTokensParam, g.maxTokens)
+	}
+	g.temperature, g.topP = s.Temperature, s.TopP
+	if s.Seed != nil {
+		seed := uint64(*s.Seed) // negative seeds are valid in OpenAI's API; keep their bits
+		g.seed = &seed
+	}
+	g.stops = s.Stop
+	return nil
+}
+
+func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	var req chatRequest
+	if err := f.readJSON(w, r, &req); err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	g := &genRequest{requestID: rc.id, isChat: true, promptParam: "messages"}
+	if err := req.toGen(g); err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	for i, m := range req.Messages {
+		if m.Content.badPart >= 0 {
+			f.writeError(w, rc, invalidField(fmt.Sprintf("messages[%d].content[%d].type", i, m.Content.badPart),
+				"content part type %q is not supported; only text parts are", m.Content.partType))
+			return
+		}
+		g.messages = append(g.messages, Message{Role: m.Role, Content: m.Content.Text})
+	}
+	out := &chatFormat{id: "chatcmpl-" + rc.id, model: f.cfg.Model, created: time.Now().Unix()}
+	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
+}
+
+func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	var req completionRequest
+	if err := f.readJSON(w, r, &req); err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	g := &genRequest{requestID: rc.id, promptParam: "prompt"}
+	if err := req.toGen(g); err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	switch p := req.Prompt; {
+	case !p.Present:
+		f.writeError(w, rc, invalidField("prompt", "prompt is required"))
+		return
+	case p.Count > 1:
+		f.writeError(w, rc, invalidField("prompt", "%d prompts given; only one prompt per request is supported", p.Count))
+		return
+	case p.IsIDs:
+		g.promptIDs = p.IDs
+		if g.promptIDs == nil {
+			g.promptIDs = []uint32{}
+		}
+	default:
+		g.prompt = p.Text
+	}
+	out := &completionFormat{id: "cmpl-" + rc.id, model: f.cfg.Model, created: time.Now().Unix()}
+	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
+}
+
+// serveGeneration runs g and writes the answer whole or as server-sent events.
+func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *reqCtx, g *genRequest, s *samplingFields, out responseFormat) {
+	p, err := f.prepare(g)
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	gen, err := f.start(r.Context(), p, rc.log, rc.start)
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	defer gen.close(rc.endpoint)
+	w.Header().Set(HeaderPrefillPath, gen.info.Path)
+
+	if !s.Stream {
+		var sb strings.Builder
+		for {
+			text, done, err := gen.next()
+			if err != nil {
+				f.writeError(w, rc, err)
+				return
+			}
+			sb.WriteString(text)
+			if done {
+				break
+			}
+		}
+		writeJSON(w, http.StatusOK, out.whole(sb.String(), gen.finish, gen.usage(), &gen.info))
+		return
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // keep proxies from buffering the stream
+	w.WriteHeader(http.StatusOK)
+	sse := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	sse.send(out.first(&gen.info))
+	for {
+		text, done, err := gen.next()
+		if err != nil {
+			// The status is already 200; the SDKs surface an error event instead.
+			ae := asAPIError(err)
+			rc.log.Warn("stream failed after it started", "err", err)
+			sse.send(ae.openAI())
+			sse.done()
+			return
+		}
+		if text != "" {
+			sse.send(out.delta(text))
+		}
+		if done {
+			break
+		}
+	}
+	sse.send(out.finish(gen.finish))
+	if s.StreamOptions != nil && s.StreamOptions.IncludeUsage {
+		sse.send(out.usage(gen.usage()))
+	}
+	sse.done()
+	if sse.err != nil {
+		rc.log.Info("client went away during the stream", "err", sse.err)
+	}
+}
+
+type sseWriter struct {
+	w   io.Writer
+	rc  *http.ResponseController
+	err error
+}
+
+func (s *sseWriter) send(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.err = err
+		return
+	}
+	s.write("data: " + string(b) + "\n\n")
+}
+
+func (s *sseWriter) done() { s.write("data: [DONE]\n\n") }
+
+func (s *sseWriter) write(msg string) {
+	if s.err != nil {
+		return
+	}
+	if _, err := io.WriteString(s.w, msg); err != nil {
+		s.err = err
+		return
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.err = err
+	}
+}
+
+func (f *Frontend) models() modelList {
+	return modelList{Object: "list", Data: []modelJSON{f.model()}}
+}
+
+func (f *Frontend) model() modelJSON {
+	return modelJSON{ID: f.cfg.Model, Object: "model", Created: f.created, OwnedBy: "tandem", MaxModelLen: f.cfg.ContextLength}
+}
+
+func (f *Frontend) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {
+	writeJSON(w, http.StatusOK, f.models())
+}
+
+func (f *Frontend) handleModel(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	if name := r.PathValue("model"); name != f.cfg.Model {
+		f.writeError(w, rc, modelNotFound(name, f.cfg.Model))
+		return
+	}
+	writeJSON(w, http.StatusOK, f.model())
+}
+
+func (f *Frontend) handleHealth(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {
+	writeJSON(w, http.StatusOK, struct {
+		Status string `json:"status"`
+	}{"ok"})
+}

@@ -1,0 +1,290 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+)
+
+// The OpenAI request bodies, decoded into typed structs. Unknown fields are ignored
+// (clients send many we do not use); fields that may take several JSON shapes have
+// their own types that accept each shape and reject the rest as a type error, which
+// encoding/json attributes to the field.
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// samplingFields are the fields chat and completions requests share.
+type samplingFields struct {
+	Model               string         `json:"model"`
+	MaxTokens           *int64         `json:"max_tokens"`
+	MaxCompletionTokens *int64         `json:"max_completion_tokens"`
+	Temperature         *float64       `json:"temperature"`
+	TopP                *float64       `json:"top_p"`
+	Seed                *int64         `json:"seed"`
+	Stop                stopField      `json:"stop"`
+	N                   *int64         `json:"n"`
+	User                string         `json:"user"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+}
+
+type chatRequest struct {
+	samplingFields
+	Messages []chatMessage `json:"messages"`
+}
+
+type completionRequest struct {
+	samplingFields
+	Prompt promptField `json:"prompt"`
+}
+
+type chatMessage struct {
+	Role    string         `json:"role"`
+	Content messageContent `json:"content"`
+	Name    string         `json:"name"`
+}
+
+// messageContent is a string, an array of {type, text} parts, or null (an
+// assistant turn that only called tools).
+type messageContent struct {
+	Text string
+	// badPart is the index of the first part that is not text, or -1.
+	badPart  int
+	partType string
+}
+
+type contentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func (c *messageContent) UnmarshalJSON(b []byte) error {
+	c.badPart = -1
+	switch firstByte(b) {
+	case 'n':
+		return nil
+	case '"':
+		return json.Unmarshal(b, &c.Text)
+	case '[':
+		var parts []contentPart
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		for i, p := range parts {
+			if p.Type != "text" {
+				if c.badPart < 0 {
+					c.badPart, c.partType = i, p.Type
+				}
+				continue
+			}
+			buf.WriteString(p.Text)
+		}
+		c.Text = buf.String()
+		return nil
+	}
+	return typeError(b, reflect.TypeFor[string]())
+}
+
+// stopField is a string, an array of strings, or null.
+type stopField []string
+
+func (s *stopField) UnmarshalJSON(b []byte) error {
+	switch firstByte(b) {
+	case 'n':
+		*s = nil
+		return nil
+	case '"':
+		var one string
+		if err := json.Unmarshal(b, &one); err != nil {
+			return err
+		}
+		*s = stopField{one}
+		return nil
+	case '[':
+		var many []string
+		if err := json.Unmarshal(b, &many); err != nil {
+			return err
+		}
+		*s = many
+		return nil
+	}
+	return typeError(b, reflect.TypeFor[[]string]())
+}
+
+// promptField is what /v1/completions accepts as a prompt: a string, token ids, or
+// a batch of one of either. Batches of several are refused later, with the field
+// named, since n and batching are not supported.
+type promptField struct {
+	Text    string
+	IDs     []uint32
+	IsIDs   bool
+	Count   int
+	Present bool
+}
+
+func (p *promptField) UnmarshalJSON(b []byte) error {
+	p.Present = true
+	switch firstByte(b) {
+	case 'n':
+		p.Present = false
+		return nil
+	case '"':
+		p.Count = 1
+		return json.Unmarshal(b, &p.Text)
+	case '[':
+	default:
+		return typeError(b, reflect.TypeFor[string]())
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	switch firstByte(raw[0]) {
+	case '"':
+		var many []string
+		if err := json.Unmarshal(b, &many); err != nil {
+			return err
+		}
+		p.Count = len(many)
+		p.Text = many[0]
+	case '[':
+		var many [][]uint32
+		if err := json.Unmarshal(b, &many); err != nil {
+			return err
+		}
+		p.Count, p.IsIDs, p.IDs = len(many), true, many[0]
+	default:
+		if err := json.Unmarshal(b, &p.IDs); err != nil {
+			return err
+		}
+		p.Count, p.IsIDs = 1, true
+	}
+	return nil
+}
+
+func firstByte(b []byte) byte {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 {
+		return 0
+	}
+	return b[0]
+}
+
+func typeError(b []byte, want reflect.Type) error {
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: want}
+}
+
+func jsonKind(b []byte) string {
+	switch c := firstByte(b); {
+	case c == '{':
+		return "object"
+	case c == 't' || c == 'f':
+		return "bool"
+	case c == '-' || (c >= '0' && c <= '9'):
+		return "number"
+	default:
+		return "value"
+	}
+}
+
+// Responses.
+
+type usageJSON struct {
+	PromptTokens        int                 `json:"prompt_tokens"`
+	CompletionTokens    int                 `json:"completion_tokens"`
+	TotalTokens         int                 `json:"total_tokens"`
+	PromptTokensDetails promptTokensDetails `json:"prompt_tokens_details"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+func (u usage) json() *usageJSON {
+	return &usageJSON{
+		PromptTokens: u.prompt, CompletionTokens: u.completion, TotalTokens: u.prompt + u.completion,
+		PromptTokensDetails: promptTokensDetails{CachedTokens: u.cached},
+	}
+}
+
+type chatMessageOut struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int            `json:"index"`
+	Message      chatMessageOut `json:"message"`
+	FinishReason string         `json:"finish_reason"`
+	Logprobs     *struct{}      `json:"logprobs"`
+}
+
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usageJSON   `json:"usage"`
+	Tandem  *prefillInfo `json:"tandem,omitempty"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`
+	FinishReason *string   `json:"finish_reason"`
+	Logprobs     *struct{} `json:"logprobs"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	Usage   *usageJSON        `json:"usage,omitempty"`
+	Tandem  *prefillInfo      `json:"tandem,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	FinishReason *string   `json:"finish_reason"`
+	Logprobs     *struct{} `json:"logprobs"`
+}
+
+// completion is both the /v1/completions response and its stream chunks; OpenAI
+// uses one shape, object "text_completion", for both.
+type completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usageJSON         `json:"usage,omitempty"`
+	Tandem  *prefillInfo       `json:"tandem,omitempty"`
+}
+
+type modelJSON struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelJSON `json:"data"`
+}

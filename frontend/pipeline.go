@@ -1,0 +1,358 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tandem-serve/tandem/tokenizer"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+)
+
+// maxStops bounds stop sequences per request; each one is searched on every token.
+const maxStops = 16
+
+// genRequest is a request in transport-neutral form: the OpenAI HTTP API and the
+// Connect service both produce one, so validation, templating, tokenizing and the
+// stream handling exist once.
+type genRequest struct {
+	requestID string
+	model     string
+	// Exactly one of messages, prompt and promptIDs is used, in that order.
+	messages  []Message
+	prompt    string
+	promptIDs []uint32
+	isChat    bool
+	// promptParam names the prompt's field in errors ("messages" or "prompt").
+	promptParam string
+	// maxTokens is 0 when the client set none.
+	maxTokens      int64
+	maxTokensParam string
+	temperature    *float64
+	topP           *float64
+	seed           *uint64
+	stops          []string
+	explain        bool
+}
+
+// prepared is a validated, tokenized request ready for the backend.
+type prepared struct {
+	req       *decodev1.GenerateRequest
+	promptLen int
+	maxTokens int
+	stops     []string
+}
+
+// prepare validates r against the model and turns it into a decode request.
+func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
+	if r.model != "" && r.model != f.cfg.Model {
+		return nil, modelNotFound(r.model, f.cfg.Model)
+	}
+	if t := r.temperature; t != nil && !(*t >= 0 && *t <= 2) {
+		return nil, invalidField("temperature", "temperature %v is out of range; it must be between 0 and 2", *t)
+	}
+	if p := r.topP; p != nil && !(*p > 0 && *p <= 1) {
+		return nil, invalidField("top_p", "top_p %v is out of range; it must be greater than 0 and at most 1", *p)
+	}
+	if r.maxTokens < 0 || r.maxTokens > int64(f.cfg.ContextLength) {
+		return nil, invalidField(r.maxTokensParam, "%s %d is out of range; it must be between 1 and the model's context length %d",
+			r.maxTokensParam, r.maxTokens, f.cfg.ContextLength)
+	}
+	stops := make([]string, 0, len(r.stops)+1)
+	for _, s := range r.stops {
+		// An empty stop string would match before any output; OpenAI ignores it too.
+		if s != "" && !slices.Contains(stops, s) {
+			stops = append(stops, s)
+		}
+	}
+	if len(stops) > maxStops {
+		return nil, invalidField("stop", "%d stop sequences given; at most %d are allowed", len(stops), maxStops)
+	}
+
+	ids := r.promptIDs
+	switch {
+	case r.isChat:
+		if len(r.messages) == 0 {
+			return nil, invalidField("messages", "messages must contain at least one message")
+		}
+		text, err := f.template.Apply(r.messages)
+		if err != nil {
+			return nil, err
+		}
+		ids = f.tok.Encode(text)
+		for _, s := range f.template.StopStrings() {
+			if !slices.Contains(stops, s) {
+				stops = append(stops, s)
+			}
+		}
+	case ids == nil:
+		ids = f.tok.Encode(r.prompt)
+	default:
+		for i, id := range ids {
+			if int(id) >= f.tok.VocabSize() {
+				return nil, invalidField("prompt", "prompt token %d at index %d is outside the vocabulary of %d tokens", id, i, f.tok.VocabSize())
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, invalidField(r.promptParam, "%s must not be empty", r.promptParam)
+	}
+	room := f.cfg.ContextLength - len(ids)
+	if room < 1 {
+		return nil, invalidField(r.promptParam,
+			"the prompt is %d tokens but the model's context length is %d tokens, which leaves no room for output; shorten the %s",
+			len(ids), f.cfg.ContextLength, r.promptParam)
+	}
+	maxTokens := f.cfg.DefaultMaxTokens
+	if r.maxTokens > 0 {
+		maxTokens = int(r.maxTokens)
+	}
+	// Capping rather than refusing lets a client ask for "as much as fits"; the
+	// finish reason "length" tells it the budget ran out.
+	maxTokens = min(maxTokens, room)
+
+	sp := &workerv1.SamplingParams{Temperature: f.cfg.DefaultTemperature, TopP: 1}
+	if r.temperature != nil {
+		sp.Temperature = float32(*r.temperature)
+	}
+	if r.topP != nil {
+		sp.TopP = float32(*r.topP)
+	}
+	if r.seed != nil {
+		sp.Seed = *r.seed
+	} else {
+		// Deterministic only when the client asks for it by giving a seed.
+		sp.Seed = rand.Uint64()
+	}
+	return &prepared{
+		req: &decodev1.GenerateRequest{
+			RequestId:      r.requestID,
+			PromptTokenIds: ids,
+			Sampling:       sp,
+			MaxTokens:      uint32(maxTokens),
+			StopTokenIds:   f.tok.StopTokens(),
+			Explain:        r.explain,
+		},
+		promptLen: len(ids),
+		maxTokens: maxTokens,
+		stops:     stops,
+	}, nil
+}
+
+// prefillInfo says where the request ran and how its prompt was prefilled; it is
+// the body of the "tandem" extension field.
+type prefillInfo struct {
+	Path          string `json:"prefill_path"`
+	Reason        string `json:"prefill_reason,omitempty"`
+	Detail        string `json:"prefill_detail,omitempty"`
+	DecodeWorker  string `json:"decode_worker,omitempty"`
+	PrefillWorker string `json:"prefill_worker,omitempty"`
+	RouteReason   string `json:"route_reason,omitempty"`
+}
+
+func pathName(p decodev1.PrefillPath) string {
+	switch p {
+	case decodev1.PrefillPath_PREFILL_PATH_LOCAL:
+		return "local"
+	case decodev1.PrefillPath_PREFILL_PATH_REMOTE:
+		return "remote"
+	case decodev1.PrefillPath_PREFILL_PATH_FALLBACK:
+		return "fallback"
+	default:
+		// A backend that does not say is a bug worth seeing on dashboards.
+		return "unknown"
+	}
+}
+
+// usage is the exact token accounting of one request.
+type usage struct {
+	prompt, completion, cached int
+}
+
+// generation is one request in flight on the backend.
+type generation struct {
+	f       *Frontend
+	stream  TokenStream
+	info    prefillInfo
+	log     *slog.Logger
+	started time.Time
+
+	promptLen int
+	maxTokens int
+	detok     *tokenizer.Detokenizer
+	stops     stopMatcher
+
+	pending      *decodev1.GenerateResponse
+	generated    int
+	cached       int
+	backendUsage *decodev1.Usage
+	firstToken   time.Time
+	finish       string
+}
+
+// start sends p to the backend and waits for its first response, which carries the
+// prefill decision: HTTP needs it for a response header, and headers go before the
+// body.
+func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, started time.Time) (*generation, error) {
+	stream, route, err := f.backend.Generate(ctx, p.req)
+	if err != nil {
+		return nil, backendError(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		_ = stream.Close()
+		if errors.Is(err, io.EOF) {
+			return nil, &apiError{code: connect.CodeInternal, upstream: true, msg: "backend: stream ended before its first response"}
+		}
+		return nil, backendError(err)
+	}
+	g := &generation{
+		f: f, stream: stream, log: log, started: started,
+		promptLen: p.promptLen, maxTokens: p.maxTokens,
+		detok:   tokenizer.NewDetokenizer(f.tok),
+		stops:   stopMatcher{stops: p.stops},
+		pending: first,
+	}
+	g.info = describe(first, route)
+	if d := first.GetPrefill(); d != nil {
+		g.cached = int(d.GetCachedTokens())
+	}
+	f.metrics.prefillPath.WithLabelValues(g.info.Path).Inc()
+	log.Info("generation started", "prefill_path", g.info.Path, "prefill_reason", g.info.Reason,
+		"decode_worker", g.info.DecodeWorker, "prefill_worker", g.info.PrefillWorker,
+		"prompt_tokens", p.promptLen, "max_tokens", p.maxTokens)
+	return g, nil
+}
+
+func describe(first *decodev1.GenerateResponse, route *routerv1.RouteResponse) prefillInfo {
+	d := first.GetPrefill()
+	info := prefillInfo{
+		Path:          pathName(d.GetPath()),
+		Reason:        d.GetReason(),
+		Detail:        d.GetDetail(),
+		PrefillWorker: d.GetPrefillWorkerId(),
+		DecodeWorker:  first.GetWorkerId(),
+		RouteReason:   route.GetReason(),
+	}
+	if info.DecodeWorker == "" {
+		info.DecodeWorker = route.GetDecodeWorker().GetId()
+	}
+	return info
+}
+
+// next returns the next piece of text. On the last piece done is true and
+// g.finish holds "stop" or "length". Text is never empty unless done.
+func (g *generation) next() (text string, done bool, err error) {
+	if g.finish != "" {
+		return "", true, nil
+	}
+	for {
+		resp := g.pending
+		g.pending = nil
+		if resp == nil {
+			resp, err = g.stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return "", false, &apiError{code: connect.CodeInternal, upstream: true, msg: "backend: stream ended without a finish reason"}
+			}
+			if err != nil {
+				return "", false, backendError(err)
+			}
+		}
+		text, err := g.consume(resp)
+		if err != nil {
+			return "", false, err
+		}
+		if text != "" || g.finish != "" {
+			return text, g.finish != "", nil
+		}
+	}
+}
+
+func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
+	if u := resp.GetUsage(); u != nil {
+		g.backendUsage = u
+	}
+	var sb strings.Builder
+	for _, id := range resp.GetTokenIds() {
+		if g.firstToken.IsZero() {
+			g.firstToken = time.Now()
+		}
+		g.generated++
+		// The backend should not emit its stop tokens, but if it does they end
+		// the output rather than leak into it.
+		if slices.Contains(g.f.tok.StopTokens(), id) {
+			g.finish = "stop"
+			break
+		}
+		out, stopped := g.stops.push(g.detok.Add(id))
+		sb.WriteString(out)
+		if stopped {
+			g.finish = "stop"
+			return sb.String(), nil
+		}
+		if g.generated >= g.maxTokens {
+			// Enforced here too, so a backend overrunning its budget cannot run
+			// past the context the client was promised.
+			g.finish = "length"
+			break
+		}
+	}
+	if g.finish == "" {
+		switch resp.GetFinishReason() {
+		case decodev1.FinishReason_FINISH_REASON_STOP:
+			g.finish = "stop"
+		case decodev1.FinishReason_FINISH_REASON_LENGTH:
+			g.finish = "length"
+		case decodev1.FinishReason_FINISH_REASON_CANCELLED:
+			return "", &apiError{code: connect.CodeUnavailable, upstream: true, msg: "backend: the decode worker cancelled the request"}
+		}
+	}
+	if g.finish != "" {
+		out, stopped := g.stops.push(g.detok.Flush())
+		sb.WriteString(out)
+		if stopped {
+			g.finish = "stop"
+		} else {
+			sb.WriteString(g.stops.flush())
+		}
+	}
+	return sb.String(), nil
+}
+
+// usage is exact: the prompt count is the frontend's own tokenization after the
+// template, and the completion count is the tokens received, or the backend's count
+// if larger (it may count a stop token it drew but did not send).
+func (g *generation) usage() usage {
+	u := usage{prompt: g.promptLen, completion: g.generated, cached: g.cached}
+	if b := g.backendUsage; b != nil {
+		u.completion = max(u.completion, int(b.GetCompletionTokens()))
+		u.cached = int(b.GetCachedTokens())
+	}
+	return u
+}
+
+// close releases the backend stream (cancelling the request if it still runs, as
+// after a stop string) and records the request's metrics.
+func (g *generation) close(endpoint string) {
+	if err := g.stream.Close(); err != nil {
+		g.log.Debug("closing backend stream", "err", err)
+	}
+	u := g.usage()
+	m := g.f.metrics
+	m.promptTokens.Add(float64(u.prompt))
+	m.generationTokens.Add(float64(u.completion))
+	if !g.firstToken.IsZero() {
+		m.ttft.WithLabelValues(endpoint).Observe(g.firstToken.Sub(g.started).Seconds())
+	}
+	g.log.Info("generation ended", "finish_reason", g.finish, "prompt_tokens", u.prompt,
+		"completion_tokens", u.completion, "cached_tokens", u.cached, "duration", time.Since(g.started))
+}
