@@ -21,8 +21,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tandem-serve/tandem/tokenizer"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // HeaderRequestID carries the request id in and out; an incoming one is kept so a

@@ -12,10 +12,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tandem-serve/tandem/tokenizer"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // maxStops bounds stop sequences per request; each one is searched on every token.
