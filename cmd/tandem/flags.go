@@ -1,0 +1,45 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"github.com/tandem-serve/tandem/services"
+)
+
+// newFlagSet makes a command's flag set with a help text that lists every flag
+// with its environment variable.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tandem %s\n\n", synopsis)
+		fs.VisitAll(func(f *flag.Flag) {
+			name, help := flag.UnquoteUsage(f)
+			fmt.Fprintf(fs.Output(), "  --%s %s\n", f.Name, name)
+			fmt.Fprintf(fs.Output(), "        %s", help)
+			if f.DefValue != "" {
+				fmt.Fprintf(fs.Output(), " (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(fs.Output(), "\n        env %s\n", services.EnvName(f.Name))
+		})
+	}
+	return fs
+}
+
+// parse parses args, then fills the flags not given from the environment.
+func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return services.ApplyEnv(fs, getenv)
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

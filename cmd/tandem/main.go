@@ -1,0 +1,91 @@
+// Command tandem serves LLMs with conditional prefill/decode disaggregation. One
+// binary runs every role: the frontend, the router, the workers, or all of them in
+// one process (tandem up).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "tandem:", err)
+		var ec exitCode
+		if errors.As(err, &ec) {
+			os.Exit(int(ec))
+		}
+		os.Exit(1)
+	}
+}
+
+// exitCode is an error that asks for a particular exit status (tandem health).
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"up", "run the frontend, the router and the workers in one process on loopback", runUp},
+		{"frontend", "run the frontend: OpenAI-compatible HTTP and the Connect/gRPC API", runFrontend},
+		{"router", "run the router", runRouter},
+		{"decode", "run a decode worker (conditional disaggregation, or --mode aggregated)", runDecode},
+		{"prefill", "run a prefill worker", runPrefill},
+		{"health", "check a service's grpc.health.v1 status; exit 0 only when SERVING", runHealth},
+		{"version", "print the version", func(_ context.Context, _ []string, _ func(string) string, stdout, _ io.Writer) error {
+			_, err := fmt.Fprintln(stdout, version())
+			return err
+		}},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `tandem serves LLMs with conditional prefill/decode disaggregation.
+
+Usage: tandem <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Every flag can also be set from the environment as TANDEM_<FLAG>, upper case with
+dashes as underscores (--http-addr is TANDEM_HTTP_ADDR); a flag on the command line wins.
+Run 'tandem <command> --help' for a command's flags.
+`)
+}
+
+// run is the whole program, callable from tests with their own args and environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stderr)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], getenv, stdout, stderr)
+		}
+	}
+	usage(stderr)
+	return fmt.Errorf("unknown command %q", args[0])
+}

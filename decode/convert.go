@@ -1,0 +1,82 @@
+package decode
+
+import (
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-serve/tandem/engine"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+)
+
+func validate(m *decodev1.GenerateRequest, info engine.Info) error {
+	n := len(m.GetPromptTokenIds())
+	switch {
+	case n == 0:
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_token_ids: empty"))
+	case n >= info.ContextLength:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids: %d tokens, the model's context is %d", n, info.ContextLength))
+	}
+	for i, t := range m.GetPromptTokenIds() {
+		if int(t) >= info.VocabSize {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids[%d]: token %d is outside the vocabulary of %d", i, t, info.VocabSize))
+		}
+	}
+	if s := m.GetSampling(); s.GetTemperature() < 0 || s.GetTopP() < 0 || s.GetTopP() > 1 {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sampling: temperature %g must be >= 0 and top_p %g in [0,1]", s.GetTemperature(), s.GetTopP()))
+	}
+	return nil
+}
+
+func pathLabel(p decodev1.PrefillPath) string {
+	switch p {
+	case decodev1.PrefillPath_PREFILL_PATH_LOCAL:
+		return "local"
+	case decodev1.PrefillPath_PREFILL_PATH_REMOTE:
+		return "remote"
+	case decodev1.PrefillPath_PREFILL_PATH_FALLBACK:
+		return "fallback"
+	}
+	return "unspecified"
+}
+
+func finishProto(f engine.FinishReason) decodev1.FinishReason {
+	switch f {
+	case engine.FinishStop:
+		return decodev1.FinishReason_FINISH_REASON_STOP
+	case engine.FinishLength:
+		return decodev1.FinishReason_FINISH_REASON_LENGTH
+	case engine.FinishCancelled:
+		return decodev1.FinishReason_FINISH_REASON_CANCELLED
+	}
+	return decodev1.FinishReason_FINISH_REASON_UNSPECIFIED
+}
+
+type metrics struct {
+	decisions *prometheus.CounterVec
+	completed *prometheus.CounterVec
+	ttft      *prometheus.HistogramVec
+	itl       prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	lat := prometheus.ExponentialBuckets(0.001, 2, 16)
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_prefill_decisions_total", Help: "Prefill decisions, by path taken and reason.",
+		}, []string{"path", "reason"}),
+		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_decode_requests_total", Help: "Requests finished on this decode worker, by finish reason.",
+		}, []string{"finish"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tandem_decode_time_to_first_token_seconds", Help: "Time from Generate to the first token, by prefill path.", Buckets: lat,
+		}, []string{"path"}),
+		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_decode_inter_token_latency_seconds", Help: "Gap between consecutive tokens of a request.", Buckets: lat,
+		}),
+	}
+	reg.MustRegister(m.decisions, m.completed, m.ttft, m.itl)
+	return m
+}

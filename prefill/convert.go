@@ -1,0 +1,33 @@
+package prefill
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	bytes    prometheus.Counter
+	queue    prometheus.Histogram
+	compute  prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_prefill_requests_total", Help: "Remote prefills served, by outcome.",
+		}, []string{"outcome"}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_prefill_sent_bytes_total", Help: "KV bytes streamed to decode workers.",
+		}),
+		queue: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_prefill_queue_seconds", Help: "Time a prefill waited for the engine.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}),
+		compute: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_prefill_compute_seconds", Help: "Time the engine spent prefilling one prompt.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}),
+	}
+	reg.MustRegister(m.requests, m.bytes, m.queue, m.compute)
+	return m
+}

@@ -1,0 +1,126 @@
+package frontendsvc
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-serve/tandem/frontend"
+	"github.com/tandem-serve/tandem/kvcache"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	"github.com/tandem-serve/tandem/services/telemetry"
+)
+
+// backend asks the router where a request goes and runs it on that decode worker.
+type backend struct {
+	router    routerv1.RouterServiceClient
+	dial      func(addr string) (*grpc.ClientConn, error)
+	blockSize int
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+var _ frontend.Backend = (*backend)(nil)
+
+func (b *backend) conn(addr string) (*grpc.ClientConn, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cc, ok := b.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := b.dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	b.conns[addr] = cc
+	return cc, nil
+}
+
+func (b *backend) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, cc := range b.conns {
+		_ = cc.Close()
+	}
+}
+
+// Generate routes the request and starts it. A decode worker that cannot be reached
+// before it sends anything is excluded and the request routed once more, so a dead
+// worker costs a retry, not an error.
+func (b *backend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (frontend.TokenStream, *routerv1.RouteResponse, error) {
+	ctx = telemetry.WithRequestID(ctx, req.GetRequestId())
+	rreq := &routerv1.RouteRequest{
+		RequestId: req.GetRequestId(), PromptTokens: uint32(len(req.GetPromptTokenIds())),
+		BlockHashes: kvcache.HashBlocks(req.GetPromptTokenIds(), b.blockSize), BlockSize: uint32(b.blockSize),
+		Explain: req.GetExplain(),
+	}
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		route, err := b.router.Route(ctx, rreq)
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err := b.start(ctx, route, req)
+		if err == nil {
+			return s, route, nil
+		}
+		if status.Code(err) != codes.Unavailable {
+			return nil, nil, err
+		}
+		lastErr = err
+		rreq.ExcludeWorkerIds = append(rreq.ExcludeWorkerIds, route.GetDecodeWorker().GetId())
+	}
+	return nil, nil, lastErr
+}
+
+func (b *backend) start(ctx context.Context, route *routerv1.RouteResponse, req *decodev1.GenerateRequest) (*tokenStream, error) {
+	cc, err := b.conn(route.GetDecodeWorker().GetAddress())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	r := &decodev1.GenerateRequest{
+		RequestId: req.GetRequestId(), PromptTokenIds: req.GetPromptTokenIds(), Sampling: req.GetSampling(),
+		MaxTokens: req.GetMaxTokens(), StopTokenIds: req.GetStopTokenIds(), Explain: req.GetExplain(),
+	}
+	for _, p := range route.GetPrefillWorkers() {
+		r.PrefillWorkerIds = append(r.PrefillWorkerIds, p.GetWorker().GetId())
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := decodev1.NewDecodeServiceClient(cc).Generate(sctx, r)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	// The first message proves the worker took the request; until then a failure
+	// is safe to retry elsewhere.
+	first, err := stream.Recv()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &tokenStream{stream: stream, first: first, cancel: cancel}, nil
+}
+
+type tokenStream struct {
+	stream grpc.ServerStreamingClient[decodev1.GenerateResponse]
+	first  *decodev1.GenerateResponse
+	cancel context.CancelFunc
+}
+
+func (t *tokenStream) Recv() (*decodev1.GenerateResponse, error) {
+	if f := t.first; f != nil {
+		t.first = nil
+		return f, nil
+	}
+	return t.stream.Recv()
+}
+
+func (t *tokenStream) Close() error {
+	t.cancel()
+	return nil
+}

@@ -1,0 +1,131 @@
+// Package frontendsvc runs the frontend: the OpenAI-compatible HTTP API and the
+// FrontendService on one port, backed by the router and the decode workers.
+package frontendsvc
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/tandem-serve/tandem/frontend"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
+	"github.com/tandem-serve/tandem/services/process"
+	"github.com/tandem-serve/tandem/services/server"
+	"github.com/tandem-serve/tandem/tokenizer"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Config is the frontend's flags.
+type Config struct {
+	Serve     process.Serve
+	Router    string
+	BlockSize int
+	Frontend  frontend.Config
+}
+
+// RegisterFlags registers the frontend's flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Serve.RegisterFlags(fs, "127.0.0.1:8080")
+	d := frontend.DefaultConfig()
+	c.Frontend = d
+	fs.StringVar(&c.Router, "router", "", "router address (host:port)")
+	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
+	fs.StringVar(&c.Frontend.Model, "served-model-name", d.Model, "model id clients must name")
+	fs.IntVar(&c.Frontend.ContextLength, "context-length", d.ContextLength, "model context in tokens (prompt + output)")
+	fs.Int64Var(&c.Frontend.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body accepted (413 above)")
+	fs.IntVar(&c.Frontend.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
+	fs.Func("default-temperature", fmt.Sprintf("temperature when a request sets none (default %g)", d.DefaultTemperature), func(s string) error {
+		var t float32
+		if _, err := fmt.Sscan(s, &t); err != nil {
+			return err
+		}
+		c.Frontend.DefaultTemperature = t
+		return nil
+	})
+	fs.StringVar(&c.Frontend.ChatTemplate, "chat-template", d.ChatTemplate, "chat template: chatml")
+}
+
+// Validate checks the flags.
+func (c *Config) Validate() error {
+	if c.Router == "" {
+		return errors.New("--router: the router's address is required")
+	}
+	if c.BlockSize <= 0 {
+		return errors.New("--block-size must be positive")
+	}
+	return c.Frontend.Validate()
+}
+
+// Service is a started frontend.
+type Service struct {
+	srv     *server.Server
+	backend *backend
+	router  *grpc.ClientConn
+}
+
+// Start opens the listener. The frontend reports SERVING once the router does.
+func Start(env *process.Env, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.CL100K()
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	rc, err := env.Clients.Dial(cfg.Router)
+	if err != nil {
+		return nil, err
+	}
+	b := &backend{router: routerv1.NewRouterServiceClient(rc), dial: env.Clients.Dial, blockSize: cfg.BlockSize, conns: map[string]*grpc.ClientConn{}}
+	f, err := frontend.New(cfg.Frontend, tok, b, env.Logger, env.Registry)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	srv, err := env.NewServer(cfg.Serve, []server.Handler{
+		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.HandlerOptions()...)),
+	}, f.HTTPHandler())
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return &Service{srv: srv, backend: b, router: rc}, nil
+}
+
+// Addr is where the frontend listens.
+func (s *Service) Addr() string { return s.srv.Addr() }
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	defer s.router.Close()
+	defer s.backend.close()
+	go func() {
+		// Serving only once the router is, so that a load balancer in front never
+		// sends a request this frontend cannot place.
+		hc := healthpb.NewHealthClient(s.router)
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		for err == nil {
+			w, werr := hc.Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			if werr != nil {
+				return
+			}
+			for {
+				resp, rerr := w.Recv()
+				if rerr != nil {
+					break
+				}
+				s.srv.SetServing(resp.GetStatus() == healthpb.HealthCheckResponse_SERVING)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return s.srv.Serve(ctx)
+}

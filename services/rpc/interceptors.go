@@ -1,0 +1,113 @@
+// Package rpc holds what every service-to-service call shares: Connect server
+// interceptors (request id, logging, metrics) and grpc-go client connections with
+// go-grpc-middleware interceptors (timeout, retry, logging, metrics).
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-serve/tandem/services/telemetry"
+)
+
+// ServerMetrics counts and times every Connect call a service handles.
+type ServerMetrics struct {
+	handled *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+}
+
+// NewServerMetrics registers the server metrics with reg.
+func NewServerMetrics(reg prometheus.Registerer) *ServerMetrics {
+	m := &ServerMetrics{
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_rpc_server_handled_total",
+			Help: "RPCs completed by this service, by procedure and status code.",
+		}, []string{"procedure", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tandem_rpc_server_handling_seconds",
+			Help:    "Time from an RPC's start to its end (for streams, the last message).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 14),
+		}, []string{"procedure"}),
+	}
+	reg.MustRegister(m.handled, m.latency)
+	return m
+}
+
+func (m *ServerMetrics) observe(procedure string, start time.Time, err error) {
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	m.handled.WithLabelValues(procedure, code).Inc()
+	m.latency.WithLabelValues(procedure).Observe(time.Since(start).Seconds())
+}
+
+// ServerInterceptor takes the request id from the x-request-id header (making one if
+// absent), puts it in the context and the response header, logs each call's end
+// with it, and records metrics.
+type ServerInterceptor struct {
+	Logger  *slog.Logger
+	Metrics *ServerMetrics
+}
+
+var _ connect.Interceptor = (*ServerInterceptor)(nil)
+
+func (i *ServerInterceptor) begin(ctx context.Context, h interface{ Get(string) string }) (context.Context, string) {
+	id := h.Get(telemetry.RequestIDHeader)
+	if id == "" {
+		id = telemetry.NewRequestID()
+	}
+	return telemetry.WithRequestID(ctx, id), id
+}
+
+func (i *ServerInterceptor) end(ctx context.Context, procedure, id string, start time.Time, err error) {
+	i.Metrics.observe(procedure, start, err)
+	level := slog.LevelDebug
+	attrs := []any{"procedure", procedure, "request_id", id, "duration", time.Since(start)}
+	if err != nil {
+		code := connect.CodeOf(err)
+		attrs = append(attrs, "code", code.String(), "error", err.Error())
+		if code == connect.CodeInternal || code == connect.CodeUnknown || code == connect.CodeDataLoss {
+			level = slog.LevelError
+		} else if !errors.Is(err, context.Canceled) && code != connect.CodeCanceled {
+			level = slog.LevelWarn
+		}
+	}
+	i.Logger.Log(ctx, level, "rpc", attrs...)
+}
+
+func (i *ServerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		start := time.Now()
+		ctx, id := i.begin(ctx, req.Header())
+		resp, err := next(ctx, req)
+		if resp != nil {
+			resp.Header().Set(telemetry.RequestIDHeader, id)
+		}
+		i.end(ctx, req.Spec().Procedure, id, start, err)
+		return resp, err
+	}
+}
+
+func (i *ServerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i *ServerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		start := time.Now()
+		ctx, id := i.begin(ctx, conn.RequestHeader())
+		conn.ResponseHeader().Set(telemetry.RequestIDHeader, id)
+		err := next(ctx, conn)
+		i.end(ctx, conn.Spec().Procedure, id, start, err)
+		return err
+	}
+}

@@ -1,0 +1,176 @@
+// Package server runs one tandem service on one port: Connect, gRPC and gRPC-Web
+// handlers on an HTTP/1 + cleartext HTTP/2 server, with grpc.health.v1, server
+// reflection and /metrics beside them, and a graceful shutdown.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler is one Connect service to mount: its path prefix and handler, as the
+// generated New...Handler functions return them, and its full name for health and
+// reflection.
+type Handler struct {
+	Name    string
+	Path    string
+	Handler http.Handler
+}
+
+// Config is what a Server needs.
+type Config struct {
+	// Addr to listen on; ":0" or "127.0.0.1:0" picks a free port.
+	Addr string
+	// Grace bounds how long in-flight requests may run after shutdown begins.
+	Grace time.Duration
+	// Logger and Gatherer may not be nil.
+	Logger   *slog.Logger
+	Gatherer prometheus.Gatherer
+}
+
+// Server serves until its context ends. It is listening when New returns.
+type Server struct {
+	cfg      Config
+	ln       net.Listener
+	http     *http.Server
+	health   *grpchealth.StaticChecker
+	names    []string
+	mu       sync.Mutex
+	draining []func()
+}
+
+// New opens the listener and assembles the handlers. extra, if not nil, serves every
+// path the Connect services do not (the frontend's OpenAI API).
+func New(cfg Config, handlers []Handler, extra http.Handler) (*Server, error) {
+	if cfg.Logger == nil || cfg.Gatherer == nil {
+		return nil, errors.New("server: Logger and Gatherer are required")
+	}
+	mux := http.NewServeMux()
+	names := make([]string, 0, len(handlers))
+	for _, h := range handlers {
+		mux.Handle(h.Path, h.Handler)
+		names = append(names, h.Name)
+	}
+	// Health starts NOT_SERVING for every service: the caller marks it ready.
+	health := grpchealth.NewStaticChecker()
+	for _, n := range append([]string{""}, names...) {
+		health.SetStatus(n, grpchealth.StatusNotServing)
+	}
+	mux.Handle(grpchealth.NewHandler(health))
+	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	if extra != nil {
+		mux.Handle("/", extra)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	// Cleartext HTTP/2 lets grpc-go clients and grpcurl -plaintext in on the same port.
+	p.SetUnencryptedHTTP2(true)
+	s := &Server{
+		cfg:    cfg,
+		ln:     ln,
+		health: health,
+		names:  names,
+		http: &http.Server{
+			Handler:           mux,
+			Protocols:         p,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		},
+	}
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// SetServing marks every service SERVING or NOT_SERVING in grpc.health.v1.
+func (s *Server) SetServing(serving bool) {
+	st := grpchealth.StatusNotServing
+	if serving {
+		st = grpchealth.StatusServing
+	}
+	for _, n := range append([]string{""}, s.names...) {
+		s.health.SetStatus(n, st)
+	}
+}
+
+// OnDrain registers f to run when shutdown begins, after health turns NOT_SERVING
+// and before in-flight requests are waited for (e.g. deregistering from discovery).
+func (s *Server) OnDrain(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = append(s.draining, f)
+}
+
+// Serve serves until ctx ends, then drains: NOT_SERVING, drain hooks, stop
+// accepting, and wait up to Grace for in-flight requests before closing the rest.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.SetServing(false)
+	s.mu.Lock()
+	hooks := s.draining
+	s.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+	grace := s.cfg.Grace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := s.http.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.cfg.Logger.Warn("grace period over, closing remaining connections", "grace", grace)
+		err = s.http.Close()
+	}
+	if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) {
+		return e
+	}
+	return err
+}
+
+// HandlerOptions are the options every Connect handler of a service takes.
+// A panic in a handler becomes CodeInternal for that call alone, and is logged.
+func HandlerOptions(logger *slog.Logger, interceptors ...connect.Interceptor) []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithInterceptors(interceptors...),
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+			logger.ErrorContext(ctx, "panic in handler", "procedure", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("internal error in %s", spec.Procedure))
+		}),
+	}
+}
+
+// Mount pairs a service's full name with what its generated New...Handler returns:
+// server.Mount(fooconnect.FooServiceName)(fooconnect.NewFooServiceHandler(impl)).
+func Mount(name string) func(path string, h http.Handler) Handler {
+	return func(path string, h http.Handler) Handler { return Handler{Name: name, Path: path, Handler: h} }
+}

@@ -1,0 +1,81 @@
+package workersvc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/prefill"
+	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
+	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
+	"github.com/tandem-serve/tandem/services/process"
+	"github.com/tandem-serve/tandem/services/server"
+	"github.com/tandem-serve/tandem/services/telemetry"
+	"github.com/tandem-serve/tandem/worker"
+)
+
+// Version is reported in WorkerInfo; cmd/tandem sets it.
+var Version = "dev"
+
+// Service is a started worker.
+type Service struct {
+	ID     string
+	Mode   workerv1.WorkerMode
+	srv    *server.Server
+	eng    engine.Engine
+	worker *worker.Service
+}
+
+// Start builds the engine and opens the listener; the worker serves once Run runs.
+func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	mode, _ := cfg.WorkerMode()
+	eng, err := cfg.NewEngine()
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	id := cfg.ID
+	if id == "" {
+		id = cfg.Mode + "-" + telemetry.NewRequestID()[:8]
+	}
+	env.Logger = env.Logger.With("worker_id", id)
+	opts := env.HandlerOptions()
+	ws := worker.New(id, telemetry.NewRequestID(), mode, Version, eng)
+	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(ws, opts...))}
+	switch mode {
+	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
+		ps, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: 1 << 20, MaxLease: 30e9, MaxPromptTokens: eng.Info().ContextLength}, eng, env.Logger, env.Registry)
+		if err != nil {
+			return nil, err
+		}
+		handlers = append(handlers, server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, opts...)))
+	default:
+		ds, err := decode.New(decode.Config{WorkerID: id, Mode: mode}, eng, env.Logger, env.Registry)
+		if err != nil {
+			return nil, err
+		}
+		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(ds, opts...)))
+	}
+	srv, err := env.NewServer(cfg.Serve, handlers, nil)
+	if err != nil {
+		_ = eng.Close()
+		return nil, err
+	}
+	return &Service{ID: id, Mode: mode, srv: srv, eng: eng, worker: ws}, nil
+}
+
+// Addr is where the worker listens.
+func (s *Service) Addr() string { return s.srv.Addr() }
+
+// Run serves until ctx ends, then drains and closes the engine.
+func (s *Service) Run(ctx context.Context) error {
+	s.srv.SetServing(true)
+	err := s.srv.Serve(ctx)
+	_ = s.eng.Close()
+	return err
+}

@@ -1,0 +1,110 @@
+// Package worker serves what every worker (decode, prefill, aggregated) says about
+// itself: its identity and mode, and the stream of KV events and load the router's
+// index is built from.
+package worker
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/kvcache"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
+	"github.com/tandem-serve/tandem/wire"
+)
+
+// Service implements WorkerService over one engine.
+type Service struct {
+	id          string
+	incarnation string
+	mode        workerv1.WorkerMode
+	version     string
+	eng         engine.Engine
+	// Heartbeat is the longest gap between WatchEvents messages.
+	Heartbeat time.Duration
+}
+
+var _ workerv1connect.WorkerServiceHandler = (*Service)(nil)
+
+// New returns the service for the worker id running eng in mode. incarnation must
+// change whenever the engine's cache starts over (a new process).
+func New(id, incarnation string, mode workerv1.WorkerMode, version string, eng engine.Engine) *Service {
+	return &Service{id: id, incarnation: incarnation, mode: mode, version: version, eng: eng, Heartbeat: time.Second}
+}
+
+// WorkerInfo is this worker's identity as the protos carry it.
+func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
+	info := s.eng.Info()
+	return &workerv1.WorkerInfo{
+		Id: s.id, Mode: s.mode, Model: info.Model, Engine: info.Engine,
+		Layout: wire.LayoutProto(info.Layout), TotalBlocks: uint32(info.TotalBlocks), Version: s.version,
+	}
+}
+
+func (s *Service) Info(context.Context, *connect.Request[workerv1.InfoRequest]) (*connect.Response[workerv1.InfoResponse], error) {
+	return connect.NewResponse(&workerv1.InfoResponse{Info: s.WorkerInfo(), Load: wire.Load(s.eng.Stats())}), nil
+}
+
+// Snapshotter is implemented by engines whose pool can list its cached blocks
+// together with the id of the last event that list includes.
+type Snapshotter interface {
+	Snapshot() (hashes []uint64, lastEventID uint64)
+}
+
+// WatchEvents sends a snapshot when the subscriber holds nothing or has fallen out
+// of the event ring, then every event as it happens, with the load, and at least one
+// message per heartbeat.
+func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest], stream *connect.ServerStream[workerv1.WatchEventsResponse]) error {
+	log := s.eng.Events()
+	after := req.Msg.GetAfterEventId()
+	needSnapshot := after == 0
+	tick := time.NewTicker(s.Heartbeat)
+	defer tick.Stop()
+	for {
+		msg := &workerv1.WatchEventsResponse{Incarnation: s.incarnation}
+		events, changed, ok := log.Since(after)
+		if needSnapshot || !ok {
+			hashes, last := s.snapshot(log)
+			msg.Snapshot = &workerv1.Snapshot{LastEventId: last, BlockHashes: hashes}
+			after, needSnapshot = last, false
+			events, changed, _ = log.Since(after)
+		}
+		for _, ev := range events {
+			msg.Events = append(msg.Events, eventProto(ev))
+			after = ev.ID
+		}
+		msg.Load = wire.Load(s.eng.Stats())
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Service) snapshot(log *kvcache.EventLog) ([]uint64, uint64) {
+	if sn, ok := s.eng.(Snapshotter); ok {
+		return sn.Snapshot()
+	}
+	return nil, log.LastID()
+}
+
+func eventProto(ev kvcache.Event) *workerv1.KVEvent {
+	p := &workerv1.KVEvent{Id: ev.ID}
+	switch ev.Kind {
+	case kvcache.Stored:
+		p.Kind = &workerv1.KVEvent_Stored{Stored: &workerv1.BlockStored{ParentHash: ev.Parent, BlockHashes: ev.Hashes}}
+	case kvcache.Removed:
+		p.Kind = &workerv1.KVEvent_Removed{Removed: &workerv1.BlockRemoved{BlockHashes: ev.Hashes}}
+	case kvcache.Cleared:
+		p.Kind = &workerv1.KVEvent_Cleared{Cleared: &workerv1.AllBlocksCleared{}}
+	}
+	return p
+}
