@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The project's test command (README: "make test"). It needs only Go: buf and the
+# protoc plugins are go.mod tools, built on first use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' | grep -v -E '\.pb\.go$|\.connect\.go$') || true)
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "buf lint"
+go tool buf lint
+
+step "buf generate reproduces the committed code"
+go tool buf generate
+if ! git diff --quiet -- proto || [ -n "$(git status --porcelain -- proto)" ]; then
+  echo "generated code differs from what is committed:"
+  git status --porcelain -- proto
+  git diff --stat -- proto
+  exit 1
+fi
+
+step "go test"
+go test -race -count=1 -timeout 20m ./...
