@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 )
 
@@ -120,14 +122,27 @@ func (e *apiError) openAIType() string {
 	}
 }
 
-// connectError renders e for the Connect service; the field is in the message
-// because Connect has no standard place for it.
+// connectError renders e for the Connect service. The field is named in the
+// message for people and in a google.rpc.BadRequest detail for programs, which
+// Connect and gRPC clients both decode.
 func (e *apiError) connectError() *connect.Error {
 	code := e.code
 	if e.status == http.StatusRequestEntityTooLarge {
 		code = connect.CodeResourceExhausted
 	}
-	return connect.NewError(code, errors.New(e.msg))
+	msg := e.msg
+	if e.param != "" && !strings.Contains(msg, e.param) {
+		msg = e.param + ": " + msg
+	}
+	ce := connect.NewError(code, errors.New(msg))
+	if e.param != "" {
+		if d, err := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: e.param, Description: e.msg},
+		}}); err == nil {
+			ce.AddDetail(d)
+		}
+	}
+	return ce
 }
 
 // openAIError is the body of every HTTP error: {"error": {...}}.
