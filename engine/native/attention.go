@@ -1,0 +1,115 @@
+package native
+
+import "math"
+
+// attention computes causal grouped-query attention for every segment and query head,
+// reading K and V from the paged store (the batch's own K and V are already there).
+// Queries arrive rotated and pre-scaled by 1/sqrt(head dim).
+//
+// Rows are taken 6 at a time; each key block is one or two micro-kernel calls for
+// Q*K^T and for P*V, with a streaming ("online") softmax in between, so no score
+// matrix longer than a block is ever held. A row's arithmetic is the same whatever
+// rows share its tile: fully masked blocks add exact zeros.
+func (m *model) attention(layer int, qkv []float32, ldq int, out []float32, segs []segment) {
+	mc := m.mc
+	type item struct{ seg, head int }
+	items := make([]item, 0, len(segs)*mc.Heads)
+	cost := 0
+	for si, s := range segs {
+		for h := range mc.Heads {
+			items = append(items, item{si, h})
+		}
+		cost += s.n * (s.pos0 + s.n)
+	}
+	ldo := mc.Heads * mc.HeadDim
+	group := mc.Heads / mc.KVHeads
+	parallelFor(len(items), cost*mc.HeadDim/max(len(segs), 1), func(lo, hi int) {
+		sc := newAttnScratch(m.blockSize, mc.HeadDim)
+		for _, it := range items[lo:hi] {
+			s := segs[it.seg]
+			q := qkv[s.row0*ldq+it.head*mc.HeadDim:]
+			o := out[s.row0*ldo+it.head*mc.HeadDim:]
+			m.attendHead(sc, layer, it.head/group, s, q, ldq, o, ldo)
+		}
+	})
+}
+
+type attnScratch struct {
+	s, p, o   []float32
+	mx, denom []float32
+}
+
+func newAttnScratch(bs, hd int) *attnScratch {
+	return &attnScratch{
+		s:     make([]float32, maxRows*bs),
+		p:     make([]float32, maxRows*bs),
+		o:     make([]float32, maxRows*hd),
+		mx:    make([]float32, maxRows),
+		denom: make([]float32, maxRows),
+	}
+}
+
+func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float32, ldq int, out []float32, ldo int) {
+	bs, hd := m.blockSize, m.mc.HeadDim
+	negInf := float32(math.Inf(-1))
+	for t0 := 0; t0 < s.n; t0 += maxRows {
+		mr := min(maxRows, s.n-t0)
+		o := sc.o[:mr*hd]
+		clear(o)
+		for i := range mr {
+			sc.mx[i], sc.denom[i] = negInf, 0
+		}
+		qa := q[t0*ldq:]
+		last := s.pos0 + t0 + mr - 1
+		for b := 0; b <= last/bs; b++ {
+			kb, vb := m.headKV(s.blocks[b], layer, kvh)
+			sm := sc.s[:mr*bs]
+			clear(sm)
+			for sp := 0; sp < bs/panelWidth; sp++ {
+				microKernel(mr, hd, qa, ldq, kb[sp*hd*panelWidth:], sm[sp*panelWidth:], bs)
+			}
+			p := sc.p[:mr*bs]
+			for i := range mr {
+				pos := s.pos0 + t0 + i
+				valid := min(bs, pos-b*bs+1) // causal: slots after pos are masked
+				prow := p[i*bs : (i+1)*bs]
+				if valid <= 0 {
+					clear(prow)
+					continue
+				}
+				srow := sm[i*bs : i*bs+valid]
+				bm := srow[0]
+				for _, v := range srow[1:] {
+					bm = max(bm, v)
+				}
+				newMax := max(sc.mx[i], bm)
+				corr := expf(sc.mx[i] - newMax)
+				var sum float32
+				for j, v := range srow {
+					e := expf(v - newMax)
+					prow[j] = e
+					sum += e
+				}
+				clear(prow[valid:])
+				sc.denom[i] = sc.denom[i]*corr + sum
+				sc.mx[i] = newMax
+				if corr != 1 {
+					orow := o[i*hd : (i+1)*hd]
+					for j := range orow {
+						orow[j] *= corr
+					}
+				}
+			}
+			for dp := 0; dp < hd/panelWidth; dp++ {
+				microKernel(mr, bs, p, bs, vb[dp*bs*panelWidth:], o[dp*panelWidth:], hd)
+			}
+		}
+		for i := range mr {
+			inv := 1 / sc.denom[i]
+			dst := out[(t0+i)*ldo : (t0+i)*ldo+hd]
+			for j, v := range o[i*hd : (i+1)*hd] {
+				dst[j] = v * inv
+			}
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package native
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/tandem-serve/tandem/kvcache"
+)
+
+// Vocabulary of the cl100k tokenizer the frontend uses: ids 0..100276, with
+// <|endoftext|> at 100257.
+const (
+	VocabSize  = 100277
+	EndOfText  = 100257
+	panelWidth = 16 // columns per packed weight panel, two AVX2 registers
+)
+
+// ModelConfig is the shape of a Llama-style decoder.
+type ModelConfig struct {
+	Name          string
+	Layers        int
+	DModel        int
+	Heads         int
+	KVHeads       int
+	HeadDim       int
+	FFN           int // SwiGLU hidden width
+	ContextLength int
+	RopeTheta     float64
+	NormEps       float32
+}
+
+// The named models. tiny keeps d_model small because the tied vocab x d_model
+// embedding, not the layers, dominates the cost of a token.
+var models = []ModelConfig{
+	{Name: "tiny", Layers: 2, DModel: 128, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 384,
+		ContextLength: 4096, RopeTheta: 10000, NormEps: 1e-5},
+	{Name: "small", Layers: 6, DModel: 384, Heads: 6, KVHeads: 2, HeadDim: 64, FFN: 1024,
+		ContextLength: 8192, RopeTheta: 10000, NormEps: 1e-5},
+}
+
+// Models lists the names New accepts.
+func Models() []string {
+	names := make([]string, len(models))
+	for i, m := range models {
+		names[i] = m.Name
+	}
+	return names
+}
+
+// LookupModel returns the named model's shape.
+func LookupModel(name string) (ModelConfig, bool) {
+	i := slices.IndexFunc(models, func(m ModelConfig) bool { return m.Name == name })
+	if i < 0 {
+		return ModelConfig{}, false
+	}
+	return models[i], true
+}
+
+// Config configures an Engine. Zero values take the defaults.
+type Config struct {
+	Model string // a name from Models(); "" is tiny
+	Seed  uint64 // weights seed; both sides of a KV handoff must agree
+	// NumBlocks is the KV pool size in blocks (default 1024).
+	NumBlocks int
+	// BlockSize is tokens per KV block, a multiple of 16 (default 16).
+	BlockSize int
+	// MaxBatchTokens bounds the tokens of one forward pass: one per running sequence,
+	// the rest for chunked prefill (default 512).
+	MaxBatchTokens int
+	// MaxRunning bounds the sequences admitted at once (default 64).
+	MaxRunning int
+	// EventLogSize is how many KV events are kept for subscribers to catch up (default 4096).
+	EventLogSize int
+	Logger       *slog.Logger
+}
+
+func (c *Config) withDefaults() (Config, ModelConfig, error) {
+	out := *c
+	if out.Model == "" {
+		out.Model = "tiny"
+	}
+	mc, ok := LookupModel(out.Model)
+	if !ok {
+		return out, mc, fmt.Errorf("native: unknown model %q (have %v)", out.Model, Models())
+	}
+	if out.NumBlocks == 0 {
+		out.NumBlocks = 1024
+	}
+	if out.BlockSize == 0 {
+		out.BlockSize = kvcache.DefaultBlockSize
+	}
+	if out.MaxBatchTokens == 0 {
+		out.MaxBatchTokens = 512
+	}
+	if out.MaxRunning == 0 {
+		out.MaxRunning = 64
+	}
+	if out.EventLogSize == 0 {
+		out.EventLogSize = 4096
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case out.NumBlocks < 1:
+		return out, mc, fmt.Errorf("native: NumBlocks %d < 1", out.NumBlocks)
+	case out.BlockSize < 16 || out.BlockSize%16 != 0:
+		return out, mc, fmt.Errorf("native: BlockSize %d is not a positive multiple of 16", out.BlockSize)
+	case out.MaxBatchTokens < 1 || out.MaxRunning < 1:
+		return out, mc, fmt.Errorf("native: MaxBatchTokens and MaxRunning must be positive")
+	case out.MaxBatchTokens < out.MaxRunning:
+		// Every running sequence needs one token of each step's budget.
+		out.MaxBatchTokens = out.MaxRunning
+	}
+	return out, mc, nil
+}

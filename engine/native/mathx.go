@@ -1,0 +1,80 @@
+package native
+
+import "math"
+
+// rmsNorm writes x / rms(x) * g to dst.
+func rmsNorm(dst, x, g []float32, eps float32) {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
+	for i, v := range x {
+		dst[i] = v * inv * g[i]
+	}
+}
+
+// swiglu writes silu(gate) * up to dst.
+func swiglu(dst, gate, up []float32) {
+	for i, g := range gate {
+		dst[i] = g / (1 + expf(-g)) * up[i]
+	}
+}
+
+// expf is e^x in float32 to about 2 ulp, several times faster than math.Exp; softmax
+// over attention scores and the vocabulary spends its time here.
+func expf(x float32) float32 {
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693359375
+		ln2lo = -2.12194440e-4
+	)
+	if x < -87.3 {
+		return 0
+	}
+	if x > 88 { // 2^n would overflow before the polynomial brings it back
+		return float32(math.Exp(float64(x)))
+	}
+	n := float32(math.Floor(float64(x*log2e + 0.5)))
+	r := x - n*ln2hi - n*ln2lo
+	// Minimax polynomial for e^r on [-ln2/2, ln2/2] (Cephes expf).
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	p = p*r*r + r + 1
+	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
+}
+
+// ropeTable holds cos and sin of position * theta^(-2i/headDim) for every position
+// and pair i; pairs are (i, i + headDim/2), as in Llama.
+type ropeTable struct {
+	half     int
+	cos, sin []float32
+}
+
+func newRope(ctx, headDim int, theta float64) *ropeTable {
+	half := headDim / 2
+	t := &ropeTable{half: half, cos: make([]float32, ctx*half), sin: make([]float32, ctx*half)}
+	for p := range ctx {
+		for i := range half {
+			a := float64(p) * math.Pow(theta, -2*float64(i)/float64(headDim))
+			t.cos[p*half+i] = float32(math.Cos(a))
+			t.sin[p*half+i] = float32(math.Sin(a))
+		}
+	}
+	return t
+}
+
+// apply rotates one head's vector x (length headDim) to position pos.
+func (t *ropeTable) apply(x []float32, pos int) {
+	h := t.half
+	c, s := t.cos[pos*h:(pos+1)*h], t.sin[pos*h:(pos+1)*h]
+	for i := range h {
+		a, b := x[i], x[i+h]
+		x[i] = a*c[i] - b*s[i]
+		x[i+h] = a*s[i] + b*c[i]
+	}
+}

@@ -1,0 +1,175 @@
+package native
+
+import (
+	"math"
+
+	"github.com/tandem-serve/tandem/kvcache"
+)
+
+// model runs forward passes over a paged KV store. It is used by one goroutine at a
+// time (the scheduler); importers and exports touch only blocks it is not using.
+type model struct {
+	mc          ModelConfig
+	w           *weights
+	rope        *ropeTable
+	blockSize   int
+	blockFloats int       // floats per KV block: layers x kv heads x (K, V) x block x head dim
+	kv          []float32 // every block's K and V, block after block
+	vocabPad    int
+}
+
+func newModel(mc ModelConfig, w *weights, numBlocks, blockSize int) *model {
+	bf := mc.Layers * mc.KVHeads * 2 * blockSize * mc.HeadDim
+	return &model{
+		mc:          mc,
+		w:           w,
+		rope:        newRope(mc.ContextLength, mc.HeadDim, mc.RopeTheta),
+		blockSize:   blockSize,
+		blockFloats: bf,
+		kv:          make([]float32, numBlocks*bf),
+		vocabPad:    w.embed.panels * panelWidth,
+	}
+}
+
+// The layout of a block (and of its exported bytes, little-endian f32): for each
+// layer, for each KV head, K then V, each blockSize x headDim floats. K is stored as
+// 16-slot panels, [slot/16][dim][slot%16], and V as 16-dim panels,
+// [dim/16][slot][dim%16], so that Q*K^T and P*V are both ordinary packed matrix
+// products for the micro-kernel.
+func (m *model) headKV(id kvcache.BlockID, layer, kvh int) (k, v []float32) {
+	n := m.blockSize * m.mc.HeadDim
+	base := int(id)*m.blockFloats + (layer*m.mc.KVHeads+kvh)*2*n
+	return m.kv[base : base+n], m.kv[base+n : base+2*n]
+}
+
+func (m *model) block(id kvcache.BlockID) []float32 {
+	return m.kv[int(id)*m.blockFloats : int(id+1)*m.blockFloats]
+}
+
+// segment is one sequence's share of a forward pass: n consecutive tokens starting
+// at position pos0, rows row0.. of the batch.
+type segment struct {
+	blocks []kvcache.BlockID // the sequence's block table, covering pos0+n-1
+	pos0   int
+	n      int
+	row0   int
+	logits bool // compute logits for the last token
+}
+
+// workspace holds a forward pass's activations, sized for the largest batch.
+type workspace struct {
+	x, h, qkv, att, gu, act []float32
+	hl, logits              []float32
+}
+
+func (m *model) newWorkspace(maxTokens, maxLogits int) *workspace {
+	mc := m.mc
+	return &workspace{
+		x:      make([]float32, maxTokens*mc.DModel),
+		h:      make([]float32, maxTokens*mc.DModel),
+		qkv:    make([]float32, maxTokens*(mc.Heads+2*mc.KVHeads)*mc.HeadDim),
+		att:    make([]float32, maxTokens*mc.Heads*mc.HeadDim),
+		gu:     make([]float32, maxTokens*2*mc.FFN),
+		act:    make([]float32, maxTokens*mc.FFN),
+		hl:     make([]float32, maxLogits*mc.DModel),
+		logits: make([]float32, maxLogits*m.vocabPad),
+	}
+}
+
+// forward runs tokens (the concatenation of segs) through the model, writing their
+// K and V into the sequences' blocks. It returns the logits of each segment that asks
+// for them, in order, each row vocabPad long (only the first VocabSize are real).
+func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]float32 {
+	mc := m.mc
+	d, hd := mc.DModel, mc.HeadDim
+	T := len(tokens)
+	qkvN := (mc.Heads + 2*mc.KVHeads) * hd
+	x := ws.x[:T*d]
+	for t, tok := range tokens {
+		m.embed(x[t*d:(t+1)*d], tok)
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	for l := range m.w.layers {
+		lw := &m.w.layers[l]
+		h := ws.h[:T*d]
+		for t := range T {
+			rmsNorm(h[t*d:(t+1)*d], x[t*d:(t+1)*d], lw.attnNorm, mc.NormEps)
+		}
+		qkv := ws.qkv[:T*qkvN]
+		clear(qkv)
+		gemm(T, h, d, lw.wqkv, qkv, qkvN)
+		for _, s := range segs {
+			for i := range s.n {
+				t, pos := s.row0+i, s.pos0+i
+				row := qkv[t*qkvN : (t+1)*qkvN]
+				for hh := range mc.Heads {
+					q := row[hh*hd : (hh+1)*hd]
+					m.rope.apply(q, pos)
+					for j := range q {
+						q[j] *= scale
+					}
+				}
+				for kh := range mc.KVHeads {
+					k := row[(mc.Heads+kh)*hd : (mc.Heads+kh+1)*hd]
+					m.rope.apply(k, pos)
+					v := row[(mc.Heads+mc.KVHeads+kh)*hd : (mc.Heads+mc.KVHeads+kh+1)*hd]
+					m.storeKV(s.blocks[pos/m.blockSize], l, kh, pos%m.blockSize, k, v)
+				}
+			}
+		}
+		att := ws.att[:T*mc.Heads*hd]
+		m.attention(l, qkv, qkvN, att, segs)
+		gemm(T, att, mc.Heads*hd, lw.wo, x, d)
+		for t := range T {
+			rmsNorm(h[t*d:(t+1)*d], x[t*d:(t+1)*d], lw.mlpNorm, mc.NormEps)
+		}
+		f := mc.FFN
+		gu := ws.gu[:T*2*f]
+		clear(gu)
+		gemm(T, h, d, lw.wgu, gu, 2*f)
+		act := ws.act[:T*f]
+		for t := range T {
+			swiglu(act[t*f:(t+1)*f], gu[t*2*f:t*2*f+f], gu[t*2*f+f:(t+1)*2*f])
+		}
+		gemm(T, act, f, lw.wdown, x, d)
+	}
+	n := 0
+	for _, s := range segs {
+		if s.logits {
+			t := s.row0 + s.n - 1
+			rmsNorm(ws.hl[n*d:(n+1)*d], x[t*d:(t+1)*d], m.w.finalNorm, mc.NormEps)
+			n++
+		}
+	}
+	V := m.vocabPad
+	logits := ws.logits[:n*V]
+	clear(logits)
+	gemm(n, ws.hl, d, m.w.embed, logits, V)
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = logits[i*V : (i+1)*V]
+	}
+	return out
+}
+
+// embed gathers token tok's column of the packed, tied embedding.
+func (m *model) embed(dst []float32, tok uint32) {
+	e := m.w.embed
+	pan := e.panel(int(tok) / panelWidth)
+	j := int(tok) % panelWidth
+	for k := range dst {
+		dst[k] = pan[k*panelWidth+j]
+	}
+}
+
+func (m *model) storeKV(id kvcache.BlockID, layer, kvh, slot int, k, v []float32) {
+	kb, vb := m.headKV(id, layer, kvh)
+	hd := m.mc.HeadDim
+	ko := (slot/panelWidth)*hd*panelWidth + slot%panelWidth
+	for d, x := range k {
+		kb[ko+d*panelWidth] = x
+	}
+	for d, x := range v {
+		vb[(d/panelWidth)*m.blockSize*panelWidth+slot*panelWidth+d%panelWidth] = x
+	}
+}

@@ -1,0 +1,170 @@
+package native
+
+import (
+	"context"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/kvcache"
+)
+
+type seqKind int
+
+const (
+	kindGenerate seqKind = iota // prefill here, then decode
+	kindPrefill                 // prefill, draw the first token, hand the blocks to an Export
+	kindImport                  // KV arrived from elsewhere; decode only
+)
+
+type seqState int
+
+const (
+	stateNew     seqState = iota // submitted, not yet seen by the scheduler
+	stateWaiting                 // holds no blocks; (re)prefill pending
+	stateRunning                 // admitted: holds blocks
+	stateDone                    // the scheduler is finished with it
+)
+
+// sequence is one request. The scheduler goroutine owns every field above out;
+// other goroutines touch only out, and released once it is closed.
+type sequence struct {
+	req     engine.Request
+	kind    seqKind
+	arrival uint64 // admission priority: older first, and preempted last-in first
+
+	state     seqState
+	tokens    []uint32 // prompt, then every token drawn so far
+	promptLen int
+	computed  int // leading tokens whose K and V are in blocks
+	blocks    []kvcache.BlockID
+	hashes    []uint64 // chained hashes of tokens' full blocks, computed as they fill
+	stored    int      // leading blocks already offered to the prefix cache
+	admitted  bool     // has been admitted once (cached tokens are counted then)
+
+	queuedAt, startedAt, doneAt time.Time
+
+	export   *export       // kindPrefill: the result
+	released chan struct{} // closed when the scheduler has let go of the sequence
+	stopCtx  func() bool   // detaches the context watcher
+
+	out outbox
+}
+
+func newSequence(req engine.Request, kind seqKind) *sequence {
+	s := &sequence{
+		req:       req,
+		kind:      kind,
+		tokens:    slices.Clip(slices.Clone(req.Prompt)),
+		promptLen: len(req.Prompt),
+		queuedAt:  time.Now(),
+		released:  make(chan struct{}),
+	}
+	s.out.notify = make(chan struct{})
+	s.out.usage.PromptTokens = len(req.Prompt)
+	return s
+}
+
+// outputs counts the tokens drawn so far, which is also the output position of the
+// next draw.
+func (s *sequence) outputs() int { return len(s.tokens) - s.promptLen }
+
+func (s *sequence) isStop(tok uint32) bool { return slices.Contains(s.req.StopTokens, tok) }
+
+// outbox is where the scheduler leaves tokens for the stream's reader.
+type outbox struct {
+	mu       sync.Mutex
+	toks     []uint32
+	read     int
+	finished bool
+	finish   engine.FinishReason
+	err      error
+	usage    engine.Usage
+	notify   chan struct{} // closed and replaced on every change
+}
+
+func (o *outbox) changed() {
+	close(o.notify)
+	o.notify = make(chan struct{})
+}
+
+func (o *outbox) emit(tok uint32) {
+	o.mu.Lock()
+	o.toks = append(o.toks, tok)
+	o.usage.CompletionTokens++
+	o.changed()
+	o.mu.Unlock()
+}
+
+// end finishes the stream once; later calls change nothing.
+func (o *outbox) end(f engine.FinishReason, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.finished {
+		return
+	}
+	o.finished, o.finish, o.err = true, f, err
+	o.changed()
+}
+
+func (o *outbox) setCached(n int) {
+	o.mu.Lock()
+	o.usage.CachedTokens = n
+	o.mu.Unlock()
+}
+
+// stream is the engine.Stream of a generating or imported sequence.
+type stream struct {
+	e   *Engine
+	seq *sequence
+}
+
+func (st *stream) Next(ctx context.Context) (uint32, error) {
+	o := &st.seq.out
+	for {
+		o.mu.Lock()
+		if o.read < len(o.toks) {
+			t := o.toks[o.read]
+			o.read++
+			o.mu.Unlock()
+			return t, nil
+		}
+		if o.finished {
+			err := o.err
+			o.mu.Unlock()
+			if err == nil {
+				err = io.EOF
+			}
+			return 0, err
+		}
+		ch := o.notify
+		o.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func (st *stream) Finish() engine.FinishReason {
+	o := &st.seq.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.finish
+}
+
+func (st *stream) Usage() engine.Usage {
+	o := &st.seq.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.usage
+}
+
+// Close cancels the sequence and returns once its blocks are back in the pool.
+func (st *stream) Close() {
+	st.e.cancel(st.seq, nil)
+	st.e.awaitRelease(st.seq)
+}

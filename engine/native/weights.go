@@ -1,0 +1,174 @@
+package native
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/zeebo/xxh3"
+)
+
+// packed is a K x N matrix (input width K, output width N) stored as panels of 16
+// columns, each panel K rows of 16 contiguous floats: element (k, n) lives at
+// (n/16)*K*16 + k*16 + n%16. N is padded to a multiple of 16 with zeros. This is the
+// layout the micro-kernels stream, and it makes a row of the tied embedding a strided
+// gather, so the embedding is stored once.
+type packed struct {
+	K, N   int
+	panels int
+	data   []float32
+}
+
+func newPacked(k, n int) *packed {
+	panels := (n + panelWidth - 1) / panelWidth
+	return &packed{K: k, N: n, panels: panels, data: make([]float32, panels*k*panelWidth)}
+}
+
+func (p *packed) at(k, n int) float32 {
+	return p.data[(n/panelWidth)*p.K*panelWidth+k*panelWidth+n%panelWidth]
+}
+
+func (p *packed) panel(i int) []float32 {
+	return p.data[i*p.K*panelWidth : (i+1)*p.K*panelWidth]
+}
+
+type layerWeights struct {
+	attnNorm []float32
+	wqkv     *packed // d -> (heads + 2 kv heads) x head dim: Q, then K, then V
+	wo       *packed // heads x head dim -> d
+	mlpNorm  []float32
+	wgu      *packed // d -> 2 x ffn: gate, then up
+	wdown    *packed // ffn -> d
+}
+
+type weights struct {
+	embed     *packed // d -> vocab: the output layer; column v is token v's embedding
+	layers    []layerWeights
+	finalNorm []float32
+	// fingerprint hashes every weight, so KV from different weights is refused.
+	fingerprint string
+}
+
+// newWeights generates a model's weights from seed. Each 16-column panel has its own
+// random stream, so generation runs in parallel and the result does not depend on
+// how it was split.
+func newWeights(mc ModelConfig, seed uint64) *weights {
+	d := mc.DModel
+	w := &weights{finalNorm: ones(d)}
+	// Logits get a standard deviation near 2.5: sharp enough to mean something, flat
+	// enough that sampling is not greedy in disguise. With a tied embedding the
+	// residual stream starts as the input token's own output row, so greedy decoding
+	// from random weights repeats its input forever unless the attention and MLP
+	// branches outweigh it: their output projections get branchGain.
+	const branchGain = 8
+	w.embed = newPacked(d, VocabSize)
+	jobs := []func(){func() { fill(w.embed, seed, 0, 2.5/math.Sqrt(float64(d))) }}
+	qkvN := (mc.Heads + 2*mc.KVHeads) * mc.HeadDim
+	for l := range mc.Layers {
+		lw := layerWeights{
+			attnNorm: ones(d),
+			wqkv:     newPacked(d, qkvN),
+			wo:       newPacked(mc.Heads*mc.HeadDim, d),
+			mlpNorm:  ones(d),
+			wgu:      newPacked(d, 2*mc.FFN),
+			wdown:    newPacked(mc.FFN, d),
+		}
+		id := uint64(l+1) << 8
+		jobs = append(jobs,
+			func() { fill(lw.wqkv, seed, id+1, 1/math.Sqrt(float64(d))) },
+			func() { fill(lw.wo, seed, id+2, branchGain/math.Sqrt(float64(mc.Heads*mc.HeadDim))) },
+			func() { fill(lw.wgu, seed, id+3, 1/math.Sqrt(float64(d))) },
+			func() { fill(lw.wdown, seed, id+4, branchGain/math.Sqrt(float64(mc.FFN))) },
+		)
+		w.layers = append(w.layers, lw)
+	}
+	for _, j := range jobs {
+		j()
+	}
+	w.fingerprint = fingerprint(mc, w)
+	return w
+}
+
+func ones(n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
+}
+
+// fill draws every real (unpadded) element uniformly with standard deviation std.
+func fill(p *packed, seed, tensor uint64, std float64) {
+	scale := float32(std * math.Sqrt(3) * 2 / (1 << 24))
+	parallelFor(p.panels, p.K*panelWidth, func(lo, hi int) {
+		for pi := lo; pi < hi; pi++ {
+			rng := splitmix(seed ^ splitmix(tensor<<32^uint64(pi)))
+			cols := min(panelWidth, p.N-pi*panelWidth)
+			pan := p.panel(pi)
+			for k := range p.K {
+				for j := range cols {
+					rng = splitmix(rng)
+					// 24 random bits centred on zero.
+					pan[k*panelWidth+j] = float32(int32(rng>>40)-1<<23) * scale
+				}
+			}
+		}
+	})
+}
+
+// splitmix is SplitMix64's finaliser over x+golden: a cheap, well-mixed step.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+func fingerprint(mc ModelConfig, w *weights) string {
+	h := xxh3.New()
+	var hdr [8]byte
+	for _, v := range []int{mc.Layers, mc.DModel, mc.Heads, mc.KVHeads, mc.HeadDim, mc.FFN, VocabSize} {
+		binary.LittleEndian.PutUint64(hdr[:], uint64(v))
+		h.Write(hdr[:])
+	}
+	write := func(s []float32) {
+		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s)))
+	}
+	write(w.embed.data)
+	for _, l := range w.layers {
+		write(l.attnNorm)
+		write(l.wqkv.data)
+		write(l.wo.data)
+		write(l.mlpNorm)
+		write(l.wgu.data)
+		write(l.wdown.data)
+	}
+	write(w.finalNorm)
+	return fmt.Sprintf("native-%s-%016x", mc.Name, h.Sum64())
+}
+
+// parallelFor splits [0, n) among the cores when the work (n items of cost each) is
+// big enough to repay the goroutines.
+func parallelFor(n, cost int, fn func(lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if workers > n {
+		workers = n
+	}
+	if workers <= 1 || n*cost < 1<<15 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := n*w/workers, n*(w+1)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
