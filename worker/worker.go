@@ -51,7 +51,7 @@ func (s *Service) Info(context.Context, *connect.Request[workerv1.InfoRequest]) 
 // Snapshotter is implemented by engines whose pool can list its cached blocks
 // together with the id of the last event that list includes.
 type Snapshotter interface {
-	Snapshot() (hashes []uint64, lastEventID uint64)
+	Snapshot() kvcache.Snapshot
 }
 
 // WatchEvents sends a snapshot when the subscriber holds nothing or has fallen out
@@ -91,7 +91,12 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 
 func (s *Service) snapshot(log *kvcache.EventLog) ([]uint64, uint64) {
 	if sn, ok := s.eng.(Snapshotter); ok {
-		return sn.Snapshot()
+		snap := sn.Snapshot()
+		hashes := make([]uint64, len(snap.Blocks))
+		for i, b := range snap.Blocks {
+			hashes[i] = b.Hash
+		}
+		return hashes, snap.LastEventID
 	}
 	return nil, log.LastID()
 }

@@ -29,23 +29,24 @@ func (e *Engine) blockBytes(dst []byte, prompt []uint32, i int) []byte {
 }
 
 func (e *Engine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
-	blocks, err := e.admit(engine.Request{Prompt: req.Prompt, MaxTokens: 1})
+	sb, err := e.admit(req, 0, -1)
 	if err != nil {
 		return nil, err
 	}
-	queue, took, err := e.prefill(ctx, len(req.Prompt))
+	queue, took, err := e.prefill(ctx, len(req.Prompt)-sb.cached*e.cfg.BlockSize)
 	if err != nil {
-		e.release(blocks)
+		e.pool.Release(sb.ids)
 		return nil, err
 	}
-	return &export{e: e, prompt: req.Prompt, blocks: blocks, first: e.token(promptHash(req.Prompt), req.Sampling, 0),
+	e.storePrompt(sb)
+	return &export{e: e, prompt: req.Prompt, blocks: sb, first: e.token(promptHash(req.Prompt), req.Sampling, 0),
 		queue: queue, took: took}, nil
 }
 
 type export struct {
 	e           *Engine
 	prompt      []uint32
-	blocks      int
+	blocks      *seqBlocks
 	first       uint32
 	queue, took time.Duration
 	once        sync.Once
@@ -56,7 +57,7 @@ func (x *export) NumBlocks() int             { return x.e.blocksFor(len(x.prompt
 func (x *export) CachedBlocks() int          { return 0 }
 func (x *export) QueueTime() time.Duration   { return x.queue }
 func (x *export) PrefillTime() time.Duration { return x.took }
-func (x *export) Release()                   { x.once.Do(func() { x.e.release(x.blocks) }) }
+func (x *export) Release()                   { x.once.Do(func() { x.e.pool.Release(x.blocks.ids) }) }
 func (x *export) AppendBlock(dst []byte, i int) ([]byte, error) {
 	if i < 0 || i >= x.NumBlocks() {
 		return dst, fmt.Errorf("sim: block %d out of range [0,%d)", i, x.NumBlocks())
@@ -68,21 +69,21 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 	if spec.Layout != e.layout {
 		return nil, engine.ErrLayoutMismatch
 	}
-	if want := e.blocksFor(len(req.Prompt)); spec.NumBlocks != want || spec.SkipBlocks != 0 {
+	if want := e.blocksFor(len(req.Prompt)); spec.NumBlocks != want || spec.SkipBlocks < 0 || spec.SkipBlocks >= want {
 		return nil, fmt.Errorf("%w: %d blocks skipping %d for a %d-token prompt", engine.ErrBadBlock, spec.NumBlocks, spec.SkipBlocks, len(req.Prompt))
 	}
-	blocks, err := e.admit(req)
+	sb, err := e.admit(req, e.outputBudget(req), spec.SkipBlocks)
 	if err != nil {
 		return nil, err
 	}
-	return &importer{e: e, req: req, spec: spec, blocks: blocks, got: make([]bool, spec.NumBlocks)}, nil
+	return &importer{e: e, req: req, spec: spec, blocks: sb, got: make([]bool, spec.NumBlocks)}, nil
 }
 
 type importer struct {
 	e      *Engine
 	req    engine.Request
 	spec   engine.ImportSpec
-	blocks int
+	blocks *seqBlocks
 	got    []bool
 	once   sync.Once
 }
@@ -105,11 +106,16 @@ func (m *importer) Commit(ctx context.Context) (engine.Stream, error) {
 			return nil, fmt.Errorf("%w: block %d never arrived", engine.ErrBadBlock, i)
 		}
 	}
-	m.once.Do(func() {})
-	s := m.e.newStream(m.req, m.blocks, len(m.req.Prompt))
+	committed := false
+	m.once.Do(func() { committed = true })
+	if !committed {
+		return nil, fmt.Errorf("%w: import already aborted or committed", engine.ErrBadBlock)
+	}
+	m.e.storePrompt(m.blocks)
+	s := m.e.newStream(m.req, m.blocks)
 	first := m.spec.FirstToken
 	go s.run(ctx, nil, &first)
 	return s, nil
 }
 
-func (m *importer) Abort() { m.once.Do(func() { m.e.release(m.blocks) }) }
+func (m *importer) Abort() { m.once.Do(func() { m.e.pool.Release(m.blocks.ids) }) }

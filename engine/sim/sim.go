@@ -50,7 +50,7 @@ func DefaultConfig() Config {
 type Engine struct {
 	cfg    Config
 	layout engine.Layout
-	events *kvcache.EventLog
+	pool   *kvcache.Pool
 
 	compute sync.Mutex // one prefill at a time, as on one device
 
@@ -59,7 +59,6 @@ type Engine struct {
 	running       int
 	waiting       int
 	waitingTokens int
-	activeBlocks  int
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -77,7 +76,7 @@ func New(cfg Config) (*Engine, error) {
 			BlockBytes:  layers * 2 * heads * cfg.BlockSize * dim * 4,
 			Fingerprint: fmt.Sprintf("sim/seed=%d", cfg.Seed),
 		},
-		events: kvcache.NewEventLog(4096),
+		pool: kvcache.NewPool(cfg.NumBlocks, kvcache.NewEventLog(4096)),
 	}, nil
 }
 
@@ -88,16 +87,28 @@ func (e *Engine) Info() engine.Info {
 	}
 }
 
-// CachedPrefix is always 0: the simulated pool does not keep a prefix cache yet.
-func (e *Engine) CachedPrefix([]uint32) int { return 0 }
+// CachedPrefix counts the cached leading blocks, leaving the last token to compute.
+func (e *Engine) CachedPrefix(prompt []uint32) int {
+	return e.cacheable(prompt, e.pool.Match(kvcache.HashBlocks(prompt, e.cfg.BlockSize)))
+}
 
-func (e *Engine) Events() *kvcache.EventLog { return e.events }
+// cacheable caps a count of matched blocks so that at least the prompt's last token
+// is computed, and converts it to tokens.
+func (e *Engine) cacheable(prompt []uint32, blocks int) int {
+	return min(blocks, (len(prompt)-1)/e.cfg.BlockSize) * e.cfg.BlockSize
+}
+
+func (e *Engine) Events() *kvcache.EventLog { return e.pool.Events() }
+
+// Snapshot lists the prefix cache for subscribers that join or fall behind.
+func (e *Engine) Snapshot() kvcache.Snapshot { return e.pool.Snapshot() }
 
 func (e *Engine) Stats() engine.Stats {
+	ps := e.pool.Stats()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return engine.Stats{
-		TotalBlocks: e.cfg.NumBlocks, FreeBlocks: e.cfg.NumBlocks - e.activeBlocks, ActiveBlocks: e.activeBlocks,
+		TotalBlocks: ps.Total, FreeBlocks: ps.Free, CachedBlocks: ps.Cached, ActiveBlocks: ps.Active,
 		Running: e.running, Waiting: e.waiting, WaitingTokens: e.waitingTokens,
 	}
 }
@@ -111,31 +122,69 @@ func (e *Engine) Close() error {
 
 func (e *Engine) blocksFor(tokens int) int { return (tokens + e.cfg.BlockSize - 1) / e.cfg.BlockSize }
 
-// admit reserves blocks for a sequence of up to maxLen tokens.
-func (e *Engine) admit(req engine.Request) (int, error) {
-	if len(req.Prompt) == 0 {
-		return 0, fmt.Errorf("sim: empty prompt")
+// outputBudget is how many tokens a request may generate.
+func (e *Engine) outputBudget(req engine.Request) int {
+	left := e.cfg.ContextLength - len(req.Prompt)
+	if req.MaxTokens > 0 {
+		return min(req.MaxTokens, left)
 	}
-	if len(req.Prompt) >= e.cfg.ContextLength {
-		return 0, engine.ErrPromptTooLong
-	}
-	n := e.blocksFor(min(len(req.Prompt)+max(req.MaxTokens, 1), e.cfg.ContextLength))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return 0, engine.ErrClosed
-	}
-	if e.activeBlocks+n > e.cfg.NumBlocks {
-		return 0, engine.ErrNoBlocks
-	}
-	e.activeBlocks += n
-	return n, nil
+	return left
 }
 
-func (e *Engine) release(blocks int) {
+// seqBlocks is what one sequence holds in the pool.
+type seqBlocks struct {
+	ids    []kvcache.BlockID
+	hashes []uint64 // of the prompt's full blocks
+	cached int      // leading blocks reused from the prefix cache
+}
+
+// admit pins the cached prefix (at most skip blocks if skip >= 0) and allocates the
+// rest of the blocks for a sequence of up to prompt + maxTokens tokens.
+func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlocks, error) {
+	if len(req.Prompt) == 0 {
+		return nil, fmt.Errorf("sim: empty prompt")
+	}
+	if len(req.Prompt) >= e.cfg.ContextLength {
+		return nil, engine.ErrPromptTooLong
+	}
 	e.mu.Lock()
-	e.activeBlocks -= blocks
+	closed := e.closed
 	e.mu.Unlock()
+	if closed {
+		return nil, engine.ErrClosed
+	}
+	sb := &seqBlocks{hashes: kvcache.HashBlocks(req.Prompt, e.cfg.BlockSize)}
+	reusable := e.cacheable(req.Prompt, len(sb.hashes)) / e.cfg.BlockSize
+	if wantCached >= 0 {
+		reusable = min(reusable, wantCached)
+	}
+	sb.ids = e.pool.Acquire(nil, sb.hashes[:reusable])
+	sb.cached = len(sb.ids)
+	if wantCached >= 0 && sb.cached < wantCached {
+		e.pool.Release(sb.ids)
+		return nil, fmt.Errorf("%w: only %d of the %d blocks to skip are cached here", engine.ErrBadBlock, sb.cached, wantCached)
+	}
+	n := e.blocksFor(min(len(req.Prompt)+maxTokens, e.cfg.ContextLength)) - sb.cached
+	ids, ok := e.pool.Allocate(sb.ids, n)
+	if !ok {
+		e.pool.Release(sb.ids)
+		return nil, engine.ErrNoBlocks
+	}
+	sb.ids = ids
+	return sb, nil
+}
+
+// storePrompt enters the prompt's computed full blocks into the prefix cache.
+func (e *Engine) storePrompt(sb *seqBlocks) {
+	full := len(sb.hashes)
+	if full <= sb.cached {
+		return
+	}
+	parent := uint64(0)
+	if sb.cached > 0 {
+		parent = sb.hashes[sb.cached-1]
+	}
+	e.pool.Store(parent, sb.ids[sb.cached:full], sb.hashes[sb.cached:full])
 }
 
 // prefill waits for the device and sleeps the modelled prefill time.
@@ -158,9 +207,7 @@ func (e *Engine) prefill(ctx context.Context, tokens int) (queue, took time.Dura
 }
 
 func (e *Engine) decodeStepMS() float64 {
-	e.mu.Lock()
-	u := float64(e.activeBlocks) / float64(e.cfg.NumBlocks)
-	e.mu.Unlock()
+	u := float64(e.pool.Stats().Active) / float64(e.cfg.NumBlocks)
 	return max(1, e.cfg.DecodeA*u*u+e.cfg.DecodeB*u+e.cfg.DecodeC)
 }
 
@@ -205,13 +252,16 @@ func promptHash(prompt []uint32) uint64 {
 }
 
 func (e *Engine) Generate(ctx context.Context, req engine.Request) (engine.Stream, error) {
-	blocks, err := e.admit(req)
+	sb, err := e.admit(req, e.outputBudget(req), -1)
 	if err != nil {
 		return nil, err
 	}
-	s := e.newStream(req, blocks, 0)
+	s := e.newStream(req, sb)
 	go s.run(ctx, func(ctx context.Context) error {
-		_, _, err := e.prefill(ctx, len(req.Prompt))
+		_, _, err := e.prefill(ctx, len(req.Prompt)-sb.cached*e.cfg.BlockSize)
+		if err == nil {
+			e.storePrompt(sb)
+		}
 		return err
 	}, nil)
 	return s, nil
@@ -222,7 +272,7 @@ type stream struct {
 	e       *Engine
 	req     engine.Request
 	hash    uint64
-	blocks  int
+	blocks  *seqBlocks
 	out     chan uint32
 	done    chan struct{}
 	cancel  context.CancelFunc
@@ -233,11 +283,11 @@ type stream struct {
 	started chan struct{}
 }
 
-func (e *Engine) newStream(req engine.Request, blocks, cached int) *stream {
+func (e *Engine) newStream(req engine.Request, sb *seqBlocks) *stream {
 	return &stream{
-		e: e, req: req, hash: promptHash(req.Prompt), blocks: blocks,
+		e: e, req: req, hash: promptHash(req.Prompt), blocks: sb,
 		out: make(chan uint32), done: make(chan struct{}), started: make(chan struct{}),
-		usage: engine.Usage{PromptTokens: len(req.Prompt), CachedTokens: cached},
+		usage: engine.Usage{PromptTokens: len(req.Prompt), CachedTokens: sb.cached * e.cfg.BlockSize},
 	}
 }
 
@@ -248,7 +298,7 @@ func (s *stream) run(parent context.Context, prefill func(context.Context) error
 	s.cancel = cancel
 	close(s.started)
 	defer close(s.done)
-	defer s.e.release(s.blocks)
+	defer s.e.pool.Release(s.blocks.ids)
 	stopParent := context.AfterFunc(parent, cancel)
 	defer stopParent()
 	s.e.mu.Lock()
@@ -265,10 +315,7 @@ func (s *stream) run(parent context.Context, prefill func(context.Context) error
 			return
 		}
 	}
-	maxTokens := s.req.MaxTokens
-	if maxTokens <= 0 || len(s.req.Prompt)+maxTokens > s.e.cfg.ContextLength {
-		maxTokens = s.e.cfg.ContextLength - len(s.req.Prompt)
-	}
+	maxTokens := s.e.outputBudget(s.req)
 	for k := 0; ; k++ {
 		if k >= maxTokens {
 			s.finish = engine.FinishLength
