@@ -47,8 +47,12 @@ func (e *Engine) loop() {
 		if progressed {
 			continue
 		}
-		// Nothing to do, or blocked on blocks held outside the scheduler (exports,
-		// imports): wait for a nudge, polling in case the pool frees up silently.
+		if len(sc.running)+len(sc.waiting) == 0 {
+			<-e.wake
+			continue
+		}
+		// Blocked on blocks held outside the scheduler (exports, imports): their
+		// release nudges us, and a slow poll covers anything that does not.
 		idle.Reset(10 * time.Millisecond)
 		select {
 		case <-e.wake:

@@ -157,7 +157,7 @@ func parallelFor(n, cost int, fn func(lo, hi int)) {
 	if workers > n {
 		workers = n
 	}
-	if workers <= 1 || n*cost < 1<<15 {
+	if workers <= 1 || n*cost < 1<<17 {
 		fn(0, n)
 		return
 	}
