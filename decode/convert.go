@@ -55,18 +55,30 @@ func finishProto(f engine.FinishReason) decodev1.FinishReason {
 }
 
 type metrics struct {
-	decisions *prometheus.CounterVec
-	completed *prometheus.CounterVec
-	ttft      *prometheus.HistogramVec
-	itl       prometheus.Histogram
+	decisions      *prometheus.CounterVec
+	fallbacks      *prometheus.CounterVec
+	remoteFailures *prometheus.CounterVec
+	completed      *prometheus.CounterVec
+	ttft           *prometheus.HistogramVec
+	itl            prometheus.Histogram
+	handoffBytes   prometheus.Histogram
+	handoffSeconds prometheus.Histogram
+	queueWait      prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	lat := prometheus.ExponentialBuckets(0.001, 2, 16)
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tandem_prefill_decisions_total", Help: "Prefill decisions, by path taken and reason.",
+			Name: "tandem_prefill_decisions_total",
+			Help: "Prefill decisions by the path taken (local, remote, fallback; error when enforce-disagg refused a fallback) and reason.",
 		}, []string{"path", "reason"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_decode_fallbacks_total", Help: "Requests whose remote prefill was abandoned for local prefill, by reason.",
+		}, []string{"reason"}),
+		remoteFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_decode_remote_prefill_failures_total", Help: "Failed remote prefill attempts (a request may make two), by reason.",
+		}, []string{"reason"}),
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_decode_requests_total", Help: "Requests finished on this decode worker, by finish reason.",
 		}, []string{"finish"}),
@@ -76,7 +88,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tandem_decode_inter_token_latency_seconds", Help: "Gap between consecutive tokens of a request.", Buckets: lat,
 		}),
+		handoffBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_handoff_bytes", Help: "KV bytes imported per remote prefill.",
+			Buckets: prometheus.ExponentialBuckets(1024, 4, 12),
+		}),
+		handoffSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_handoff_seconds", Help: "Time from the first KV chunk to the trailer of a remote prefill.", Buckets: lat,
+		}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_handoff_queue_wait_seconds", Help: "Time remote prefills waited in the prefill worker's queue.", Buckets: lat,
+		}),
 	}
-	reg.MustRegister(m.decisions, m.completed, m.ttft, m.itl)
+	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

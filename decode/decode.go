@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tandem-serve/tandem/engine"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
@@ -21,10 +23,16 @@ import (
 	"github.com/tandem-serve/tandem/wire"
 )
 
-// Config is the decode worker's identity and decision policy.
+// Config is the decode worker's identity, its starting decision parameters and
+// the bounds on a remote prefill's deadline.
 type Config struct {
 	WorkerID string
 	Mode     workerv1.WorkerMode
+	Params   Params
+	// MinRemoteDeadline and MaxRemoteDeadline bound the deadline derived from the
+	// estimate; a remote prefill never waits longer than the max.
+	MinRemoteDeadline time.Duration
+	MaxRemoteDeadline time.Duration
 }
 
 // Validate checks the config.
@@ -37,32 +45,53 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("decode: mode %s cannot serve Generate", c.Mode)
 	}
-	return nil
+	if c.MinRemoteDeadline <= 0 || c.MaxRemoteDeadline < c.MinRemoteDeadline {
+		return fmt.Errorf("decode: remote deadline bounds [%s, %s] are not a range", c.MinRemoteDeadline, c.MaxRemoteDeadline)
+	}
+	return c.Params.Validate()
 }
 
 // Service implements DecodeService.
 type Service struct {
-	cfg     Config
-	eng     engine.Engine
-	log     *slog.Logger
-	metrics *metrics
+	cfg       Config
+	params    atomic.Pointer[Params]
+	eng       engine.Engine
+	prefill   Prefillers
+	estimator Estimator
+	log       *slog.Logger
+	metrics   *metrics
 }
 
 var _ decodev1connect.DecodeServiceHandler = (*Service)(nil)
 
-// New returns the decode service over eng.
-func New(cfg Config, eng engine.Engine, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
+// New returns the decode service over eng. prefill may be nil for an aggregated worker.
+func New(cfg Config, eng engine.Engine, prefill Prefillers, log *slog.Logger, reg prometheus.Registerer) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, eng: eng, log: log, metrics: newMetrics(reg)}, nil
+	s := &Service{cfg: cfg, eng: eng, prefill: prefill, log: log, metrics: newMetrics(reg)}
+	s.params.Store(&cfg.Params)
+	return s, nil
+}
+
+// Params are the decision parameters in force.
+func (s *Service) Params() Params { return *s.params.Load() }
+
+// SetParams replaces the decision parameters for the next request, if they are valid.
+func (s *Service) SetParams(p Params) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	s.params.Store(&p)
+	return nil
 }
 
 // Generate runs one request and streams its tokens. The first message carries the
 // prefill decision; the last the finish reason and usage.
 func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.GenerateRequest], out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	m := req.Msg
-	if err := validate(m, s.eng.Info()); err != nil {
+	info := s.eng.Info()
+	if err := validate(m, info); err != nil {
 		return err
 	}
 	ereq := engine.Request{
@@ -70,60 +99,131 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		MaxTokens: int(m.GetMaxTokens()), StopTokens: m.GetStopTokenIds(),
 	}
 	start := time.Now()
+	p := s.Params()
+	st := s.eng.Stats()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
+	bs := info.Layout.BlockSize
+	candidates := s.candidates(m.GetPrefillWorkers())
+	queued := 0
+	if len(candidates) > 0 {
+		queued = int(candidates[0].GetQueuedTokens())
+	}
+	sit := situation{
+		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
+		prompt:     len(ereq.Prompt), cached: cached,
+	}
+	kvBytes := ((len(ereq.Prompt)+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
+	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)
+	c := decide(p, sit)
 	decision := &decodev1.PrefillDecision{
-		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: "always_local", Policy: "always-local",
-		Detail:       "this worker prefills every prompt locally",
-		PromptTokens: uint32(len(ereq.Prompt)), CachedTokens: uint32(cached), EffectiveTokens: uint32(len(ereq.Prompt) - cached),
+		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: c.reason, Detail: c.detail, Policy: string(p.Policy),
+		PromptTokens: uint32(sit.prompt), CachedTokens: uint32(cached), EffectiveTokens: uint32(sit.effective()),
 	}
-	stream, err := s.eng.Generate(ctx, ereq)
-	if err != nil {
-		return wire.Error(err)
-	}
-	defer stream.Close()
-	s.metrics.decisions.WithLabelValues(pathLabel(decision.Path), decision.Reason).Inc()
-	s.log.InfoContext(ctx, "prefill decision", "request_id", ereq.ID, "path", pathLabel(decision.Path), "reason", decision.Reason,
-		"prompt_tokens", decision.PromptTokens, "cached_tokens", decision.CachedTokens, "effective_tokens", decision.EffectiveTokens)
-	return s.pump(ctx, stream, decision, start, out)
-}
 
-// pump relays tokens from the engine to the client. Tokens are sent one message
-// each so that the inter-token latency the client sees is the engine's.
-func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, out *connect.ServerStream[decodev1.GenerateResponse]) error {
-	first := true
-	last := start
-	for {
-		tok, err := stream.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	var stream engine.Stream
+	if c.remote {
+		var err error
+		stream, err = s.tryRemote(ctx, ereq, candidates, cached/bs, RemoteDeadline(sit.est, s.cfg.MinRemoteDeadline, s.cfg.MaxRemoteDeadline), decision)
 		if err != nil {
-			return wire.Error(err)
-		}
-		now := time.Now()
-		msg := &decodev1.GenerateResponse{TokenIds: []uint32{tok}}
-		if first {
-			s.metrics.ttft.WithLabelValues(pathLabel(decision.Path)).Observe(now.Sub(start).Seconds())
-			msg.Prefill, msg.WorkerId, msg.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
-			first = false
-		} else {
-			s.metrics.itl.Observe(now.Sub(last).Seconds())
-		}
-		last = now
-		if err := out.Send(msg); err != nil {
 			return err
 		}
 	}
-	u := stream.Usage()
-	final := &decodev1.GenerateResponse{
-		FinishReason: finishProto(stream.Finish()),
-		Usage: &decodev1.Usage{
-			PromptTokens: uint32(u.PromptTokens), CompletionTokens: uint32(u.CompletionTokens), CachedTokens: uint32(u.CachedTokens),
-		},
+	if stream == nil {
+		var err error
+		if stream, err = s.eng.Generate(ctx, ereq); err != nil {
+			return wire.Error(err)
+		}
 	}
-	if first {
-		final.Prefill, final.WorkerId, final.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
+	defer stream.Close()
+	path := pathLabel(decision.Path)
+	s.metrics.decisions.WithLabelValues(path, decision.Reason).Inc()
+	s.log.InfoContext(ctx, "prefill decision", "request_id", ereq.ID, "path", path, "reason", decision.Reason,
+		"detail", decision.Detail, "policy", decision.Policy, "prompt_tokens", decision.PromptTokens,
+		"cached_tokens", decision.CachedTokens, "effective_tokens", decision.EffectiveTokens,
+		"prefill_worker", decision.PrefillWorkerId, "failed_prefill_workers", decision.FailedPrefillWorkerIds)
+	return s.pump(ctx, stream, decision, start, out)
+}
+
+// candidates keeps the router's suggestions that discovery knows, in order, and
+// falls back to every known prefill worker when the router suggested none.
+func (s *Service) candidates(suggested []*decodev1.PrefillCandidate) []*decodev1.PrefillCandidate {
+	if s.prefill == nil {
+		return nil
 	}
-	s.metrics.completed.WithLabelValues(stream.Finish().String()).Inc()
-	return out.Send(final)
+	if len(suggested) > 0 {
+		return suggested
+	}
+	var out []*decodev1.PrefillCandidate
+	for _, id := range s.prefill.IDs() {
+		out = append(out, &decodev1.PrefillCandidate{WorkerId: id})
+	}
+	return out
+}
+
+// tryRemote walks the fallback ladder: the first prefill worker; on an error before
+// any KV arrived, one other; then nil, meaning prefill locally. It returns an error
+// only when the client is gone or --enforce-disagg forbids the fallback.
+func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates []*decodev1.PrefillCandidate, skip int, deadline time.Duration, d *decodev1.PrefillDecision) (engine.Stream, error) {
+	fail := func(reason, detail string) (engine.Stream, error) {
+		s.metrics.fallbacks.WithLabelValues(reason).Inc()
+		if s.Params().EnforceDisagg {
+			s.metrics.decisions.WithLabelValues("error", reason).Inc()
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("remote prefill failed (%s: %s) and enforce-disagg forbids local prefill", reason, detail))
+		}
+		d.Path, d.Reason = decodev1.PrefillPath_PREFILL_PATH_FALLBACK, reason
+		d.Detail = fmt.Sprintf("%s; remote prefill failed: %s; prefilled locally", d.GetDetail(), detail)
+		return nil, nil
+	}
+	if len(candidates) == 0 {
+		return fail("no_prefill_worker", "no prefill worker is known")
+	}
+	tried := 0
+	for i := 0; i < len(candidates) && tried < 2; i++ {
+		id := candidates[i].GetWorkerId()
+		if slices.Contains(d.FailedPrefillWorkerIds, id) {
+			continue
+		}
+		client, ok := s.prefill.Client(id)
+		if !ok {
+			// An id discovery does not know is never dialled: it may be stale or forged.
+			d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
+			return fail("unknown_prefill_worker", fmt.Sprintf("prefill worker %q is unknown to discovery", id))
+		}
+		tried++
+		stream, ho, err := s.remotePrefill(ctx, client, id, req, skip, deadline)
+		if err == nil {
+			d.Path, d.PrefillWorkerId = decodev1.PrefillPath_PREFILL_PATH_REMOTE, id
+			d.PrefillTime, d.HandoffBytes = durationpb.New(ho.prefill), uint64(ho.bytes)
+			computed := len(req.Prompt) - (ho.skipped+ho.prefillCached)*s.eng.Info().Layout.BlockSize
+			s.estimator.ObserveRemote(computed, ho.prefill, ho.bytes, ho.transfer, ho.total)
+			s.metrics.handoffBytes.Observe(float64(ho.bytes))
+			s.metrics.handoffSeconds.Observe(ho.transfer.Seconds())
+			s.metrics.queueWait.Observe(ho.queue.Seconds())
+			return stream, nil
+		}
+		var re *remoteError
+		if !errors.As(err, &re) {
+			return nil, wire.Error(err) // the client went away
+		}
+		d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
+		s.metrics.remoteFailures.WithLabelValues(re.reason).Inc()
+		s.log.WarnContext(ctx, "remote prefill failed", "request_id", req.ID, "prefill_worker", id, "reason", re.reason, "error", re.err)
+		if !re.beforeKV {
+			return fail(re.reason, re.Error())
+		}
+		if tried == 1 && len(candidates) == 1 {
+			// The router offered one; discovery may know another to retry on.
+			for _, other := range s.prefill.IDs() {
+				if other != id {
+					candidates = append(candidates, &decodev1.PrefillCandidate{WorkerId: other})
+					break
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, wire.Error(ctx.Err())
+		}
+		d.Reason = re.reason
+	}
+	return fail(d.GetReason(), "no prefill worker succeeded before any KV arrived")
 }

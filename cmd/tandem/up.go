@@ -89,6 +89,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		cfg.Mode, cfg.ID = "prefill", fmt.Sprintf("prefill-%d", i)
 		if i >= *nPrefill {
 			cfg.Mode, cfg.ID = worker.Mode, fmt.Sprintf("decode-%d", i-*nPrefill)
+			cfg.PrefillWorkers = prefillAddrs
 			if cfg.Mode == "prefill" {
 				return stopAll(errors.New("up: --mode is the decode workers' mode: decode or aggregated"))
 			}

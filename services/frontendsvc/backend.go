@@ -88,7 +88,9 @@ func (b *backend) start(ctx context.Context, route *routerv1.RouteResponse, req 
 		MaxTokens: req.GetMaxTokens(), StopTokenIds: req.GetStopTokenIds(), Explain: req.GetExplain(),
 	}
 	for _, p := range route.GetPrefillWorkers() {
-		r.PrefillWorkerIds = append(r.PrefillWorkerIds, p.GetWorker().GetId())
+		r.PrefillWorkers = append(r.PrefillWorkers, &decodev1.PrefillCandidate{
+			WorkerId: p.GetWorker().GetId(), QueuedTokens: p.GetQueuedTokens(), CachedBlocks: p.GetCachedBlocks(),
+		})
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	stream, err := decodev1.NewDecodeServiceClient(cc).Generate(sctx, r)

@@ -4,10 +4,14 @@
 package workersvc
 
 import (
+	"time"
+
 	"errors"
 	"flag"
 	"fmt"
 	"strings"
+
+	"github.com/tandem-serve/tandem/decode"
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
@@ -29,7 +33,18 @@ type Config struct {
 	BlockSize      int
 	SimTimeScale   float64
 	PrefillWorkers services.List
+
+	Policy                string
+	ShortPrefillThreshold int
+	ITLWeight             float64
+	EnforceDisagg         bool
+	RemoteDeadlineMin     time.Duration
+	RemoteDeadlineMax     time.Duration
 }
+
+// DefaultShortPrefillThreshold is the default of --short-prefill-threshold, in
+// effective prompt tokens. See docs/BENCHMARKS.md for how it was chosen.
+const DefaultShortPrefillThreshold = 256
 
 // RegisterFlags registers the worker's flags; mode is the default --mode.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
@@ -42,7 +57,25 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's")
 	fs.Float64Var(&c.SimTimeScale, "sim-time-scale", 1, "sim engine: multiply every modelled time by this (0: no waiting)")
-	fs.Var(&c.PrefillWorkers, "prefill-workers", "comma-separated prefill worker addresses (static discovery)")
+	fs.Var(&c.PrefillWorkers, "prefill-workers", "decode mode: comma-separated prefill worker addresses (static discovery)")
+	fs.StringVar(&c.Policy, "policy", string(decode.PolicyThreshold), "decode mode: local-or-remote prefill policy: threshold, cost, always-local or always-remote")
+	fs.IntVar(&c.ShortPrefillThreshold, "short-prefill-threshold", DefaultShortPrefillThreshold, "decode mode: prefill locally when prompt tokens minus cached tokens are at most this (threshold policy, and cost policy until warmed up)")
+	fs.Float64Var(&c.ITLWeight, "itl-weight", 0.25, "decode mode, cost policy: weight of the stall a local prefill inflicts on each running sequence")
+	fs.BoolVar(&c.EnforceDisagg, "enforce-disagg", false, "decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
+	fs.DurationVar(&c.RemoteDeadlineMin, "remote-deadline-min", 5*time.Second, "decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
+	fs.DurationVar(&c.RemoteDeadlineMax, "remote-deadline-max", 60*time.Second, "decode mode: most time a remote prefill is given before falling back")
+}
+
+// DecodeConfig is the decode service's config for worker id in mode.
+func (c *Config) DecodeConfig(id string, mode workerv1.WorkerMode) decode.Config {
+	return decode.Config{
+		WorkerID: id, Mode: mode,
+		Params: decode.Params{
+			Policy: decode.Policy(c.Policy), ShortPrefillThreshold: c.ShortPrefillThreshold,
+			ITLWeight: c.ITLWeight, EnforceDisagg: c.EnforceDisagg,
+		},
+		MinRemoteDeadline: c.RemoteDeadlineMin, MaxRemoteDeadline: c.RemoteDeadlineMax,
+	}
 }
 
 // WorkerMode parses the --mode value.
@@ -60,8 +93,14 @@ func (c *Config) WorkerMode() (workerv1.WorkerMode, error) {
 
 // Validate checks the flags.
 func (c *Config) Validate() error {
-	if _, err := c.WorkerMode(); err != nil {
+	mode, err := c.WorkerMode()
+	if err != nil {
 		return err
+	}
+	if mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
+		if err := c.DecodeConfig("validate", mode).Validate(); err != nil {
+			return fmt.Errorf("decode flags: %w", err)
+		}
 	}
 	if c.BlockSize <= 0 {
 		return errors.New("--block-size must be positive")

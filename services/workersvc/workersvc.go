@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tandem-serve/tandem/services/discovery"
+	"google.golang.org/grpc"
+
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/prefill"
@@ -27,6 +30,10 @@ type Service struct {
 	srv    *server.Server
 	eng    engine.Engine
 	worker *worker.Service
+	// Decode mode: the prefill workers this worker may call.
+	tracker      *discovery.Tracker
+	prefill      *prefillers
+	prefillAddrs []string
 }
 
 // Start builds the engine and opens the listener; the worker serves once Run runs.
@@ -46,6 +53,10 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) 
 	env.Logger = env.Logger.With("worker_id", id)
 	opts := env.HandlerOptions()
 	ws := worker.New(id, telemetry.NewRequestID(), mode, Version, eng)
+	var (
+		tracker *discovery.Tracker
+		pf      *prefillers
+	)
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(ws, opts...))}
 	switch mode {
 	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
@@ -55,7 +66,9 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) 
 		}
 		handlers = append(handlers, server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, opts...)))
 	default:
-		ds, err := decode.New(decode.Config{WorkerID: id, Mode: mode}, eng, env.Logger, env.Registry)
+		tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
+		pf = &prefillers{tracker: tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}}
+		ds, err := decode.New(cfg.DecodeConfig(id, mode), eng, pf, env.Logger, env.Registry)
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +79,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) 
 		_ = eng.Close()
 		return nil, err
 	}
-	return &Service{ID: id, Mode: mode, srv: srv, eng: eng, worker: ws}, nil
+	return &Service{ID: id, Mode: mode, srv: srv, eng: eng, worker: ws, tracker: tracker, prefill: pf, prefillAddrs: cfg.PrefillWorkers}, nil
 }
 
 // Addr is where the worker listens.
@@ -74,6 +87,10 @@ func (s *Service) Addr() string { return s.srv.Addr() }
 
 // Run serves until ctx ends, then drains and closes the engine.
 func (s *Service) Run(ctx context.Context) error {
+	if s.tracker != nil {
+		s.tracker.Set(ctx, s.prefillAddrs)
+		defer s.prefill.close()
+	}
 	s.srv.SetServing(true)
 	err := s.srv.Serve(ctx)
 	_ = s.eng.Close()

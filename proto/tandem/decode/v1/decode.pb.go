@@ -143,9 +143,9 @@ type GenerateRequest struct {
 	MaxTokens      uint32                 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// Generation ends, with reason STOP, after any of these tokens (it is not emitted).
 	StopTokenIds []uint32 `protobuf:"varint,5,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
-	// Prefill worker ids, best first, as the router ranked them. Ids, never addresses:
+	// Prefill workers, best first, as the router ranked them. Ids, never addresses:
 	// the decode worker resolves them through its own discovery.
-	PrefillWorkerIds []string `protobuf:"bytes,6,rep,name=prefill_worker_ids,json=prefillWorkerIds,proto3" json:"prefill_worker_ids,omitempty"`
+	PrefillWorkers []*PrefillCandidate `protobuf:"bytes,6,rep,name=prefill_workers,json=prefillWorkers,proto3" json:"prefill_workers,omitempty"`
 	// Ask for the reasons behind the prefill decision in detail.
 	Explain       bool `protobuf:"varint,7,opt,name=explain,proto3" json:"explain,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -217,9 +217,9 @@ func (x *GenerateRequest) GetStopTokenIds() []uint32 {
 	return nil
 }
 
-func (x *GenerateRequest) GetPrefillWorkerIds() []string {
+func (x *GenerateRequest) GetPrefillWorkers() []*PrefillCandidate {
 	if x != nil {
-		return x.PrefillWorkerIds
+		return x.PrefillWorkers
 	}
 	return nil
 }
@@ -229,6 +229,69 @@ func (x *GenerateRequest) GetExplain() bool {
 		return x.Explain
 	}
 	return false
+}
+
+// PrefillCandidate is a prefill worker the router suggests, with what it knew of it.
+type PrefillCandidate struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Prompt tokens queued on it when the router last heard.
+	QueuedTokens uint64 `protobuf:"varint,2,opt,name=queued_tokens,json=queuedTokens,proto3" json:"queued_tokens,omitempty"`
+	// Leading prompt blocks already in its cache.
+	CachedBlocks  uint32 `protobuf:"varint,3,opt,name=cached_blocks,json=cachedBlocks,proto3" json:"cached_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefillCandidate) Reset() {
+	*x = PrefillCandidate{}
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefillCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefillCandidate) ProtoMessage() {}
+
+func (x *PrefillCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefillCandidate.ProtoReflect.Descriptor instead.
+func (*PrefillCandidate) Descriptor() ([]byte, []int) {
+	return file_tandem_decode_v1_decode_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PrefillCandidate) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *PrefillCandidate) GetQueuedTokens() uint64 {
+	if x != nil {
+		return x.QueuedTokens
+	}
+	return 0
+}
+
+func (x *PrefillCandidate) GetCachedBlocks() uint32 {
+	if x != nil {
+		return x.CachedBlocks
+	}
+	return 0
 }
 
 // PrefillDecision says how the prompt was prefilled and why.
@@ -256,7 +319,7 @@ type PrefillDecision struct {
 
 func (x *PrefillDecision) Reset() {
 	*x = PrefillDecision{}
-	mi := &file_tandem_decode_v1_decode_proto_msgTypes[1]
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -268,7 +331,7 @@ func (x *PrefillDecision) String() string {
 func (*PrefillDecision) ProtoMessage() {}
 
 func (x *PrefillDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_decode_v1_decode_proto_msgTypes[1]
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -281,7 +344,7 @@ func (x *PrefillDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillDecision.ProtoReflect.Descriptor instead.
 func (*PrefillDecision) Descriptor() ([]byte, []int) {
-	return file_tandem_decode_v1_decode_proto_rawDescGZIP(), []int{1}
+	return file_tandem_decode_v1_decode_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PrefillDecision) GetPath() PrefillPath {
@@ -373,7 +436,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_tandem_decode_v1_decode_proto_msgTypes[2]
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +448,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_decode_v1_decode_proto_msgTypes[2]
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +461,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_tandem_decode_v1_decode_proto_rawDescGZIP(), []int{2}
+	return file_tandem_decode_v1_decode_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -438,7 +501,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_tandem_decode_v1_decode_proto_msgTypes[3]
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +513,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_decode_v1_decode_proto_msgTypes[3]
+	mi := &file_tandem_decode_v1_decode_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +526,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_decode_v1_decode_proto_rawDescGZIP(), []int{3}
+	return file_tandem_decode_v1_decode_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GenerateResponse) GetTokenIds() []uint32 {
@@ -512,7 +575,7 @@ var File_tandem_decode_v1_decode_proto protoreflect.FileDescriptor
 
 const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtandem/decode/v1/decode.proto\x12\x10tandem.decode.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\xa5\x02\n" +
+	"\x1dtandem/decode/v1/decode.proto\x12\x10tandem.decode.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\xc4\x02\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -520,9 +583,13 @@ const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"\bsampling\x18\x03 \x01(\v2 .tandem.worker.v1.SamplingParamsR\bsampling\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x04 \x01(\rR\tmaxTokens\x12$\n" +
-	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x12,\n" +
-	"\x12prefill_worker_ids\x18\x06 \x03(\tR\x10prefillWorkerIds\x12\x18\n" +
-	"\aexplain\x18\a \x01(\bR\aexplain\"\xcb\x03\n" +
+	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x12K\n" +
+	"\x0fprefill_workers\x18\x06 \x03(\v2\".tandem.decode.v1.PrefillCandidateR\x0eprefillWorkers\x12\x18\n" +
+	"\aexplain\x18\a \x01(\bR\aexplain\"y\n" +
+	"\x10PrefillCandidate\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
+	"\rqueued_tokens\x18\x02 \x01(\x04R\fqueuedTokens\x12#\n" +
+	"\rcached_blocks\x18\x03 \x01(\rR\fcachedBlocks\"\xcb\x03\n" +
 	"\x0fPrefillDecision\x121\n" +
 	"\x04path\x18\x01 \x01(\x0e2\x1d.tandem.decode.v1.PrefillPathR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
@@ -575,33 +642,35 @@ func file_tandem_decode_v1_decode_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_decode_v1_decode_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tandem_decode_v1_decode_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_tandem_decode_v1_decode_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_tandem_decode_v1_decode_proto_goTypes = []any{
 	(PrefillPath)(0),            // 0: tandem.decode.v1.PrefillPath
 	(FinishReason)(0),           // 1: tandem.decode.v1.FinishReason
 	(*GenerateRequest)(nil),     // 2: tandem.decode.v1.GenerateRequest
-	(*PrefillDecision)(nil),     // 3: tandem.decode.v1.PrefillDecision
-	(*Usage)(nil),               // 4: tandem.decode.v1.Usage
-	(*GenerateResponse)(nil),    // 5: tandem.decode.v1.GenerateResponse
-	(*v1.SamplingParams)(nil),   // 6: tandem.worker.v1.SamplingParams
-	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
-	(v1.WorkerMode)(0),          // 8: tandem.worker.v1.WorkerMode
+	(*PrefillCandidate)(nil),    // 3: tandem.decode.v1.PrefillCandidate
+	(*PrefillDecision)(nil),     // 4: tandem.decode.v1.PrefillDecision
+	(*Usage)(nil),               // 5: tandem.decode.v1.Usage
+	(*GenerateResponse)(nil),    // 6: tandem.decode.v1.GenerateResponse
+	(*v1.SamplingParams)(nil),   // 7: tandem.worker.v1.SamplingParams
+	(*durationpb.Duration)(nil), // 8: google.protobuf.Duration
+	(v1.WorkerMode)(0),          // 9: tandem.worker.v1.WorkerMode
 }
 var file_tandem_decode_v1_decode_proto_depIdxs = []int32{
-	6, // 0: tandem.decode.v1.GenerateRequest.sampling:type_name -> tandem.worker.v1.SamplingParams
-	0, // 1: tandem.decode.v1.PrefillDecision.path:type_name -> tandem.decode.v1.PrefillPath
-	7, // 2: tandem.decode.v1.PrefillDecision.prefill_time:type_name -> google.protobuf.Duration
-	3, // 3: tandem.decode.v1.GenerateResponse.prefill:type_name -> tandem.decode.v1.PrefillDecision
-	1, // 4: tandem.decode.v1.GenerateResponse.finish_reason:type_name -> tandem.decode.v1.FinishReason
-	4, // 5: tandem.decode.v1.GenerateResponse.usage:type_name -> tandem.decode.v1.Usage
-	8, // 6: tandem.decode.v1.GenerateResponse.worker_mode:type_name -> tandem.worker.v1.WorkerMode
-	2, // 7: tandem.decode.v1.DecodeService.Generate:input_type -> tandem.decode.v1.GenerateRequest
-	5, // 8: tandem.decode.v1.DecodeService.Generate:output_type -> tandem.decode.v1.GenerateResponse
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	7, // 0: tandem.decode.v1.GenerateRequest.sampling:type_name -> tandem.worker.v1.SamplingParams
+	3, // 1: tandem.decode.v1.GenerateRequest.prefill_workers:type_name -> tandem.decode.v1.PrefillCandidate
+	0, // 2: tandem.decode.v1.PrefillDecision.path:type_name -> tandem.decode.v1.PrefillPath
+	8, // 3: tandem.decode.v1.PrefillDecision.prefill_time:type_name -> google.protobuf.Duration
+	4, // 4: tandem.decode.v1.GenerateResponse.prefill:type_name -> tandem.decode.v1.PrefillDecision
+	1, // 5: tandem.decode.v1.GenerateResponse.finish_reason:type_name -> tandem.decode.v1.FinishReason
+	5, // 6: tandem.decode.v1.GenerateResponse.usage:type_name -> tandem.decode.v1.Usage
+	9, // 7: tandem.decode.v1.GenerateResponse.worker_mode:type_name -> tandem.worker.v1.WorkerMode
+	2, // 8: tandem.decode.v1.DecodeService.Generate:input_type -> tandem.decode.v1.GenerateRequest
+	6, // 9: tandem.decode.v1.DecodeService.Generate:output_type -> tandem.decode.v1.GenerateResponse
+	9, // [9:10] is the sub-list for method output_type
+	8, // [8:9] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_tandem_decode_v1_decode_proto_init() }
@@ -615,7 +684,7 @@ func file_tandem_decode_v1_decode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_decode_v1_decode_proto_rawDesc), len(file_tandem_decode_v1_decode_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

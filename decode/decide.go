@@ -1,0 +1,56 @@
+package decode
+
+import "fmt"
+
+// situation is everything the decision looks at, all of it exact or measured.
+type situation struct {
+	aggregated bool
+	prompt     int // prompt tokens
+	cached     int // leading prompt tokens already in this worker's cache
+	est        Estimate
+}
+
+func (s situation) effective() int { return s.prompt - s.cached }
+
+// choice is the decision and why.
+type choice struct {
+	remote bool
+	reason string // label value
+	detail string // for humans
+}
+
+// decide applies the policy. It does not ask whether a prefill worker is available:
+// a remote choice that cannot be carried out is a fallback, and counted as one.
+func decide(p Params, s situation) choice {
+	eff := s.effective()
+	if s.aggregated {
+		return choice{reason: "aggregated_mode", detail: "an aggregated worker prefills every prompt itself"}
+	}
+	threshold := func(prefix string) choice {
+		if eff <= p.ShortPrefillThreshold {
+			return choice{reason: prefix + "below_threshold",
+				detail: fmt.Sprintf("effective %d tokens (%d prompt - %d cached) <= threshold %d", eff, s.prompt, s.cached, p.ShortPrefillThreshold)}
+		}
+		return choice{remote: true, reason: prefix + "above_threshold",
+			detail: fmt.Sprintf("effective %d tokens (%d prompt - %d cached) > threshold %d", eff, s.prompt, s.cached, p.ShortPrefillThreshold)}
+	}
+	switch p.Policy {
+	case PolicyAlwaysLocal:
+		return choice{reason: "always_local", detail: "policy always-local"}
+	case PolicyAlwaysRemote:
+		return choice{remote: true, reason: "always_remote", detail: "policy always-remote"}
+	case PolicyCost:
+		if !s.est.Warm {
+			return threshold("cold_")
+		}
+		local := s.est.Local + s.est.ITLPenalty
+		detail := fmt.Sprintf("local %.1fms (prefill %.1fms + ITL penalty %.1fms) vs remote %.1fms (queue %.1fms) for %d effective tokens",
+			local*1e3, s.est.Local*1e3, s.est.ITLPenalty*1e3, s.est.Remote*1e3, s.est.RemoteQueue*1e3, eff)
+		if local <= s.est.Remote {
+			return choice{reason: "cost_local_cheaper", detail: detail}
+		}
+		return choice{remote: true, reason: "cost_remote_cheaper", detail: detail}
+	default:
+		return threshold("")
+	}
+}

@@ -1,0 +1,166 @@
+package decode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tandem-serve/tandem/engine"
+	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
+	"github.com/tandem-serve/tandem/wire"
+)
+
+// Prefillers resolves prefill worker ids through this worker's own discovery: a
+// request names workers, never addresses.
+type Prefillers interface {
+	Client(workerID string) (prefillv1.PrefillServiceClient, bool)
+	// IDs lists the known prefill workers, for when the router suggested none.
+	IDs() []string
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// remoteError is a failed remote prefill, classified for the fallback ladder.
+type remoteError struct {
+	reason   string // label value, e.g. "crc_mismatch"
+	beforeKV bool   // no KV block had arrived: another prefill worker may be tried
+	err      error
+}
+
+func (e *remoteError) Error() string { return e.reason + ": " + e.err.Error() }
+func (e *remoteError) Unwrap() error { return e.err }
+
+func failed(reason string, beforeKV bool, format string, args ...any) *remoteError {
+	return &remoteError{reason: reason, beforeKV: beforeKV, err: fmt.Errorf(format, args...)}
+}
+
+// handoff is what a successful remote prefill measured.
+type handoff struct {
+	workerID      string
+	bytes         int
+	blocks        int
+	skipped       int
+	prefillCached int // blocks the prefill worker had cached
+	prefill       time.Duration
+	queue         time.Duration
+	transfer      time.Duration
+	total         time.Duration
+}
+
+// remotePrefill runs the prompt on one prefill worker and imports its KV. The
+// worker is sent the number of leading blocks this worker holds, so only the rest
+// moves. Every chunk is checked (order, size, CRC32C) before the engine sees it;
+// on any failure the import is aborted, which frees its blocks, and the stream's
+// context is cancelled, which frees the prefill worker's.
+func (s *Service) remotePrefill(reqCtx context.Context, client prefillv1.PrefillServiceClient, workerID string, req engine.Request, skip int, deadline time.Duration) (engine.Stream, *handoff, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(reqCtx, deadline)
+	defer cancel()
+	info := s.eng.Info()
+	stream, err := client.Prefill(ctx, &prefillv1.PrefillRequest{
+		RequestId: req.ID, PromptTokenIds: req.Prompt, Sampling: wire.SamplingProto(req.Sampling),
+		SkipBlocks: uint32(skip), Lease: durationpb.New(deadline),
+	})
+	if err != nil {
+		return nil, nil, classify(ctx, err, true)
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		return nil, nil, classify(ctx, err, true)
+	}
+	h := msg.GetHeader()
+	if h == nil {
+		return nil, nil, failed("protocol_error", true, "first message is not a header")
+	}
+	n := (len(req.Prompt) + info.Layout.BlockSize - 1) / info.Layout.BlockSize
+	switch {
+	case wire.Layout(h.GetLayout()) != info.Layout:
+		return nil, nil, failed("layout_mismatch", true, "prefill worker %s sends KV laid out as %v, this worker holds %v", workerID, wire.Layout(h.GetLayout()), info.Layout)
+	case int(h.GetNumBlocks()) != n || int(h.GetSkippedBlocks()) > skip || int(h.GetSkippedBlocks()) >= n:
+		return nil, nil, failed("protocol_error", true, "header promises %d blocks skipping %d, want %d skipping at most %d", h.GetNumBlocks(), h.GetSkippedBlocks(), n, skip)
+	case int(h.GetFirstToken()) >= info.VocabSize:
+		return nil, nil, failed("protocol_error", true, "first token %d outside the vocabulary", h.GetFirstToken())
+	}
+	imp, err := s.eng.Import(ctx, req, engine.ImportSpec{
+		FirstToken: h.GetFirstToken(), NumBlocks: n, SkipBlocks: int(h.GetSkippedBlocks()), Layout: info.Layout,
+	})
+	if err != nil {
+		return nil, nil, failed("import_failed", true, "import: %v", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			imp.Abort()
+		}
+	}()
+	ho := &handoff{workerID: workerID, skipped: int(h.GetSkippedBlocks()), prefillCached: int(h.GetPrefillCachedBlocks())}
+	next, bb := ho.skipped, info.Layout.BlockBytes
+	transferStart := time.Now()
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil, nil, failed("remote_error_mid_transfer", next == ho.skipped, "stream ended at block %d of %d without a trailer", next, n)
+		}
+		if err != nil {
+			return nil, nil, classify(ctx, err, next == ho.skipped)
+		}
+		if t := msg.GetTrailer(); t != nil {
+			if next != n || int(t.GetBlocksSent()) != n-ho.skipped {
+				return nil, nil, failed("block_gap", false, "trailer after block %d of %d (it says %d sent)", next, n, t.GetBlocksSent())
+			}
+			ho.prefill, ho.queue = t.GetPrefillTime().AsDuration(), t.GetQueueTime().AsDuration()
+			break
+		}
+		c := msg.GetChunk()
+		if c == nil {
+			return nil, nil, failed("protocol_error", false, "second header in one stream")
+		}
+		count := int(c.GetBlockCount())
+		switch {
+		case int(c.GetFirstBlock()) != next:
+			return nil, nil, failed("block_gap", false, "chunk starts at block %d, expected %d", c.GetFirstBlock(), next)
+		case count < 1 || next+count > n || len(c.GetData()) != count*bb:
+			return nil, nil, failed("protocol_error", false, "chunk of %d blocks with %d bytes at block %d of %d", count, len(c.GetData()), next, n)
+		case crc32.Checksum(c.GetData(), castagnoli) != c.GetCrc32C():
+			return nil, nil, failed("crc_mismatch", false, "chunk at block %d fails its CRC32C", next)
+		}
+		for i := range count {
+			if err := imp.WriteBlock(next+i, c.GetData()[i*bb:(i+1)*bb]); err != nil {
+				return nil, nil, failed("import_failed", false, "block %d: %v", next+i, err)
+			}
+		}
+		next += count
+		ho.blocks += count
+		ho.bytes += len(c.GetData())
+	}
+	ho.transfer = time.Since(transferStart)
+	// The decode stream lives as long as the request; the deadline bounded only the handoff.
+	st, err := imp.Commit(reqCtx)
+	if err != nil {
+		return nil, nil, failed("import_failed", false, "commit: %v", err)
+	}
+	committed = true
+	ho.total = time.Since(start)
+	return st, ho, nil
+}
+
+// classify names a stream error. A deadline is a timeout whatever arrived; a
+// cancelled caller is not the prefill worker's fault and must not fall back.
+func classify(ctx context.Context, err error, beforeKV bool) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded:
+		return &remoteError{reason: "remote_timeout", beforeKV: false, err: err}
+	case status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled):
+		return err
+	case beforeKV:
+		return &remoteError{reason: "remote_error_before_kv", beforeKV: true, err: err}
+	}
+	return &remoteError{reason: "remote_error_mid_transfer", err: err}
+}

@@ -1,0 +1,61 @@
+package decode
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tandem-serve/tandem/engine"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	"github.com/tandem-serve/tandem/wire"
+)
+
+// pump relays tokens from the engine to the client. Tokens are sent one message
+// each so that the inter-token latency the client sees is the engine's. The time to
+// the first token of a local prefill teaches the estimator this worker's speed.
+func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, out *connect.ServerStream[decodev1.GenerateResponse]) error {
+	first := true
+	last := start
+	path := pathLabel(decision.Path)
+	for {
+		tok, err := stream.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return wire.Error(err)
+		}
+		now := time.Now()
+		msg := &decodev1.GenerateResponse{TokenIds: []uint32{tok}}
+		if first {
+			ttft := now.Sub(start)
+			s.metrics.ttft.WithLabelValues(path).Observe(ttft.Seconds())
+			if decision.Path != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
+				s.estimator.ObserveLocal(int(decision.EffectiveTokens), ttft)
+			}
+			msg.Prefill, msg.WorkerId, msg.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
+			first = false
+		} else {
+			s.metrics.itl.Observe(now.Sub(last).Seconds())
+		}
+		last = now
+		if err := out.Send(msg); err != nil {
+			return err
+		}
+	}
+	u := stream.Usage()
+	final := &decodev1.GenerateResponse{
+		FinishReason: finishProto(stream.Finish()),
+		Usage: &decodev1.Usage{
+			PromptTokens: uint32(u.PromptTokens), CompletionTokens: uint32(u.CompletionTokens), CachedTokens: uint32(u.CachedTokens),
+		},
+	}
+	if first {
+		final.Prefill, final.WorkerId, final.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
+	}
+	s.metrics.completed.WithLabelValues(stream.Finish().String()).Inc()
+	return out.Send(final)
+}
