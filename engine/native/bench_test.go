@@ -25,6 +25,22 @@ func BenchmarkFMAPeak(b *testing.B) {
 	b.ReportMetric(flops/time.Since(start).Seconds()/1e9, "GFLOP/s")
 }
 
+// peakGFLOPS measures the FMA peak for about 20 ms, best of three, so that a matmul
+// figure can be compared with the peak the core had at that moment.
+func peakGFLOPS() float64 {
+	if !haveAsm {
+		return 0
+	}
+	best := 0.0
+	for range 3 {
+		const iters = 1 << 20
+		start := time.Now()
+		fmaPeak(iters)
+		best = max(best, iters*12*16/time.Since(start).Seconds()/1e9)
+	}
+	return best
+}
+
 // BenchmarkMatmul measures C += A*W at the model's shapes, on one core (the figure to
 // hold against the FMA peak) and on all of them.
 func BenchmarkMatmul(b *testing.B) {
@@ -44,12 +60,18 @@ func BenchmarkMatmul(b *testing.B) {
 			name := fmt.Sprintf("m=%d,k=%d,n=%d/cores=%d", sh.m, sh.k, sh.n, procs)
 			b.Run(name, func(b *testing.B) {
 				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				peak := peakGFLOPS()
 				start := time.Now()
 				for b.Loop() {
 					gemm(sh.m, a, sh.k, w, c, ldc)
 				}
 				flops := 2 * float64(sh.m) * float64(sh.k) * float64(sh.n) * float64(b.N)
-				b.ReportMetric(flops/time.Since(start).Seconds()/1e9, "GFLOP/s")
+				gflops := flops / time.Since(start).Seconds() / 1e9
+				b.ReportMetric(gflops, "GFLOP/s")
+				if peak > 0 {
+					// Against one core's peak measured just before, on the same core count.
+					b.ReportMetric(100*gflops/(peak*float64(procs)), "%peak")
+				}
 			})
 		}
 	}
@@ -127,4 +149,47 @@ func benchEngine(b *testing.B, model string) *Engine {
 	}
 	b.Cleanup(func() { e.Close() })
 	return e
+}
+
+// BenchmarkStartup is New for each model: weight generation and fingerprinting.
+func BenchmarkStartup(b *testing.B) {
+	for _, model := range []string{"tiny", "small"} {
+		b.Run(model, func(b *testing.B) {
+			for b.Loop() {
+				e, err := New(Config{Model: model})
+				if err != nil {
+					b.Fatal(err)
+				}
+				e.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkAnswer is one request end to end: a 100-token prompt answered with 64
+// greedy tokens, on an otherwise idle engine.
+func BenchmarkAnswer(b *testing.B) {
+	for _, model := range []string{"tiny", "small"} {
+		b.Run(model, func(b *testing.B) {
+			e := benchEngine(b, model)
+			salt := uint32(5000)
+			for b.Loop() {
+				salt++
+				st, err := e.Generate(context.Background(), engine.Request{Prompt: testPrompt(100, salt), MaxTokens: 64})
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for {
+					if _, err := st.Next(context.Background()); err != nil {
+						break
+					}
+					n++
+				}
+				if n != 64 {
+					b.Fatalf("%d tokens", n)
+				}
+			}
+		})
+	}
 }

@@ -100,8 +100,9 @@ func (e *Engine) Info() engine.Info { return e.info }
 
 func (e *Engine) Events() *kvcache.EventLog { return e.pool.Events() }
 
-// Pool exposes the block pool, for snapshots of the prefix cache.
-func (e *Engine) Pool() *kvcache.Pool { return e.pool }
+// Snapshot lists the prefix cache and the last event it reflects, for subscribers
+// that join late or fall behind the event log.
+func (e *Engine) Snapshot() kvcache.Snapshot { return e.pool.Snapshot() }
 
 func (e *Engine) CachedPrefix(prompt []uint32) int {
 	bs := e.cfg.BlockSize

@@ -150,14 +150,15 @@ func fingerprint(mc ModelConfig, w *weights) string {
 	return fmt.Sprintf("native-%s-%016x", mc.Name, h.Sum64())
 }
 
-// parallelFor splits [0, n) among the cores when the work (n items of cost each) is
-// big enough to repay the goroutines.
+// parallelFor splits [0, n) among the cores when the work (n items of cost each,
+// about a multiply-add per unit) is big enough to repay waking a goroutine, which
+// on a busy machine can take longer than a small matrix product.
 func parallelFor(n, cost int, fn func(lo, hi int)) {
 	workers := runtime.GOMAXPROCS(0)
 	if workers > n {
 		workers = n
 	}
-	if workers <= 1 || n*cost < 1<<17 {
+	if workers <= 1 || n*cost < 1<<20 {
 		fn(0, n)
 		return
 	}
