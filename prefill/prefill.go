@@ -94,16 +94,28 @@ func (s *Service) Prefill(ctx context.Context, req *connect.Request[prefillv1.Pr
 		// whose tail it is missing.
 		skip = n - 1
 	}
-	// A stalled receiver must not pin KV forever: the lease bounds the whole send.
-	sendCtx, cancel := context.WithTimeout(ctx, lease)
-	defer cancel()
+	// A stalled receiver must not pin KV forever: when the lease runs out the blocks
+	// are released at once. The send itself cannot be abandoned (the handler may not
+	// return while a Send is in progress), so it is waited for: it ends when the
+	// receiver reads or its connection goes.
+	leaseTimer := time.NewTimer(lease)
+	defer leaseTimer.Stop()
+	expired := false
 	send := func(r *prefillv1.PrefillResponse) error {
+		if expired {
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("receiver stalled past the %s lease", lease))
+		}
 		errc := make(chan error, 1)
 		go func() { errc <- stream.Send(r) }()
 		select {
 		case err := <-errc:
 			return err
-		case <-sendCtx.Done():
+		case <-leaseTimer.C:
+			expired = true
+			exp.Release()
+			s.metrics.requests.WithLabelValues("lease_expired").Inc()
+			s.log.WarnContext(ctx, "lease expired; KV released", "request_id", m.GetRequestId(), "lease", lease)
+			<-errc
 			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("receiver stalled past the %s lease", lease))
 		}
 	}

@@ -4,7 +4,10 @@
 package workersvc
 
 import (
+	"log/slog"
 	"time"
+
+	"github.com/tandem-serve/tandem/engine/native"
 
 	"errors"
 	"flag"
@@ -51,8 +54,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:0")
 	fs.StringVar(&c.ID, "id", "", "worker id the router and logs know this worker by (default: mode and a random suffix)")
 	fs.StringVar(&c.Mode, "mode", mode, "aggregated, decode (conditional disaggregation) or prefill")
-	fs.StringVar(&c.Engine, "engine", "sim", "engine: sim (timing model, no compute)")
-	fs.StringVar(&c.Model, "model", "tiny", "model configuration the engine loads")
+	fs.StringVar(&c.Engine, "engine", "native", "engine: native (pure-Go transformer) or sim (timing model, no compute)")
+	fs.StringVar(&c.Model, "model", "tiny", "native engine: model configuration, one of "+strings.Join(native.Models(), ", "))
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the model's weights (or of the sim engine's tokens)")
 	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's")
@@ -113,15 +116,21 @@ func (c *Config) Validate() error {
 	}
 	switch c.Engine {
 	case "sim":
+	case "native":
+		if _, ok := native.LookupModel(c.Model); !ok {
+			return fmt.Errorf("--model %q: want one of %v", c.Model, native.Models())
+		}
 	default:
-		return fmt.Errorf("--engine %q: want sim", c.Engine)
+		return fmt.Errorf("--engine %q: want native or sim", c.Engine)
 	}
 	return nil
 }
 
 // NewEngine builds the configured engine.
-func (c *Config) NewEngine() (engine.Engine, error) {
+func (c *Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
 	switch c.Engine {
+	case "native":
+		return native.New(native.Config{Model: c.Model, Seed: c.Seed, NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log})
 	case "sim":
 		sc := sim.DefaultConfig()
 		sc.Seed, sc.BlockSize, sc.TimeScale = c.Seed, c.BlockSize, c.SimTimeScale

@@ -42,7 +42,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) 
 		return nil, err
 	}
 	mode, _ := cfg.WorkerMode()
-	eng, err := cfg.NewEngine()
+	eng, err := cfg.NewEngine(env.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

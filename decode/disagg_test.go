@@ -1,0 +1,310 @@
+package decode_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+
+	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/engine"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+)
+
+var (
+	alwaysLocal  = decode.Params{Policy: decode.PolicyAlwaysLocal}
+	alwaysRemote = decode.Params{Policy: decode.PolicyAlwaysRemote}
+)
+
+func prompt(seed, n int) []uint32 {
+	p := make([]uint32, n)
+	for i := range p {
+		p[i] = uint32((seed*7919 + i*104729) % 100000)
+	}
+	return p
+}
+
+func request(id string, p []uint32, temp float32, seed uint64, prefill ...string) *decodev1.GenerateRequest {
+	r := &decodev1.GenerateRequest{
+		RequestId: id, PromptTokenIds: p, MaxTokens: 12,
+		Sampling: &workerv1.SamplingParams{Temperature: temp, TopP: 0.9, Seed: seed},
+	}
+	for _, id := range prefill {
+		r.PrefillWorkers = append(r.PrefillWorkers, &decodev1.PrefillCandidate{WorkerId: id})
+	}
+	return r
+}
+
+// Whichever path a request takes, local, remote, or remote with part of the prompt
+// already cached on the decode worker, the user gets exactly the same tokens.
+func TestPathsGiveIdenticalTokens(t *testing.T) {
+	ctx := context.Background()
+	local := startDecode(t, newNative(t), nil, alwaysLocal, time.Second, 30*time.Second)
+	pf := &staticPrefillers{}
+	pnode := startPrefill(t, newNative(t), "p0")
+	pf.add("p0", pnode.client)
+	remote := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 30*time.Second)
+
+	for i, n := range []int{3, 17, 40, 100, 257} {
+		for _, s := range []struct {
+			temp float32
+			seed uint64
+		}{{0, 0}, {0.8, 11}, {1.2, 12345}} {
+			name := fmt.Sprintf("len%d/temp%.1f", n, s.temp)
+			p := prompt(i+1, n)
+			want, err := generate(t, ctx, local.client, request(name+"-local", p, s.temp, s.seed))
+			if err != nil {
+				t.Fatalf("%s local: %v", name, err)
+			}
+			got, err := generate(t, ctx, remote.client, request(name+"-remote", p, s.temp, s.seed, "p0"))
+			if err != nil {
+				t.Fatalf("%s remote: %v", name, err)
+			}
+			if got.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE && got.decision.GetCachedTokens() == 0 {
+				t.Fatalf("%s: path %v (%s), want remote", name, got.decision.GetPath(), got.decision.GetDetail())
+			}
+			if !slices.Equal(got.tokens, want.tokens) || len(want.tokens) == 0 {
+				t.Errorf("%s: remote tokens %v, local tokens %v", name, got.tokens, want.tokens)
+			}
+			if got.usage.GetPromptTokens() != uint32(n) || got.usage.GetCompletionTokens() != uint32(len(got.tokens)) {
+				t.Errorf("%s: usage %v for %d prompt and %d output tokens", name, got.usage, n, len(got.tokens))
+			}
+		}
+	}
+
+	// A prompt extending one the decode worker has imported before: only the blocks
+	// it lacks cross the wire, and the tokens are still the local path's.
+	base := prompt(99, 80)
+	if _, err := generate(t, ctx, remote.client, request("warm", base, 0, 0, "p0")); err != nil {
+		t.Fatal(err)
+	}
+	longer := append(slices.Clone(base), prompt(100, 50)...)
+	want, err := generate(t, ctx, local.client, request("longer-local", longer, 0.7, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := generate(t, ctx, remote.client, request("longer-remote", longer, 0.7, 5, "p0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := got.decision
+	if d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE || d.GetCachedTokens() != 80 {
+		t.Fatalf("path %v with %d cached tokens, want remote with the 80-token prefix (5 blocks) cached", d.GetPath(), d.GetCachedTokens())
+	}
+	blockBytes := uint64(remote.eng.Info().Layout.BlockBytes)
+	if wantBytes := uint64(9-5) * blockBytes; d.GetHandoffBytes() != wantBytes {
+		t.Errorf("handoff moved %d bytes, want %d (4 of 9 blocks)", d.GetHandoffBytes(), wantBytes)
+	}
+	if !slices.Equal(got.tokens, want.tokens) {
+		t.Errorf("partially cached remote tokens %v, local %v", got.tokens, want.tokens)
+	}
+	waitIdle(t, "decode", remote.eng)
+	waitIdle(t, "prefill", pnode.eng)
+}
+
+// The first rung: a prefill worker that is down before any KV arrives is replaced by
+// another, and with none left the decode worker prefills locally.
+func TestFallbackWhenPrefillWorkerIsDown(t *testing.T) {
+	ctx := context.Background()
+	dead := startPrefill(t, newNative(t), "dead")
+	dead.srv.Close()
+	alive := startPrefill(t, newNative(t), "alive")
+
+	pf := &staticPrefillers{}
+	pf.add("dead", dead.client)
+	node := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 10*time.Second)
+	p := prompt(5, 70)
+	r, err := generate(t, ctx, node.client, request("r1", p, 0, 0, "dead"))
+	if err != nil {
+		t.Fatalf("request failed instead of falling back: %v", err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || r.decision.GetReason() != "remote_error_before_kv" {
+		t.Errorf("path %v reason %q, want fallback remote_error_before_kv", r.decision.GetPath(), r.decision.GetReason())
+	}
+	if len(r.tokens) != 12 {
+		t.Errorf("got %d tokens, want 12", len(r.tokens))
+	}
+
+	pf.add("alive", alive.client)
+	r, err = generate(t, ctx, node.client, request("r2", prompt(6, 70), 0, 0, "dead", "alive"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE || r.decision.GetPrefillWorkerId() != "alive" ||
+		!slices.Equal(r.decision.GetFailedPrefillWorkerIds(), []string{"dead"}) {
+		t.Errorf("decision %v, want remote on alive after dead failed", r.decision)
+	}
+	waitIdle(t, "decode", node.eng)
+}
+
+// A stream cut mid-transfer falls back to local prefill, with the same tokens, and
+// frees the half-imported blocks.
+func TestFallbackWhenStreamIsCutMidTransfer(t *testing.T) {
+	ctx := context.Background()
+	pnode := startPrefill(t, newNative(t), "p0")
+	proxy := cutProxy(t, pnode.srv.Listener.Addr().String(), 100<<10)
+	pf := &staticPrefillers{}
+	pf.add("p0", grpcPrefillClient(t, proxy))
+	node := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 10*time.Second)
+	local := startDecode(t, newNative(t), nil, alwaysLocal, time.Second, 10*time.Second)
+
+	p := prompt(8, 300) // 19 blocks of 16 KiB: far more than the proxy lets through
+	want, err := generate(t, ctx, local.client, request("l", p, 0.5, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := generate(t, ctx, node.client, request("r", p, 0.5, 3, "p0"))
+	if err != nil {
+		t.Fatalf("request failed instead of falling back: %v", err)
+	}
+	if got.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || got.decision.GetReason() != "remote_error_mid_transfer" {
+		t.Errorf("path %v reason %q (%s), want fallback remote_error_mid_transfer", got.decision.GetPath(), got.decision.GetReason(), got.decision.GetDetail())
+	}
+	if !slices.Equal(got.tokens, want.tokens) {
+		t.Errorf("fallback tokens %v, local %v", got.tokens, want.tokens)
+	}
+	waitIdle(t, "decode", node.eng)
+	waitIdle(t, "prefill", pnode.eng)
+}
+
+// corrupting flips one byte in the second chunk a prefill worker sends.
+type corrupting struct{ prefillv1.PrefillServiceClient }
+
+type corruptStream struct {
+	grpc.ServerStreamingClient[prefillv1.PrefillResponse]
+	chunks int
+}
+
+func (c corrupting) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[prefillv1.PrefillResponse], error) {
+	s, err := c.PrefillServiceClient.Prefill(ctx, in, opts...)
+	return &corruptStream{ServerStreamingClient: s}, err
+}
+
+func (s *corruptStream) Recv() (*prefillv1.PrefillResponse, error) {
+	m, err := s.ServerStreamingClient.Recv()
+	if c := m.GetChunk(); c != nil {
+		if s.chunks++; s.chunks == 2 {
+			c.Data[len(c.Data)/2] ^= 0x40
+		}
+	}
+	return m, err
+}
+
+func TestFallbackOnCorruptChunk(t *testing.T) {
+	ctx := context.Background()
+	pnode := startPrefill(t, newNative(t), "p0")
+	pf := &staticPrefillers{}
+	pf.add("p0", corrupting{pnode.client})
+	node := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 10*time.Second)
+	r, err := generate(t, ctx, node.client, request("r", prompt(9, 200), 0, 0, "p0"))
+	if err != nil {
+		t.Fatalf("request failed instead of falling back: %v", err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || r.decision.GetReason() != "crc_mismatch" {
+		t.Errorf("path %v reason %q, want fallback crc_mismatch", r.decision.GetPath(), r.decision.GetReason())
+	}
+	waitIdle(t, "decode", node.eng)
+	waitIdle(t, "prefill", pnode.eng)
+}
+
+// slowPrefill makes every prefill wait before computing, as an overloaded worker does.
+type slowPrefill struct {
+	engine.Engine
+	delay time.Duration
+}
+
+func (s slowPrefill) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Engine.Prefill(ctx, req)
+}
+
+func TestFallbackWhenPrefillMissesItsDeadline(t *testing.T) {
+	ctx := context.Background()
+	peng := newNative(t)
+	pnode := startPrefill(t, slowPrefill{peng, 3 * time.Second}, "slow")
+	pf := &staticPrefillers{}
+	pf.add("slow", pnode.client)
+	node := startDecode(t, newNative(t), pf, alwaysRemote, 200*time.Millisecond, 300*time.Millisecond)
+	r, err := generate(t, ctx, node.client, request("r", prompt(10, 64), 0, 0, "slow"))
+	if err != nil {
+		t.Fatalf("request failed instead of falling back: %v", err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || r.decision.GetReason() != "remote_timeout" {
+		t.Errorf("path %v reason %q, want fallback remote_timeout", r.decision.GetPath(), r.decision.GetReason())
+	}
+	waitIdle(t, "decode", node.eng)
+	waitIdle(t, "prefill", peng)
+}
+
+func TestUnknownPrefillWorkerIsNeverCalled(t *testing.T) {
+	pf := &staticPrefillers{}
+	node := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 10*time.Second)
+	r, err := generate(t, context.Background(), node.client, request("r", prompt(11, 40), 0, 0, "evil.example:443"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || r.decision.GetReason() != "unknown_prefill_worker" {
+		t.Errorf("path %v reason %q, want fallback unknown_prefill_worker", r.decision.GetPath(), r.decision.GetReason())
+	}
+}
+
+func TestEnforceDisaggTurnsFallbackIntoError(t *testing.T) {
+	dead := startPrefill(t, newNative(t), "dead")
+	dead.srv.Close()
+	pf := &staticPrefillers{}
+	pf.add("dead", dead.client)
+	p := alwaysRemote
+	p.EnforceDisagg = true
+	node := startDecode(t, newNative(t), pf, p, time.Second, 10*time.Second)
+	_, err := generate(t, context.Background(), node.client, request("r", prompt(12, 40), 0, 0, "dead"))
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("err %v, want Unavailable naming enforce-disagg", err)
+	}
+	waitIdle(t, "decode", node.eng)
+}
+
+// A client that goes away mid-handoff cancels the remote prefill; both sides free
+// their blocks.
+func TestCancelFreesBlocksOnBothSides(t *testing.T) {
+	peng := newNative(t)
+	pnode := startPrefill(t, slowPrefill{peng, 300 * time.Millisecond}, "p0")
+	pf := &staticPrefillers{}
+	pf.add("p0", pnode.client)
+	node := startDecode(t, newNative(t), pf, alwaysRemote, 5*time.Second, 10*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	_, err := generate(t, ctx, node.client, request("r", prompt(13, 120), 0, 0, "p0"))
+	if err == nil || !(connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)) {
+		t.Fatalf("err %v, want the client's deadline", err)
+	}
+	waitIdle(t, "decode", node.eng)
+	waitIdle(t, "prefill", peng)
+
+	// And a request cancelled while decoding, after the import.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	stream, err := node.client.Generate(ctx2, connect.NewRequest(request("r2", prompt(14, 120), 0, 0, "p0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatalf("no first token: %v", stream.Err())
+	}
+	cancel2()
+	for stream.Receive() {
+	}
+	stream.Close()
+	waitIdle(t, "decode", node.eng)
+	waitIdle(t, "prefill", peng)
+}
