@@ -1,0 +1,275 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/router"
+)
+
+// members is a fixed Membership that tests may change.
+type members struct {
+	mu      sync.Mutex
+	workers []router.Worker
+}
+
+func (m *members) Workers() []router.Worker {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]router.Worker(nil), m.workers...)
+}
+
+var (
+	decodeA  = router.Worker{ID: "decode-a", Address: "10.0.0.1:7001", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE}
+	decodeB  = router.Worker{ID: "decode-b", Address: "10.0.0.2:7001", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED}
+	prefillP = router.Worker{ID: "prefill-p", Address: "10.0.0.3:7001", Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL}
+)
+
+type routeFunc func(ctx context.Context, req *routerv1.RouteRequest) (*routerv1.RouteResponse, error)
+
+type client struct {
+	name  string
+	route routeFunc
+}
+
+func codeOf(err error) connect.Code {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code()
+	}
+	if s, ok := status.FromError(err); ok {
+		return connect.Code(s.Code())
+	}
+	return connect.CodeUnknown
+}
+
+// start serves a router over ws and calls fn once with a Connect client and once
+// with a gRPC client, each against a router of its own.
+func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Router, c client)) {
+	t.Helper()
+	for _, kind := range []string{"connect", "grpc"} {
+		t.Run(kind, func(t *testing.T) {
+			r := router.New(router.Config{BlockSize: 16}, &members{workers: ws}, rand.New(rand.NewPCG(1, 2)), prometheus.NewRegistry())
+			mux := http.NewServeMux()
+			mux.Handle(routerv1connect.NewRouterServiceHandler(r))
+			srv := httptest.NewUnstartedServer(mux)
+			p := new(http.Protocols)
+			p.SetHTTP1(true)
+			p.SetUnencryptedHTTP2(true)
+			srv.Config.Protocols = p
+			srv.Start()
+			t.Cleanup(srv.Close)
+			c := client{name: kind}
+			switch kind {
+			case "connect":
+				// Route is unary: plain HTTP/1.1 is enough for the Connect protocol.
+				tr := &http.Transport{}
+				t.Cleanup(tr.CloseIdleConnections)
+				cc := routerv1connect.NewRouterServiceClient(&http.Client{Transport: tr}, srv.URL)
+				c.route = func(ctx context.Context, req *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+					resp, err := cc.Route(ctx, connect.NewRequest(req))
+					if err != nil {
+						return nil, err
+					}
+					return resp.Msg, nil
+				}
+			case "grpc":
+				conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = conn.Close() })
+				gc := routerv1.NewRouterServiceClient(conn)
+				c.route = func(ctx context.Context, req *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
+					return gc.Route(ctx, req)
+				}
+			}
+			fn(t, r, c)
+		})
+	}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustRoute(t *testing.T, c client, req *routerv1.RouteRequest) *routerv1.RouteResponse {
+	t.Helper()
+	resp, err := c.route(testContext(t), req)
+	if err != nil {
+		t.Fatalf("Route: %v", err)
+	}
+	return resp
+}
+
+var threeWorkers = []router.Worker{prefillP, decodeA, decodeB}
+
+func TestRouteNeverPicksPrefillWorker(t *testing.T) {
+	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
+		for i := range 20 {
+			resp := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: uint32(10 + i)})
+			id := resp.GetDecodeWorker().GetId()
+			if id != decodeA.ID && id != decodeB.ID {
+				t.Fatalf("route %d chose %q, want one of the decode workers", i, id)
+			}
+			want := map[string]router.Worker{decodeA.ID: decodeA, decodeB.ID: decodeB}[id]
+			if resp.GetDecodeWorker().GetAddress() != want.Address || resp.GetDecodeWorker().GetMode() != want.Mode {
+				t.Fatalf("decode worker %v, want address %s mode %v", resp.GetDecodeWorker(), want.Address, want.Mode)
+			}
+			if len(resp.GetPrefillWorkers()) != 1 || resp.GetPrefillWorkers()[0].GetWorker().GetId() != prefillP.ID {
+				t.Fatalf("prefill workers %v, want exactly %s", resp.GetPrefillWorkers(), prefillP.ID)
+			}
+		}
+	})
+}
+
+func TestRouteAvoidsLoadedWorker(t *testing.T) {
+	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
+		for _, busy := range []router.Worker{decodeA, decodeB} {
+			idle := decodeB
+			if busy == decodeB {
+				idle = decodeA
+			}
+			r.ObserveLoad(busy.ID, &workerv1.Load{ActiveBlocks: 500, RunningSequences: 30})
+			r.ObserveLoad(idle.ID, &workerv1.Load{ActiveBlocks: 2, RunningSequences: 1})
+			// A few routes in a row: the idle worker's pending count grows by one each
+			// time, still far below the busy worker's load.
+			for i := range 5 {
+				if got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 100}).GetDecodeWorker().GetId(); got != idle.ID {
+					t.Fatalf("%s busy: route %d chose %s, want %s", busy.ID, i, got, idle.ID)
+				}
+			}
+		}
+	})
+}
+
+func TestRouteBurstSpreads(t *testing.T) {
+	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
+		counts := map[string]int{}
+		const n = 20
+		for range n {
+			counts[mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetDecodeWorker().GetId()]++
+		}
+		// With no load reports, pending requests are the only load: they alternate.
+		if counts[decodeA.ID] != n/2 || counts[decodeB.ID] != n/2 {
+			t.Fatalf("a burst of %d routes landed %v, want %d on each decode worker", n, counts, n/2)
+		}
+		// A load report resets the pending count it covered.
+		r.ObserveLoad(decodeA.ID, &workerv1.Load{})
+		r.ObserveLoad(decodeB.ID, &workerv1.Load{RunningSequences: 3})
+		if got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetDecodeWorker().GetId(); got != decodeA.ID {
+			t.Fatalf("after load reports chose %s, want %s", got, decodeA.ID)
+		}
+	})
+}
+
+func TestRouteExclude(t *testing.T) {
+	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
+		// Make the excluded worker the obvious choice otherwise.
+		r.ObserveLoad(decodeB.ID, &workerv1.Load{ActiveBlocks: 100})
+		for range 5 {
+			got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 8, ExcludeWorkerIds: []string{decodeA.ID}}).GetDecodeWorker().GetId()
+			if got != decodeB.ID {
+				t.Fatalf("chose %s with %s excluded", got, decodeA.ID)
+			}
+		}
+		resp := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 8, ExcludeWorkerIds: []string{prefillP.ID}})
+		if len(resp.GetPrefillWorkers()) != 0 {
+			t.Errorf("excluded prefill worker still ranked: %v", resp.GetPrefillWorkers())
+		}
+		_, err := c.route(testContext(t), &routerv1.RouteRequest{PromptTokens: 8, ExcludeWorkerIds: []string{decodeA.ID, decodeB.ID}})
+		if codeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("every decode worker excluded: %v, want unavailable", err)
+		}
+	})
+}
+
+func TestRouteNoDecodeWorker(t *testing.T) {
+	for name, ws := range map[string][]router.Worker{"none": nil, "prefill only": {prefillP}} {
+		t.Run(name, func(t *testing.T) {
+			start(t, ws, func(t *testing.T, r *router.Router, c client) {
+				resp, err := c.route(testContext(t), &routerv1.RouteRequest{PromptTokens: 8})
+				if codeOf(err) != connect.CodeUnavailable {
+					t.Fatalf("got %v, %v; want unavailable", resp, err)
+				}
+			})
+		})
+	}
+}
+
+func TestRouteExplain(t *testing.T) {
+	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
+		r.ObserveLoad(decodeA.ID, &workerv1.Load{ActiveBlocks: 7, RunningSequences: 2})
+		resp := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 32, Explain: true})
+		cands := resp.GetExplanation().GetCandidates()
+		if len(cands) != 2 {
+			t.Fatalf("%d candidates, want the 2 decode workers: %v", len(cands), cands)
+		}
+		chosen := 0
+		for _, cand := range cands {
+			id := cand.GetWorker().GetId()
+			if id == prefillP.ID {
+				t.Errorf("prefill worker among decode candidates")
+			}
+			if cand.GetChosen() {
+				chosen++
+				if id != resp.GetDecodeWorker().GetId() {
+					t.Errorf("candidate %s marked chosen, decode worker is %s", id, resp.GetDecodeWorker().GetId())
+				}
+			}
+			if id == decodeA.ID && cand.GetCost() <= 0 {
+				t.Errorf("loaded worker %s has cost %g", id, cand.GetCost())
+			}
+		}
+		if chosen != 1 {
+			t.Fatalf("%d candidates chosen, want exactly 1", chosen)
+		}
+		if resp.GetDecodeWorker().GetId() != decodeB.ID {
+			t.Errorf("chose %s, want the idle %s", resp.GetDecodeWorker().GetId(), decodeB.ID)
+		}
+		// Without explain, no explanation.
+		if e := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 32}).GetExplanation(); e != nil {
+			t.Errorf("explanation without explain: %v", e)
+		}
+	})
+}
+
+func TestRouteInvalidArgument(t *testing.T) {
+	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
+		for _, tc := range []struct {
+			req   *routerv1.RouteRequest
+			field string
+		}{
+			{&routerv1.RouteRequest{}, "prompt_tokens"},
+			{&routerv1.RouteRequest{PromptTokens: 5, BlockSize: 32}, "block_size"},
+		} {
+			_, err := c.route(testContext(t), tc.req)
+			if codeOf(err) != connect.CodeInvalidArgument {
+				t.Fatalf("%v: got %v, want invalid_argument", tc.req, err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("error %q does not name %s", err, tc.field)
+			}
+		}
+		// The workers' own block size is accepted.
+		mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 5, BlockSize: 16})
+	})
+}
