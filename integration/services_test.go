@@ -1,0 +1,175 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+)
+
+// startService runs one tandem service as its own process and returns the address
+// it logged as listening on.
+func startService(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	cmd := exec.CommandContext(ctx, tandemBin, args...)
+	cmd.Env = os.Environ()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	var logs strings.Builder
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			logs.WriteString(line + "\n")
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasSuffix(rec.Msg, "listening") {
+				select {
+				case addr <- rec.Addr:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		cancel()
+		<-logDone
+		if t.Failed() {
+			t.Logf("%v:\n%s", args, logs.String())
+		}
+	})
+	select {
+	case a := <-addr:
+		return a
+	case <-time.After(time.Minute):
+		t.Fatalf("%v did not log its address", args)
+	}
+	return ""
+}
+
+// waitHealthy polls `tandem health` until it exits 0, as a compose healthcheck does.
+func waitHealthy(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := exec.Command(tandemBin, "health", addr).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became healthy: %v %s", addr, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func listServices(t *testing.T, url string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs := grpcreflect.NewClient(h2cClient(), url, connect.WithGRPC()).NewStream(ctx)
+	defer rs.Close()
+	names, err := rs.ListServices()
+	if err != nil {
+		t.Fatalf("reflection on %s: %v", url, err)
+	}
+	var out []string
+	for _, n := range names {
+		out = append(out, string(n))
+	}
+	return out
+}
+
+// Each service runs as its own process with static discovery. Every port lists its
+// services by reflection, a long prompt is prefilled on the prefill worker and a
+// short one on the decode worker, and the response headers say which.
+func TestSeparateProcesses(t *testing.T) {
+	pre := startService(t, "prefill", "--listen", "127.0.0.1:0", "--id", "prefill-a")
+	dec := startService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-a", "--prefill-workers", pre, "--short-prefill-threshold", "32")
+	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", dec, "--prefill-workers", pre)
+	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
+	for _, a := range []string{pre, dec, rtr, fe} {
+		waitHealthy(t, a)
+	}
+	for addr, want := range map[string]string{
+		pre: "tandem.prefill.v1.PrefillService", dec: "tandem.decode.v1.DecodeService",
+		rtr: "tandem.router.v1.RouterService", fe: "tandem.frontend.v1.FrontendService",
+	} {
+		got := listServices(t, "http://"+addr)
+		for _, w := range []string{want, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+			if !slices.Contains(got, w) {
+				t.Errorf("%s lists %v, missing %s", addr, got, w)
+			}
+		}
+	}
+
+	for _, tc := range []struct {
+		prompt, path string
+	}{
+		{"Hi", "local"},
+		{strings.Repeat("The quick brown fox jumps over the lazy dog. ", 12), "remote"},
+	} {
+		body := `{"model":"tandem-tiny","max_tokens":6,"messages":[{"role":"user","content":"` + tc.prompt + `"}]}`
+		resp, err := http.Post("http://"+fe+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Tandem struct {
+				PrefillPath   string `json:"prefill_path"`
+				PrefillWorker string `json:"prefill_worker"`
+				DecodeWorker  string `json:"decode_worker"`
+			} `json:"tandem"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("status %d, decode error %v", resp.StatusCode, err)
+		}
+		if h := resp.Header.Get("x-tandem-prefill-path"); h != tc.path || out.Tandem.PrefillPath != tc.path {
+			t.Errorf("prompt of %d chars: header %q, body %q, want %s", len(tc.prompt), h, out.Tandem.PrefillPath, tc.path)
+		}
+		if out.Tandem.DecodeWorker != "decode-a" || (tc.path == "remote" && out.Tandem.PrefillWorker != "prefill-a") {
+			t.Errorf("workers %+v", out.Tandem)
+		}
+		if out.Usage.CompletionTokens != 6 {
+			t.Errorf("completion_tokens %d, want 6", out.Usage.CompletionTokens)
+		}
+	}
+}
