@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/frontend"
-	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
 	"github.com/tandem-serve/tandem/tokenizer"

@@ -8,8 +8,8 @@ import (
 	"flag"
 	"math/rand/v2"
 
-	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/discovery"
