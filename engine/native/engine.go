@@ -4,6 +4,13 @@
 // continuous batching with chunked prefill and preemption; deterministic sampling;
 // and KV export and import for disaggregated prefill.
 //
+// Semantics the interface leaves open: Request.MaxTokens 0 means no limit but the
+// context; a stream cancelled through its context ends with the context's error,
+// one closed with Close ends with io.EOF and FinishCancelled; Usage.CachedTokens of
+// an imported sequence counts the blocks it skipped (found in the local cache), not
+// the ones that arrived. A Prefill's first token is drawn at output position 0 with
+// the request's sampling, so the importer's decoding continues at position 1.
+//
 // One scheduler goroutine runs every forward pass. Callers talk to it through
 // queues; the block pool (kvcache.Pool) is shared and locked, so imports and exports
 // move blocks without waiting for a step.

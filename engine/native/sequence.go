@@ -163,7 +163,8 @@ func (st *stream) Usage() engine.Usage {
 	return o.usage
 }
 
-// Close cancels the sequence and returns once its blocks are back in the pool.
+// Close cancels the sequence and returns once its blocks are back in the pool: at
+// the end of the forward pass in flight, if the sequence is in it.
 func (st *stream) Close() {
 	st.e.cancel(st.seq, nil)
 	st.e.awaitRelease(st.seq)
