@@ -216,8 +216,10 @@ func (e *Engine) submit(ctx context.Context, s *sequence) error {
 	e.nextArrival++
 	s.arrival = e.nextArrival
 	e.incoming = append(e.incoming, s)
-	e.mu.Unlock()
+	// Under the lock: the scheduler reads stopCtx once it has taken s, and a cancel
+	// (which needs the lock) cannot be queued before s arrives.
 	s.stopCtx = context.AfterFunc(ctx, func() { e.cancel(s, ctx.Err()) })
+	e.mu.Unlock()
 	e.kick()
 	return nil
 }
