@@ -3,6 +3,15 @@
 // template, tokenize, hand the tokens to the Backend (router + decode worker),
 // detokenize the stream without splitting characters, and cut it at stop strings.
 //
+// Every generation response says how its prompt was prefilled, in the header
+// X-Tandem-Prefill-Path (local, remote, fallback; "unknown" if the backend did not
+// say) and, on the non-streamed body and the first streamed chunk, in an extension
+// field OpenAI clients ignore:
+//
+//	"tandem": {"prefill_path": "remote", "prefill_reason": "above_threshold",
+//	           "prefill_detail": "...", "decode_worker": "decode-1",
+//	           "prefill_worker": "prefill-7", "route_reason": "..."}
+//
 // The package opens no listeners and reads no flags; services/ mounts HTTPHandler
 // and ConnectHandler on its port.
 package frontend
