@@ -50,7 +50,7 @@ func TestPathsGiveIdenticalTokens(t *testing.T) {
 	pf := &staticPrefillers{}
 	pnode := startPrefill(t, newNative(t), "p0")
 	pf.add("p0", pnode.client)
-	remote := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 30*time.Second)
+	remote := startDecode(t, newNative(t), pf, alwaysRemote, 30*time.Second, time.Minute)
 
 	for i, n := range []int{3, 17, 40, 100, 257} {
 		for _, s := range []struct {

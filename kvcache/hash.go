@@ -30,7 +30,7 @@ func AppendHashes(dst []uint64, parent uint64, tokens []uint32, blockSize int) [
 	}
 	buf := make([]byte, 4*blockSize)
 	var pair [16]byte
-	first := parent == 0 && len(dst) == 0
+	first := parent == 0
 	for start := 0; start+blockSize <= len(tokens); start += blockSize {
 		for i, t := range tokens[start : start+blockSize] {
 			binary.LittleEndian.PutUint32(buf[4*i:], t)

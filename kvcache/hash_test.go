@@ -126,3 +126,14 @@ func TestAppendHashesContinues(t *testing.T) {
 		t.Errorf("AppendHashes(nil, 0) = %x, want %x", got, whole)
 	}
 }
+
+// Hashes appended after unrelated ones are those of the prompt alone: what is
+// already in dst must not change the chain.
+func TestAppendHashesIgnoresExistingDst(t *testing.T) {
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	got := kvcache.AppendHashes([]uint64{42}, 0, toks, 4)
+	want := append([]uint64{42}, kvcache.HashBlocks(toks, 4)...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("AppendHashes onto [42] = %x, want %x", got, want)
+	}
+}

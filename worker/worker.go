@@ -5,6 +5,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,6 +26,8 @@ type Service struct {
 	eng         engine.Engine
 	// Heartbeat is the longest gap between WatchEvents messages.
 	Heartbeat time.Duration
+	stopping  chan struct{}
+	stopOnce  sync.Once
 }
 
 var _ workerv1connect.WorkerServiceHandler = (*Service)(nil)
@@ -32,8 +35,13 @@ var _ workerv1connect.WorkerServiceHandler = (*Service)(nil)
 // New returns the service for the worker id running eng in mode. incarnation must
 // change whenever the engine's cache starts over (a new process).
 func New(id, incarnation string, mode workerv1.WorkerMode, version string, eng engine.Engine) *Service {
-	return &Service{id: id, incarnation: incarnation, mode: mode, version: version, eng: eng, Heartbeat: time.Second}
+	return &Service{id: id, incarnation: incarnation, mode: mode, version: version, eng: eng, Heartbeat: time.Second, stopping: make(chan struct{})}
 }
+
+// Stop ends every WatchEvents stream, so that a draining worker's subscribers
+// (which would otherwise never hang up) do not hold its shutdown for the whole grace
+// period. They see the stream end and the worker leave.
+func (s *Service) Stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
 // WorkerInfo is this worker's identity as the protos carry it.
 func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
@@ -82,6 +90,8 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 		}
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
 			return nil
 		case <-changed:
 		case <-tick.C:

@@ -53,6 +53,9 @@ type Engine struct {
 	pool   *kvcache.Pool
 
 	compute sync.Mutex // one prefill at a time, as on one device
+	// closing ends every running sequence when the engine closes.
+	closing context.Context
+	close   context.CancelFunc
 
 	mu            sync.Mutex
 	closed        bool
@@ -69,7 +72,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("sim: block size, blocks, vocab and context must be positive")
 	}
 	const layers, heads, dim = 1, 1, 8
+	closing, closeFn := context.WithCancelCause(context.Background())
 	return &Engine{
+		closing: closing, close: func() { closeFn(engine.ErrClosed) },
 		cfg: cfg,
 		layout: engine.Layout{
 			Layers: layers, KVHeads: heads, HeadDim: dim, BlockSize: cfg.BlockSize, Dtype: "f32",
@@ -113,10 +118,12 @@ func (e *Engine) Stats() engine.Stats {
 	}
 }
 
+// Close ends every running sequence with ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.closed = true
+	e.mu.Unlock()
+	e.close()
 	return nil
 }
 
@@ -294,13 +301,13 @@ func (e *Engine) newStream(req engine.Request, sb *seqBlocks) *stream {
 // run prefills (unless first is given, from an import) and decodes until a stop
 // token, max tokens, the context's end, or cancellation.
 func (s *stream) run(parent context.Context, prefill func(context.Context) error, first *uint32) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	ctx, cancel := context.WithCancel(parent)
 	s.cancel = cancel
 	close(s.started)
 	defer close(s.done)
 	defer s.e.pool.Release(s.blocks.ids)
-	stopParent := context.AfterFunc(parent, cancel)
-	defer stopParent()
+	stopClose := context.AfterFunc(s.e.closing, cancel)
+	defer stopClose()
 	s.e.mu.Lock()
 	s.e.running++
 	s.e.mu.Unlock()
@@ -311,7 +318,7 @@ func (s *stream) run(parent context.Context, prefill func(context.Context) error
 	}()
 	if prefill != nil {
 		if err := prefill(ctx); err != nil {
-			s.finish, s.err = engine.FinishCancelled, err
+			s.finish, s.err = engine.FinishCancelled, s.cause(err)
 			return
 		}
 	}
@@ -327,7 +334,7 @@ func (s *stream) run(parent context.Context, prefill func(context.Context) error
 		} else {
 			if k > 0 {
 				if err := s.e.sleep(ctx, s.e.decodeStepMS()); err != nil {
-					s.finish, s.err = engine.FinishCancelled, err
+					s.finish, s.err = engine.FinishCancelled, s.cause(err)
 					return
 				}
 			}
@@ -343,10 +350,18 @@ func (s *stream) run(parent context.Context, prefill func(context.Context) error
 		case s.out <- tok:
 			s.usage.CompletionTokens++
 		case <-ctx.Done():
-			s.finish, s.err = engine.FinishCancelled, ctx.Err()
+			s.finish, s.err = engine.FinishCancelled, s.cause(ctx.Err())
 			return
 		}
 	}
+}
+
+// cause reports ErrClosed for a sequence the engine's Close ended.
+func (s *stream) cause(err error) error {
+	if s.e.closing.Err() != nil {
+		return engine.ErrClosed
+	}
+	return err
 }
 
 func (s *stream) Next(ctx context.Context) (uint32, error) {

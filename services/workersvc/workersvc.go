@@ -79,6 +79,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) 
 		_ = eng.Close()
 		return nil, err
 	}
+	srv.OnDrain(ws.Stop)
 	return &Service{ID: id, Mode: mode, srv: srv, eng: eng, worker: ws, tracker: tracker, prefill: pf, prefillAddrs: cfg.PrefillWorkers}, nil
 }
 
