@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+)
+
+// Report is one run's results: the whole run and each request class.
+type Report struct {
+	// Label names the run in a sweep or a comparison ("rate=2", "threshold").
+	Label       string    `json:"label,omitempty"`
+	Workload    string    `json:"workload"`
+	Concurrency int       `json:"concurrency,omitempty"`
+	Rate        float64   `json:"rate,omitempty"`
+	Seed        uint64    `json:"seed"`
+	WarmupS     float64   `json:"warmup_s"`
+	SLO         string    `json:"slo,omitempty"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	Overall     Summary   `json:"overall"`
+	Classes     []Summary `json:"classes"`
+	// Requests holds every request, warm-up ones included (marked).
+	Requests []Record `json:"requests,omitempty"`
+	// Results are the raw measurements Requests is made from.
+	Results []Result `json:"-"`
+}
+
+// Record is one request in the JSON output, in milliseconds.
+type Record struct {
+	Class        string    `json:"class"`
+	StartS       float64   `json:"start_s"`
+	TTFTMS       float64   `json:"ttft_ms"`
+	TPOTMS       *float64  `json:"tpot_ms,omitempty"`
+	E2EMS        float64   `json:"e2e_ms"`
+	ITLMS        []float64 `json:"itl_ms,omitempty"`
+	PromptTokens int       `json:"prompt_tokens"`
+	OutputTokens int       `json:"output_tokens"`
+	PrefillPath  string    `json:"prefill_path,omitempty"`
+	Error        string    `json:"error,omitempty"`
+	Aborted      bool      `json:"aborted,omitempty"`
+	Warmup       bool      `json:"warmup,omitempty"`
+}
+
+// summarize fills Overall, Classes and Requests from Results. order lists the
+// classes in the workload's own order; others follow in natural order.
+func (r *Report) summarize(slo SLO, window time.Duration, order []string) {
+	r.Overall = Summarize("all", r.Results, window, slo)
+	byClass := map[string][]Result{}
+	for _, res := range r.Results {
+		byClass[res.Class] = append(byClass[res.Class], res)
+	}
+	names := slices.SortedFunc(maps.Keys(byClass), func(a, b string) int {
+		ia, ib := slices.Index(order, a), slices.Index(order, b)
+		switch {
+		case ia >= 0 && ib >= 0:
+			return ia - ib
+		case ia >= 0:
+			return -1
+		case ib >= 0:
+			return 1
+		}
+		return naturalCompare(a, b)
+	})
+	r.Classes = nil
+	for _, n := range names {
+		r.Classes = append(r.Classes, Summarize(n, byClass[n], window, slo))
+	}
+	r.Requests = make([]Record, len(r.Results))
+	for i, res := range r.Results {
+		rec := Record{
+			Class: res.Class, StartS: res.Start.Seconds(), TTFTMS: ms(res.TTFT), E2EMS: ms(res.E2E),
+			PromptTokens: res.PromptTokens, OutputTokens: res.OutputTokens, PrefillPath: res.PrefillPath,
+			Error: res.Err, Aborted: res.Aborted, Warmup: res.Warmup,
+		}
+		if t, ok := res.TPOT(); ok && res.OK() {
+			v := ms(t)
+			rec.TPOTMS = &v
+		}
+		for _, g := range res.ITL {
+			rec.ITLMS = append(rec.ITLMS, ms(g))
+		}
+		r.Requests[i] = rec
+	}
+}
+
+// naturalCompare orders strings with their digit runs compared as numbers, so
+// turn-2 comes before turn-10.
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := unicode.IsDigit(rune(a[0])), unicode.IsDigit(rune(b[0]))
+		if da && db {
+			na, ra := leadingNumber(a)
+			nb, rb := leadingNumber(b)
+			if na != nb {
+				if na < nb {
+					return -1
+				}
+				return 1
+			}
+			a, b = ra, rb
+			continue
+		}
+		if a[0] != b[0] {
+			return int(a[0]) - int(b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) - len(b)
+}
+
+func leadingNumber(s string) (uint64, string) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	n, _ := strconv.ParseUint(s[:i], 10, 64)
+	return n, s[i:]
+}
+
+// WriteTable writes the report as two tables a human reads: outcomes and
+// throughput per class, then latency percentiles per class.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := r.Workload
+	if r.Label != "" {
+		head = r.Label + ": " + head
+	}
+	arrival := fmt.Sprintf("concurrency %d", r.Concurrency)
+	if r.Rate > 0 {
+		arrival = fmt.Sprintf("Poisson rate %g/s", r.Rate)
+		if r.Concurrency > 0 {
+			arrival += fmt.Sprintf(", at most %d in flight", r.Concurrency)
+		}
+	}
+	fmt.Fprintf(w, "== %s\n%s, seed %d, warm-up %gs, measured %.1fs", head, arrival, r.Seed, r.WarmupS, r.Overall.DurationS)
+	if r.Interrupted {
+		fmt.Fprint(w, " (interrupted)")
+	}
+	fmt.Fprintln(w)
+	good := ""
+	if r.SLO != "" {
+		good = "good/s (" + r.SLO + ")\t"
+	}
+	fmt.Fprintf(tw, "class\tsent\tok\tfailed\taborted\tin tok\tout tok\treq/s\tout tok/s\t%sprefill paths\t\n", good)
+	for _, s := range append([]Summary{r.Overall}, r.Classes...) {
+		g := ""
+		if s.Goodput != nil {
+			g = fmt.Sprintf("%.3f (%d)\t", *s.Goodput, *s.GoodRequests)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.1f\t%s%s\t\n", s.Class, s.Requests, s.Completed, s.Failed, s.Aborted,
+			s.InputTokens, s.OutputTokens, s.RequestThroughput, s.OutputThroughput, g, paths(s.PrefillPaths))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(tw, "class\tms\tmean\tp50\tp90\tp99\tn\t\n")
+	for _, s := range append([]Summary{r.Overall}, r.Classes...) {
+		for i, m := range []struct {
+			name string
+			d    Dist
+		}{{"TTFT", s.TTFT}, {"TPOT", s.TPOT}, {"ITL", s.ITL}, {"E2E", s.E2E}} {
+			c := ""
+			if i == 0 {
+				c = s.Class
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", c, m.name, m.d.Mean, m.d.P50, m.d.P90, m.d.P99, m.d.N)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Overall.Errors) > 0 {
+		fmt.Fprintln(w, "errors:")
+		for _, e := range slices.Sorted(maps.Keys(r.Overall.Errors)) {
+			fmt.Fprintf(w, "  %d x %s\n", r.Overall.Errors[e], e)
+		}
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+func paths(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}

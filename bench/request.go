@@ -1,0 +1,92 @@
+// Package bench is tandem's serving benchmark: workloads, arrival processes, a
+// streaming client for any OpenAI-compatible server, and the statistics
+// `vllm bench serve` reports (TTFT, TPOT, ITL, E2E, throughput, goodput), per run and
+// per request class. It reads no flags; cmd/tandem's bench command wires it up.
+//
+// The metrics follow vLLM's definitions exactly, with one deliberate difference
+// spelled out: TTFT ends at the first chunk that carries content (vLLM stops the
+// clock at the first chunk with a choices array, which for chat is the role-only
+// chunk a server may send before prefill finishes), and ITL gaps are between
+// content chunks. TPOT is (E2E - TTFT) / (output tokens - 1), per request, the
+// figure AIPerf calls "ITL".
+package bench
+
+import (
+	"time"
+)
+
+// Message is one turn of a chat.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Request is one generation a workload asks for.
+type Request struct {
+	// Class names the kind of request ("64/32", "turn-2", ...); statistics are
+	// reported per class as well as for the whole run.
+	Class string
+	// Prompt is the text for /v1/completions; for chat it becomes one user message
+	// when Messages is empty.
+	Prompt string
+	// Messages is the conversation for /v1/chat/completions; for completions it is
+	// flattened to text.
+	Messages []Message
+	// MaxTokens is the output budget. The benchmark never sets ignore_eos: a request
+	// may end early, and the tokens that arrive are what is counted.
+	MaxTokens int
+	// PromptTokens is the prompt's length in cl100k tokens as built, or 0 when the
+	// workload did not count it (the server's usage is recorded separately).
+	PromptTokens int
+
+	// conv is the multi-turn conversation this request continues, if any.
+	conv *conversation
+}
+
+// Result is what one request measured. Times are from the moment the request was
+// sent.
+type Result struct {
+	Class string
+	// Start is when the request was sent, from the start of the run.
+	Start time.Duration
+	// TTFT is the time to the first chunk that carried content.
+	TTFT time.Duration
+	// ITL holds every gap between consecutive content chunks.
+	ITL []time.Duration
+	// E2E is the time to the end of the stream.
+	E2E time.Duration
+	// OutputTokens comes from the server's usage when it sent one, else from
+	// tokenizing what arrived (UsageReported says which).
+	OutputTokens  int
+	PromptTokens  int
+	UsageReported bool
+	// Chunks counts the content chunks received.
+	Chunks int
+	// PrefillPath is the x-tandem-prefill-path header (or the body's extension
+	// field); "" when the server did not say.
+	PrefillPath string
+	// Err is why the request failed; "" for success.
+	Err string
+	// Aborted marks a request cut short because the run was stopped; it is neither
+	// a success nor a failure.
+	Aborted bool
+	// Warmup marks a request sent during the warm-up period; it is not counted.
+	Warmup bool
+
+	// text is the generated text, for workloads that continue a conversation.
+	text string
+}
+
+// OK reports whether the request succeeded.
+func (r *Result) OK() bool { return r.Err == "" && !r.Aborted }
+
+// TPOT is (E2E - TTFT) / (output tokens - 1), vLLM's time per output token after
+// the first. ok is false for a request with fewer than two output tokens, which has
+// no TPOT (vLLM leaves it out of the TPOT statistics and counts it as 0 for
+// goodput).
+func (r *Result) TPOT() (tpot time.Duration, ok bool) {
+	if r.OutputTokens < 2 {
+		return 0, false
+	}
+	return (r.E2E - r.TTFT) / time.Duration(r.OutputTokens-1), true
+}
