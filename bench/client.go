@@ -180,8 +180,11 @@ type chunk struct {
 		} `json:"delta"`
 	} `json:"choices"`
 	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 	Error *struct {
 		Message string `json:"message"`
@@ -281,6 +284,9 @@ func (c *Client) readStream(body io.Reader, start time.Time, res *Result) {
 				res.UsageReported = true
 				res.OutputTokens = ch.Usage.CompletionTokens
 				res.PromptTokens = ch.Usage.PromptTokens
+				if d := ch.Usage.PromptTokensDetails; d != nil {
+					res.CachedTokens = d.CachedTokens
+				}
 			}
 			if s := ch.content(); s != "" {
 				if res.Chunks == 0 {

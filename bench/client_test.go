@@ -78,7 +78,7 @@ func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	send(`{"choices":[{"index":0,"delta":{},"text":"","finish_reason":"length"}]}`)
 	if !s.noUsage {
-		send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":%d,"total_tokens":%d}}`, len(s.pieces)+1, len(s.pieces)+8))
+		send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":3}}}`, len(s.pieces)+1, len(s.pieces)+8))
 	}
 	if !s.noDone {
 		send("[DONE]")
@@ -118,7 +118,7 @@ func TestClientMeasuresAChatStream(t *testing.T) {
 		t.Errorf("E2E %v is shorter than TTFT plus the gaps, %v", res.E2E, sum)
 	}
 	// Usage wins over counting: the server says 5 tokens for 4 chunks.
-	if !res.UsageReported || res.OutputTokens != 5 || res.PromptTokens != 7 {
+	if !res.UsageReported || res.OutputTokens != 5 || res.PromptTokens != 7 || res.CachedTokens != 3 {
 		t.Errorf("tokens: output %d prompt %d usage %v; want 5, 7, true", res.OutputTokens, res.PromptTokens, res.UsageReported)
 	}
 	if res.PrefillPath != "remote" || res.Class != "x" {

@@ -41,6 +41,7 @@ type Record struct {
 	E2EMS        float64   `json:"e2e_ms"`
 	ITLMS        []float64 `json:"itl_ms,omitempty"`
 	PromptTokens int       `json:"prompt_tokens"`
+	CachedTokens int       `json:"cached_tokens,omitempty"`
 	OutputTokens int       `json:"output_tokens"`
 	PrefillPath  string    `json:"prefill_path,omitempty"`
 	Error        string    `json:"error,omitempty"`
@@ -76,7 +77,7 @@ func (r *Report) summarize(slo SLO, window time.Duration, order []string) {
 	for i, res := range r.Results {
 		rec := Record{
 			Class: res.Class, StartS: res.Start.Seconds(), TTFTMS: ms(res.TTFT), E2EMS: ms(res.E2E),
-			PromptTokens: res.PromptTokens, OutputTokens: res.OutputTokens, PrefillPath: res.PrefillPath,
+			PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, OutputTokens: res.OutputTokens, PrefillPath: res.PrefillPath,
 			Error: res.Err, Aborted: res.Aborted, Warmup: res.Warmup,
 		}
 		if t, ok := res.TPOT(); ok && res.OK() {
@@ -148,14 +149,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.SLO != "" {
 		good = "good/s (" + r.SLO + ")\t"
 	}
-	fmt.Fprintf(tw, "class\tsent\tok\tfailed\taborted\tin tok\tout tok\treq/s\tout tok/s\t%sprefill paths\t\n", good)
+	fmt.Fprintf(tw, "class\tsent\tok\tfailed\taborted\tin tok\tcached\tout tok\treq/s\tout tok/s\t%sprefill paths\t\n", good)
 	for _, s := range append([]Summary{r.Overall}, r.Classes...) {
 		g := ""
 		if s.Goodput != nil {
 			g = fmt.Sprintf("%.3f (%d)\t", *s.Goodput, *s.GoodRequests)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.1f\t%s%s\t\n", s.Class, s.Requests, s.Completed, s.Failed, s.Aborted,
-			s.InputTokens, s.OutputTokens, s.RequestThroughput, s.OutputThroughput, g, paths(s.PrefillPaths))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.1f\t%s%s\t\n", s.Class, s.Requests, s.Completed, s.Failed, s.Aborted,
+			s.InputTokens, s.CachedTokens, s.OutputTokens, s.RequestThroughput, s.OutputThroughput, g, paths(s.PrefillPaths))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -196,4 +197,52 @@ func paths(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// WriteComparison writes one row per run and class, so that runs of a sweep or a
+// comparison can be read side by side. Latencies are in milliseconds.
+func WriteComparison(w io.Writer, runs []*Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "run\tclass\tok\tfailed\treq/s\tout tok/s\tgood/s\t"+
+		"TTFT mean\tTTFT p50\tTTFT p99\tTPOT mean\tTPOT p50\tTPOT p99\tITL p50\tITL p99\tE2E p50\tE2E p99\tprefill paths\t\n")
+	for _, r := range runs {
+		for i, s := range append([]Summary{r.Overall}, r.Classes...) {
+			label := ""
+			if i == 0 {
+				label = r.Label
+			}
+			g := "-"
+			if s.Goodput != nil {
+				g = fmt.Sprintf("%.3f", *s.Goodput)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.1f\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+				label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g,
+				s.TTFT.Mean, s.TTFT.P50, s.TTFT.P99, s.TPOT.Mean, s.TPOT.P50, s.TPOT.P99,
+				s.ITL.P50, s.ITL.P99, s.E2E.P50, s.E2E.P99, paths(s.PrefillPaths))
+		}
+	}
+	return tw.Flush()
+}
+
+// WriteMarkdown writes the same rows as WriteComparison as a Markdown table, for
+// docs/BENCHMARKS.md.
+func WriteMarkdown(w io.Writer, runs []*Report) error {
+	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | TTFT mean | TTFT p50 | TTFT p99 | TPOT mean | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | prefill paths |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	for _, r := range runs {
+		for _, s := range append([]Summary{r.Overall}, r.Classes...) {
+			g := "-"
+			if s.Goodput != nil {
+				g = fmt.Sprintf("%.3f", *s.Goodput)
+			}
+			_, err := fmt.Fprintf(w, "| %s | %s | %d | %d | %.3f | %.1f | %s | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %s |\n",
+				r.Label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g,
+				s.TTFT.Mean, s.TTFT.P50, s.TTFT.P99, s.TPOT.Mean, s.TPOT.P50, s.TPOT.P99,
+				s.ITL.P50, s.ITL.P99, s.E2E.P50, s.E2E.P99, paths(s.PrefillPaths))
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -60,6 +60,9 @@ type Result struct {
 	OutputTokens  int
 	PromptTokens  int
 	UsageReported bool
+	// CachedTokens is the usage's prompt_tokens_details.cached_tokens: prompt
+	// tokens the server had in its prefix cache.
+	CachedTokens int
 	// Chunks counts the content chunks received.
 	Chunks int
 	// PrefillPath is the x-tandem-prefill-path header (or the body's extension

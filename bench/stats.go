@@ -141,6 +141,8 @@ type Summary struct {
 	// InputTokens and OutputTokens total the completed requests.
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+	// CachedTokens totals the prompt tokens the server reported as cached.
+	CachedTokens int `json:"cached_tokens"`
 	// RequestThroughput is completed requests per second; OutputThroughput is
 	// output tokens per second; TotalTokenThroughput adds the prompt tokens.
 	RequestThroughput    float64 `json:"request_throughput"`
@@ -188,6 +190,7 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 		s.Completed++
 		s.InputTokens += r.PromptTokens
 		s.OutputTokens += r.OutputTokens
+		s.CachedTokens += r.CachedTokens
 		ttft = append(ttft, ms(r.TTFT))
 		e2e = append(e2e, ms(r.E2E))
 		if t, ok := r.TPOT(); ok {

@@ -114,7 +114,10 @@ func (m *Mixed) Name() string {
 	}
 	parts := make([]string, len(m.classes))
 	for i, c := range m.classes {
-		parts[i] = fmt.Sprintf("%s=%.3g:%d/%d", c.Name, c.Weight/m.total, c.ISL, c.OSL)
+		parts[i] = fmt.Sprintf("%.3g:%d/%d", c.Weight/m.total, c.ISL, c.OSL)
+		if c.Name != fmt.Sprintf("%d/%d", c.ISL, c.OSL) {
+			parts[i] = c.Name + "=" + parts[i]
+		}
 	}
 	return "mixed " + strings.Join(parts, ",")
 }
