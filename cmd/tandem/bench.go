@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tandem-serve/tandem/bench"
+	"github.com/tandem-serve/tandem/bench/plot"
 )
 
 // benchOptions are tandem bench's flags, shared by bench compare.
@@ -266,7 +267,7 @@ func (o *benchOptions) writeOutputs(runs []*bench.Report, args []string, stderr 
 		}
 	}
 	if o.plotsDir != "" {
-		files, err := writePlots(o.plotsDir, runs)
+		files, err := plot.Reports(o.plotsDir, runs)
 		errs = append(errs, err)
 		for _, f := range files {
 			fmt.Fprintf(stderr, "bench: wrote %s\n", f)
@@ -296,10 +297,6 @@ func writeBenchJSON(path string, runs []*bench.Report, args []string, perRequest
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-func writePlots(string, []*bench.Report) ([]string, error) {
-	return nil, errors.New("bench: --plots is not built yet")
 }
 
 func runBenchCompare(context.Context, []string, func(string) string, io.Writer, io.Writer) error {
