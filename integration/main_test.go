@@ -87,6 +87,7 @@ func startUp(t *testing.T, args ...string) (*proc, string) {
 	case url := <-ready:
 		return p, url
 	case err := <-p.done:
+		p.done <- err // for the cleanup
 		t.Fatalf("tandem up exited before ready: %v\n%s", err, p.logs())
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("tandem up not ready after 2 minutes\n%s", p.logs())

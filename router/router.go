@@ -1,15 +1,13 @@
 // Package router picks the decode worker for each request and ranks the prefill
-// workers it may use. It is fed worker membership by discovery and worker load by
-// the workers' event streams; it opens no connections itself.
+// workers it may use. Its KV index is built from the workers' own event streams;
+// its candidates come from discovery. It opens no connections itself.
 package router
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -25,144 +23,188 @@ type Worker struct {
 	ID      string
 	Address string
 	Mode    workerv1.WorkerMode
+	// Policy is a decode worker's prefill policy ("threshold", "cost",
+	// "always-local", "always-remote"); it decides the worker's gating classes.
+	Policy string
+	// TotalBlocks bounds what the index keeps for the worker.
+	TotalBlocks int
 }
 
-// Membership lists the healthy workers now.
-type Membership interface {
-	Workers() []Worker
+// PrefillsLocally: an aggregated worker, or a decode worker that may prefill itself.
+func (w Worker) PrefillsLocally() bool {
+	return w.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED ||
+		(w.Mode == workerv1.WorkerMode_WORKER_MODE_DECODE && w.Policy != "always-remote")
 }
 
-// Config holds the routing parameters.
+// Disaggregates: a decode worker that may hand prefill to a prefill worker.
+func (w Worker) Disaggregates() bool {
+	return w.Mode == workerv1.WorkerMode_WORKER_MODE_DECODE && w.Policy != "always-local"
+}
+
+func (w Worker) decodes() bool {
+	return w.Mode == workerv1.WorkerMode_WORKER_MODE_DECODE || w.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED
+}
+
+// Config is the router's fixed configuration.
 type Config struct {
 	BlockSize int
+	Params    Params
+}
+
+// state is what the router knows of one worker.
+type state struct {
+	w           Worker
+	ref         workerRef
+	load        *workerv1.Load
+	incarnation string
+	lastEvent   uint64
+	synced      bool // a snapshot has been applied
+	// pendingBlocks were routed here since the worker's last load report, so a
+	// burst between reports does not all land on one worker.
+	pendingBlocks int
 }
 
 // Router implements RouterService.
 type Router struct {
 	cfg     Config
-	members Membership
-	rng     *rand.Rand
+	metrics *metrics
 
-	mu      sync.Mutex
-	load    map[string]*workerv1.Load
-	pending map[string]int // requests routed since the worker's last load report
-
-	routed *prometheus.CounterVec
+	mu        sync.Mutex
+	params    Params
+	rng       *rand.Rand
+	ix        *Index
+	workers   map[string]*state
+	threshold int // the adaptive ISL threshold in force
+	evidence  int // signed count of consecutive adaptive signals
+	scratch   []int32
 }
 
 var _ routerv1connect.RouterServiceHandler = (*Router)(nil)
 
-// New returns a router over members. rng breaks ties; pass a seeded one in tests.
-func New(cfg Config, members Membership, rng *rand.Rand, reg prometheus.Registerer) *Router {
+// New returns a router. rng breaks ties and samples the softmax; pass a seeded one
+// in tests.
+func New(cfg Config, rng *rand.Rand, reg prometheus.Registerer) (*Router, error) {
+	if cfg.BlockSize <= 0 {
+		return nil, errors.New("router: BlockSize must be positive")
+	}
+	if err := cfg.Params.Validate(); err != nil {
+		return nil, err
+	}
 	r := &Router{
-		cfg: cfg, members: members, rng: rng,
-		load: map[string]*workerv1.Load{}, pending: map[string]int{},
-		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tandem_router_routed_total", Help: "Requests routed, by decode worker.",
-		}, []string{"worker"}),
+		cfg: cfg, metrics: newMetrics(reg), params: cfg.Params, rng: rng,
+		ix: NewIndex(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
 	}
-	reg.MustRegister(r.routed)
-	return r
+	r.metrics.threshold.Set(float64(r.threshold))
+	return r, nil
 }
 
-// ObserveLoad records a worker's reported load.
-func (r *Router) ObserveLoad(workerID string, l *workerv1.Load) {
+// Params are the routing parameters in force.
+func (r *Router) Params() Params {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.load[workerID] = l
-	r.pending[workerID] = 0
+	return r.params
 }
 
-// Forget drops what the router knows of a worker that left.
-func (r *Router) Forget(workerID string) {
+// SetParams replaces the routing parameters, if valid, from the next request on.
+func (r *Router) SetParams(p Params) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.load, workerID)
-	delete(r.pending, workerID)
+	r.params, r.threshold, r.evidence = p, p.ISLThreshold, 0
+	r.metrics.threshold.Set(float64(r.threshold))
+	return nil
 }
 
-func canDecode(m workerv1.WorkerMode) bool {
-	return m == workerv1.WorkerMode_WORKER_MODE_DECODE || m == workerv1.WorkerMode_WORKER_MODE_AGGREGATED
-}
+// ErrResync says the router's view of a worker can no longer be trusted (an event
+// gap, events before a snapshot, an over-full report): the caller must resubscribe,
+// which brings a fresh snapshot.
+var ErrResync = errors.New("router: worker's events need a fresh snapshot")
 
-// Route picks the least-loaded decode worker, counting the requests it has sent
-// there since the worker last reported, so a burst does not all land on one.
-func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteRequest]) (*connect.Response[routerv1.RouteResponse], error) {
-	m := req.Msg
-	if m.GetPromptTokens() == 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_tokens: must be positive"))
-	}
-	if bs := m.GetBlockSize(); bs != 0 && r.cfg.BlockSize != 0 && int(bs) != r.cfg.BlockSize {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d, the workers use %d", bs, r.cfg.BlockSize))
-	}
-	workers := r.members.Workers()
+// Update applies one message of a worker's event stream. On ErrResync the worker's
+// entries are already dropped; they return with the next snapshot.
+func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var (
-		best     []Worker
-		bestCost = -1.0
-		resp     = &routerv1.RouteResponse{}
-		expl     = &routerv1.Explanation{GateClass: "all"}
-		prefills []*routerv1.RankedWorker
-		n        int
-	)
-	for _, w := range workers {
-		if slices.Contains(m.GetExcludeWorkerIds(), w.ID) {
-			continue
+	st := r.workers[w.ID]
+	if st == nil {
+		limit := w.TotalBlocks
+		if limit <= 0 {
+			limit = 1 << 20
 		}
-		l := r.load[w.ID]
-		if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL {
-			prefills = append(prefills, &routerv1.RankedWorker{
-				Worker: proto(w), QueuedTokens: l.GetWaitingTokens(), Cost: float64(l.GetWaitingTokens()),
-			})
-			continue
+		st = &state{w: w, ref: r.ix.Add(limit)}
+		r.workers[w.ID] = st
+	}
+	st.w = w
+	if l := msg.GetLoad(); l != nil {
+		st.load, st.pendingBlocks = l, 0
+	}
+	resync := func(reason string) error {
+		r.ix.Clear(st.ref)
+		st.synced = false
+		r.metrics.resyncs.WithLabelValues(reason).Inc()
+		r.metrics.indexBlocks.Set(float64(r.ix.Blocks()))
+		return fmt.Errorf("%w: worker %s: %s", ErrResync, w.ID, reason)
+	}
+	if snap := msg.GetSnapshot(); snap != nil {
+		r.ix.Clear(st.ref)
+		if err := r.ix.Store(st.ref, snap.GetBlockHashes()); err != nil {
+			return resync("over_limit")
 		}
-		if !canDecode(w.Mode) {
-			continue
+		st.incarnation, st.lastEvent, st.synced = msg.GetIncarnation(), snap.GetLastEventId(), true
+	} else if !st.synced {
+		if len(msg.GetEvents()) > 0 {
+			return resync("no_snapshot")
 		}
-		n++
-		cost := float64(l.GetActiveBlocks()) + float64(l.GetRunningSequences()+l.GetWaitingSequences()) + float64(r.pending[w.ID])
-		if m.GetExplain() {
-			expl.Candidates = append(expl.Candidates, &routerv1.CandidateCost{
-				Worker: proto(w), DecodeTerm: float64(l.GetActiveBlocks()),
-				QueueTerm: float64(l.GetRunningSequences()+l.GetWaitingSequences()) + float64(r.pending[w.ID]), Cost: cost,
-			})
+	} else if msg.GetIncarnation() != st.incarnation {
+		return resync("incarnation_changed")
+	}
+	for _, ev := range msg.GetEvents() {
+		if ev.GetId() != st.lastEvent+1 {
+			return resync("event_gap")
 		}
-		switch {
-		case bestCost < 0 || cost < bestCost:
-			best, bestCost = []Worker{w}, cost
-		case cost == bestCost:
-			best = append(best, w)
+		st.lastEvent = ev.GetId()
+		r.metrics.events.Inc()
+		switch k := ev.GetKind().(type) {
+		case *workerv1.KVEvent_Stored:
+			if err := r.ix.Store(st.ref, k.Stored.GetBlockHashes()); err != nil {
+				return resync("over_limit")
+			}
+		case *workerv1.KVEvent_Removed:
+			r.ix.Evict(st.ref, k.Removed.GetBlockHashes())
+		case *workerv1.KVEvent_Cleared:
+			r.ix.Clear(st.ref)
 		}
 	}
-	if len(best) == 0 {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
-	}
-	chosen := best[r.rng.IntN(len(best))]
-	r.pending[chosen.ID]++
-	r.routed.WithLabelValues(chosen.ID).Inc()
-	slices.SortStableFunc(prefills, func(a, b *routerv1.RankedWorker) int { return cmp.Compare(a.QueuedTokens, b.QueuedTokens) })
-	resp.DecodeWorker = proto(chosen)
-	resp.PrefillWorkers = prefills
-	resp.Reason = fmt.Sprintf("least loaded of %d decode workers (cost %.0f, %d tied)", n, bestCost, len(best))
-	if m.GetExplain() {
-		for _, c := range expl.Candidates {
-			c.Chosen = c.Worker.GetId() == chosen.ID
-		}
-		resp.Explanation = expl
-	}
-	return connect.NewResponse(resp), nil
+	r.metrics.indexBlocks.Set(float64(r.ix.Blocks()))
+	return nil
 }
 
-// ListWorkers returns the workers discovery knows now.
+// Leave drops a worker that left discovery, and its index entries.
+func (r *Router) Leave(w Worker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st := r.workers[w.ID]; st != nil {
+		r.ix.Remove(st.ref)
+		delete(r.workers, w.ID)
+		r.metrics.indexBlocks.Set(float64(r.ix.Blocks()))
+	}
+}
+
+// ListWorkers returns the workers the router can route to now.
 func (r *Router) ListWorkers(context.Context, *connect.Request[routerv1.ListWorkersRequest]) (*connect.Response[routerv1.ListWorkersResponse], error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	resp := &routerv1.ListWorkersResponse{}
-	for _, w := range r.members.Workers() {
-		resp.Workers = append(resp.Workers, proto(w))
+	for _, st := range r.workers {
+		if st.synced {
+			resp.Workers = append(resp.Workers, workerProto(st.w))
+		}
 	}
 	return connect.NewResponse(resp), nil
 }
 
-func proto(w Worker) *routerv1.Worker {
+func workerProto(w Worker) *routerv1.Worker {
 	return &routerv1.Worker{Id: w.ID, Address: w.Address, Mode: w.Mode}
 }

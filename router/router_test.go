@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,16 +22,21 @@ import (
 	"github.com/tandem-serve/tandem/router"
 )
 
-// members is a fixed Membership that tests may change.
-type members struct {
-	mu      sync.Mutex
-	workers []router.Worker
+// join brings a worker into the router as its event stream would: a snapshot of
+// its (empty) cache and its load.
+func join(t *testing.T, r *router.Router, w router.Worker, l *workerv1.Load, hashes ...uint64) {
+	t.Helper()
+	if err := r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: hashes}, Load: l}); err != nil {
+		t.Fatal(err)
+	}
 }
 
-func (m *members) Workers() []router.Worker {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]router.Worker(nil), m.workers...)
+// observeLoad delivers a load report from w's event stream.
+func observeLoad(t *testing.T, r *router.Router, w router.Worker, l *workerv1.Load) {
+	t.Helper()
+	if err := r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Load: l}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 var (
@@ -65,7 +69,13 @@ func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Rou
 	t.Helper()
 	for _, kind := range []string{"connect", "grpc"} {
 		t.Run(kind, func(t *testing.T) {
-			r := router.New(router.Config{BlockSize: 16}, &members{workers: ws}, rand.New(rand.NewPCG(1, 2)), prometheus.NewRegistry())
+			r, err := router.New(router.Config{BlockSize: 16, Params: router.DefaultParams()}, rand.New(rand.NewPCG(1, 2)), prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range ws {
+				join(t, r, w, nil)
+			}
 			mux := http.NewServeMux()
 			mux.Handle(routerv1connect.NewRouterServiceHandler(r))
 			srv := httptest.NewUnstartedServer(mux)
@@ -148,8 +158,8 @@ func TestRouteAvoidsLoadedWorker(t *testing.T) {
 			if busy == decodeB {
 				idle = decodeA
 			}
-			r.ObserveLoad(busy.ID, &workerv1.Load{ActiveBlocks: 500, RunningSequences: 30})
-			r.ObserveLoad(idle.ID, &workerv1.Load{ActiveBlocks: 2, RunningSequences: 1})
+			observeLoad(t, r, busy, &workerv1.Load{ActiveBlocks: 500, RunningSequences: 30})
+			observeLoad(t, r, idle, &workerv1.Load{ActiveBlocks: 2, RunningSequences: 1})
 			// A few routes in a row: the idle worker's pending count grows by one each
 			// time, still far below the busy worker's load.
 			for i := range 5 {
@@ -173,8 +183,8 @@ func TestRouteBurstSpreads(t *testing.T) {
 			t.Fatalf("a burst of %d routes landed %v, want %d on each decode worker", n, counts, n/2)
 		}
 		// A load report resets the pending count it covered.
-		r.ObserveLoad(decodeA.ID, &workerv1.Load{})
-		r.ObserveLoad(decodeB.ID, &workerv1.Load{RunningSequences: 3})
+		observeLoad(t, r, decodeA, &workerv1.Load{})
+		observeLoad(t, r, decodeB, &workerv1.Load{ActiveBlocks: 3})
 		if got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetDecodeWorker().GetId(); got != decodeA.ID {
 			t.Fatalf("after load reports chose %s, want %s", got, decodeA.ID)
 		}
@@ -184,7 +194,7 @@ func TestRouteBurstSpreads(t *testing.T) {
 func TestRouteExclude(t *testing.T) {
 	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
 		// Make the excluded worker the obvious choice otherwise.
-		r.ObserveLoad(decodeB.ID, &workerv1.Load{ActiveBlocks: 100})
+		observeLoad(t, r, decodeB, &workerv1.Load{ActiveBlocks: 100})
 		for range 5 {
 			got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 8, ExcludeWorkerIds: []string{decodeA.ID}}).GetDecodeWorker().GetId()
 			if got != decodeB.ID {
@@ -217,7 +227,7 @@ func TestRouteNoDecodeWorker(t *testing.T) {
 
 func TestRouteExplain(t *testing.T) {
 	start(t, threeWorkers, func(t *testing.T, r *router.Router, c client) {
-		r.ObserveLoad(decodeA.ID, &workerv1.Load{ActiveBlocks: 7, RunningSequences: 2})
+		observeLoad(t, r, decodeA, &workerv1.Load{ActiveBlocks: 7, RunningSequences: 2})
 		resp := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 32, Explain: true})
 		cands := resp.GetExplanation().GetCandidates()
 		if len(cands) != 2 {

@@ -24,6 +24,8 @@ type Service struct {
 	mode        workerv1.WorkerMode
 	version     string
 	eng         engine.Engine
+	// policy reports a decode worker's prefill policy now; nil for other modes.
+	policy func() string
 	// Heartbeat is the longest gap between WatchEvents messages.
 	Heartbeat time.Duration
 	stopping  chan struct{}
@@ -43,13 +45,20 @@ func New(id, incarnation string, mode workerv1.WorkerMode, version string, eng e
 // period. They see the stream end and the worker leave.
 func (s *Service) Stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
+// SetPolicy makes Info report a decode worker's prefill policy.
+func (s *Service) SetPolicy(policy func() string) { s.policy = policy }
+
 // WorkerInfo is this worker's identity as the protos carry it.
 func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	info := s.eng.Info()
-	return &workerv1.WorkerInfo{
+	wi := &workerv1.WorkerInfo{
 		Id: s.id, Mode: s.mode, Model: info.Model, Engine: info.Engine,
 		Layout: wire.LayoutProto(info.Layout), TotalBlocks: uint32(info.TotalBlocks), Version: s.version,
 	}
+	if s.policy != nil {
+		wi.PrefillPolicy = s.policy()
+	}
+	return wi
 }
 
 func (s *Service) Info(context.Context, *connect.Request[workerv1.InfoRequest]) (*connect.Response[workerv1.InfoResponse], error) {

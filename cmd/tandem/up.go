@@ -12,6 +12,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services/frontendsvc"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/routersvc"
@@ -41,6 +42,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	ffs := newFlagSet("frontend", "", stderr)
 	front.RegisterFlags(ffs)
 	merge(fs, ffs, "listen", "router", "block-size", "grace")
+	var routing router.Params
+	routersvc.RegisterParamFlags(fs, &routing)
 	var lf logFlags
 	lf.register(fs)
 	if err := parse(fs, args, getenv); err != nil {
@@ -111,7 +114,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	rlog, _ := lf.logger(stderr, "router")
-	rcfg := routersvc.Config{DecodeWorkers: decodeAddrs, PrefillWorkers: prefillAddrs, BlockSize: worker.BlockSize}
+	rcfg := routersvc.Config{DecodeWorkers: decodeAddrs, PrefillWorkers: prefillAddrs, BlockSize: worker.BlockSize, Params: routing}
 	rcfg.Serve.Listen, rcfg.Serve.Grace = "127.0.0.1:0", worker.Serve.Grace
 	r, err := routersvc.Start(process.NewEnv(rlog), rcfg)
 	if err != nil {

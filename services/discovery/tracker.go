@@ -19,8 +19,9 @@ import (
 
 // Observer hears what the tracker learns. Calls for one worker are serialized.
 type Observer interface {
-	// Update carries each message of a worker's event stream.
-	Update(w router.Worker, msg *workerv1.WatchEventsResponse)
+	// Update carries each message of a worker's event stream. An error ends the
+	// stream; the tracker resubscribes, which brings a fresh snapshot.
+	Update(w router.Worker, msg *workerv1.WatchEventsResponse) error
 	// Leave says the worker's stream ended; it is no longer a member.
 	Leave(w router.Worker)
 }
@@ -139,7 +140,8 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 	if err != nil {
 		return err
 	}
-	w := router.Worker{ID: info.GetInfo().GetId(), Address: addr, Mode: info.GetInfo().GetMode()}
+	wi := info.GetInfo()
+	w := router.Worker{ID: wi.GetId(), Address: addr, Mode: wi.GetMode(), Policy: wi.GetPrefillPolicy(), TotalBlocks: int(wi.GetTotalBlocks())}
 	stream, err := client.WatchEvents(ctx, &workerv1.WatchEventsRequest{})
 	if err != nil {
 		return err
@@ -153,7 +155,15 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 	defer t.leave(addr, w)
 	for msg := first; ; {
 		if t.observer != nil {
-			t.observer.Update(w, msg)
+			if err := t.observer.Update(w, msg); err != nil {
+				// The observer lost sync: a new subscription starts with a snapshot.
+				// The worker stays a member meanwhile; it is only the index that waits.
+				t.log.Warn("resubscribing for a snapshot", "addr", addr, "worker_id", w.ID, "reason", err)
+				stream.CloseSend()
+				if stream, err = client.WatchEvents(ctx, &workerv1.WatchEventsRequest{}); err != nil {
+					return err
+				}
+			}
 		}
 		if msg, err = stream.Recv(); err != nil {
 			return err

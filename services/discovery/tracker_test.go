@@ -77,13 +77,14 @@ type observer struct {
 	bad     []string
 }
 
-func (o *observer) Update(w router.Worker, msg *workerv1.WatchEventsResponse) {
+func (o *observer) Update(w router.Worker, msg *workerv1.WatchEventsResponse) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if msg.GetIncarnation() != w.ID+"-inc" {
 		o.bad = append(o.bad, w.ID+" got "+msg.GetIncarnation())
 	}
 	o.updates[w.ID]++
+	return nil
 }
 
 func (o *observer) Leave(w router.Worker) {
@@ -140,8 +141,8 @@ func TestTrackerMembership(t *testing.T) {
 	}
 
 	want := []router.Worker{
-		{ID: "decode-1", Address: dec.addr, Mode: workerv1.WorkerMode_WORKER_MODE_DECODE},
-		{ID: "prefill-1", Address: pre.addr, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL},
+		{ID: "decode-1", Address: dec.addr, Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, TotalBlocks: 16384},
+		{ID: "prefill-1", Address: pre.addr, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL, TotalBlocks: 16384},
 	}
 	got := tr.Workers()
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {

@@ -1,5 +1,5 @@
 // Package routersvc runs the router: discovery of the workers, their event streams
-// feeding the router's state, and the RouterService.
+// feeding the router's KV index and load, and the RouterService.
 package routersvc
 
 import (
@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
-	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/discovery"
@@ -23,6 +22,7 @@ type Config struct {
 	DecodeWorkers  services.List
 	PrefillWorkers services.List
 	BlockSize      int
+	Params         router.Params
 }
 
 // RegisterFlags registers the router's flags.
@@ -31,6 +31,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.DecodeWorkers, "decode-workers", "comma-separated decode (or aggregated) worker addresses (static discovery)")
 	fs.Var(&c.PrefillWorkers, "prefill-workers", "comma-separated prefill worker addresses (static discovery)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
+	RegisterParamFlags(fs, &c.Params)
+}
+
+// RegisterParamFlags registers the routing parameters' flags on p, with defaults.
+func RegisterParamFlags(fs *flag.FlagSet, p *router.Params) {
+	*p = router.DefaultParams()
+	fs.Float64Var(&p.PrefillWeight, "prefill-weight", p.PrefillWeight, "cost of one uncached prompt block relative to one active decode block")
+	fs.Float64Var(&p.QueueWeight, "queue-weight", p.QueueWeight, "weight of blocks queued for prefill on a worker (and routed there since its last report)")
+	fs.Float64Var(&p.Temperature, "router-temperature", p.Temperature, "softmax temperature over normalised costs; 0 picks the cheapest worker, ties at random")
+	fs.BoolVar(&p.ISLGate, "isl-gate", p.ISLGate, "gate candidates by worker mode: below --isl-threshold effective tokens score only workers that prefill locally, else only disaggregated decode workers")
+	fs.IntVar(&p.ISLThreshold, "isl-threshold", p.ISLThreshold, "effective prompt tokens (prompt minus best cached prefix) at which gating switches to disaggregated workers")
+	fs.BoolVar(&p.ISLAdaptive, "isl-adaptive", p.ISLAdaptive, "nudge --isl-threshold by comparing the two classes' best costs")
+	fs.IntVar(&p.ISLMin, "isl-min", p.ISLMin, "lowest the adaptive threshold goes")
+	fs.IntVar(&p.ISLMax, "isl-max", p.ISLMax, "highest the adaptive threshold goes")
+	fs.IntVar(&p.ISLStep, "isl-step", p.ISLStep, "tokens one adaptive move changes the threshold by")
+	fs.Float64Var(&p.ISLMargin, "isl-margin", p.ISLMargin, "cost difference between classes that counts as evidence for a move")
+	fs.IntVar(&p.ISLHysteresis, "isl-hysteresis", p.ISLHysteresis, "consecutive agreeing requests needed before the threshold moves")
 }
 
 // Validate checks the flags.
@@ -41,7 +58,7 @@ func (c *Config) Validate() error {
 	if c.BlockSize <= 0 {
 		return errors.New("--block-size must be positive")
 	}
-	return nil
+	return c.Params.Validate()
 }
 
 // Service is a started router.
@@ -49,17 +66,8 @@ type Service struct {
 	cfg     Config
 	srv     *server.Server
 	tracker *discovery.Tracker
+	Router  *router.Router
 }
-
-// observer feeds worker load into the router.
-type observer struct{ r *router.Router }
-
-func (o observer) Update(w router.Worker, msg *workerv1.WatchEventsResponse) {
-	if msg.GetLoad() != nil {
-		o.r.ObserveLoad(w.ID, msg.GetLoad())
-	}
-}
-func (o observer) Leave(w router.Worker) { o.r.Forget(w.ID) }
 
 // Start opens the listener; the router reports SERVING once every configured
 // worker has been reached.
@@ -67,17 +75,18 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	obs := &observer{}
-	tracker := discovery.NewTracker(env.Clients.Dial, obs, env.Logger)
-	r := router.New(router.Config{BlockSize: cfg.BlockSize}, tracker, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), env.Registry)
-	obs.r = r
+	r, err := router.New(router.Config{BlockSize: cfg.BlockSize, Params: cfg.Params}, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), env.Registry)
+	if err != nil {
+		return nil, err
+	}
+	tracker := discovery.NewTracker(env.Clients.Dial, r, env.Logger)
 	srv, err := env.NewServer(cfg.Serve, []server.Handler{
 		server.Mount(routerv1connect.RouterServiceName)(routerv1connect.NewRouterServiceHandler(r, env.HandlerOptions()...)),
 	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, srv: srv, tracker: tracker}, nil
+	return &Service{cfg: cfg, srv: srv, tracker: tracker, Router: r}, nil
 }
 
 // Addr is where the router listens.

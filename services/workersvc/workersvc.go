@@ -72,6 +72,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) 
 		if err != nil {
 			return nil, err
 		}
+		ws.SetPolicy(func() string { return string(ds.Params().Policy) })
 		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(ds, opts...)))
 	}
 	srv, err := env.NewServer(cfg.Serve, handlers, nil)

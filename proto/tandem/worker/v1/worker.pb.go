@@ -305,14 +305,18 @@ func (x *KVLayout) GetModelFingerprint() string {
 
 // WorkerInfo is what a worker says about itself.
 type WorkerInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Mode          WorkerMode             `protobuf:"varint,2,opt,name=mode,proto3,enum=tandem.worker.v1.WorkerMode" json:"mode,omitempty"`
-	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	Engine        string                 `protobuf:"bytes,4,opt,name=engine,proto3" json:"engine,omitempty"`
-	Layout        *KVLayout              `protobuf:"bytes,5,opt,name=layout,proto3" json:"layout,omitempty"`
-	TotalBlocks   uint32                 `protobuf:"varint,6,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
-	Version       string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Mode        WorkerMode             `protobuf:"varint,2,opt,name=mode,proto3,enum=tandem.worker.v1.WorkerMode" json:"mode,omitempty"`
+	Model       string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	Engine      string                 `protobuf:"bytes,4,opt,name=engine,proto3" json:"engine,omitempty"`
+	Layout      *KVLayout              `protobuf:"bytes,5,opt,name=layout,proto3" json:"layout,omitempty"`
+	TotalBlocks uint32                 `protobuf:"varint,6,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
+	Version     string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// A decode worker's prefill policy ("threshold", "cost", "always-local",
+	// "always-remote"): whether it prefills locally, disaggregates, or both decides
+	// which gating classes the router puts it in.
+	PrefillPolicy string `protobuf:"bytes,8,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -392,6 +396,13 @@ func (x *WorkerInfo) GetTotalBlocks() uint32 {
 func (x *WorkerInfo) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetPrefillPolicy() string {
+	if x != nil {
+		return x.PrefillPolicy
 	}
 	return ""
 }
@@ -1002,7 +1013,7 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"block_size\x18\x05 \x01(\rR\tblockSize\x12\x1f\n" +
 	"\vblock_bytes\x18\x06 \x01(\x04R\n" +
 	"blockBytes\x12+\n" +
-	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xed\x01\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\x94\x02\n" +
 	"\n" +
 	"WorkerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
@@ -1011,7 +1022,8 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x06engine\x18\x04 \x01(\tR\x06engine\x122\n" +
 	"\x06layout\x18\x05 \x01(\v2\x1a.tandem.worker.v1.KVLayoutR\x06layout\x12!\n" +
 	"\ftotal_blocks\x18\x06 \x01(\rR\vtotalBlocks\x12\x18\n" +
-	"\aversion\x18\a \x01(\tR\aversion\"\xf0\x01\n" +
+	"\aversion\x18\a \x01(\tR\aversion\x12%\n" +
+	"\x0eprefill_policy\x18\b \x01(\tR\rprefillPolicy\"\xf0\x01\n" +
 	"\x04Load\x12+\n" +
 	"\x11running_sequences\x18\x01 \x01(\rR\x10runningSequences\x12+\n" +
 	"\x11waiting_sequences\x18\x02 \x01(\rR\x10waitingSequences\x12%\n" +

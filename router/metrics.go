@@ -1,0 +1,56 @@
+package router
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	routed       *prometheus.CounterVec
+	gate         *prometheus.CounterVec
+	resyncs      *prometheus.CounterVec
+	busyFallback prometheus.Counter
+	adaptMoves   prometheus.Counter
+	events       prometheus.Counter
+	threshold    prometheus.Gauge
+	indexBlocks  prometheus.Gauge
+	cachedBlocks prometheus.Histogram
+	latency      prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_router_routed_total", Help: "Requests routed, by decode worker.",
+		}, []string{"worker"}),
+		gate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_router_gate_total",
+			Help: "Requests by the class scored: all (gating off), local, disagg, or fallback-all when the class was empty.",
+		}, []string{"class"}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_router_resyncs_total", Help: "Worker event streams restarted for a fresh snapshot, by reason.",
+		}, []string{"reason"}),
+		busyFallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_router_busy_fallback_total", Help: "Requests for which no scored worker had free blocks, so busy workers were scored too.",
+		}),
+		adaptMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_router_isl_threshold_moves_total", Help: "Moves of the adaptive ISL threshold.",
+		}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_router_kv_events_total", Help: "KV events applied to the index.",
+		}),
+		threshold: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tandem_router_isl_threshold_tokens", Help: "The ISL gating threshold in force.",
+		}),
+		indexBlocks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tandem_router_index_blocks", Help: "(block, worker) entries in the KV index.",
+		}),
+		cachedBlocks: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_router_chosen_cached_blocks", Help: "Prompt blocks the chosen decode worker already held.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tandem_router_route_seconds", Help: "Time to make one routing decision.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 18),
+		}),
+	}
+	reg.MustRegister(m.routed, m.gate, m.resyncs, m.busyFallback, m.adaptMoves, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)
+	return m
+}

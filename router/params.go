@@ -1,0 +1,82 @@
+package router
+
+import (
+	"fmt"
+	"math"
+)
+
+// Params are the routing tunables. They come from flags and can be replaced at run
+// time (Consul KV) with SetParams.
+type Params struct {
+	// PrefillWeight scales a candidate's uncached prompt blocks against its active
+	// decode blocks: how much a block of prefill work counts relative to a block of
+	// KV being decoded.
+	PrefillWeight float64 `json:"prefill_weight"`
+	// QueueWeight scales the blocks waiting to be prefilled on a worker, plus those
+	// the router sent it since its last load report.
+	QueueWeight float64 `json:"queue_weight"`
+	// Temperature of the softmax over normalised costs; 0 picks the cheapest, with
+	// ties broken at random.
+	Temperature float64 `json:"temperature"`
+
+	// ISLGate turns on threshold gating by worker mode.
+	ISLGate bool `json:"isl_gate"`
+	// ISLThreshold, in effective prompt tokens (prompt minus the best cached prefix):
+	// below it only workers that prefill locally are scored, at or above it only
+	// disaggregated decode workers.
+	ISLThreshold int `json:"isl_threshold"`
+	// ISLAdaptive nudges ISLThreshold within [ISLMin, ISLMax] by comparing the two
+	// classes' best costs.
+	ISLAdaptive bool `json:"isl_adaptive"`
+	ISLMin      int  `json:"isl_min"`
+	ISLMax      int  `json:"isl_max"`
+	// ISLStep is how far one adaptive move goes, in tokens.
+	ISLStep int `json:"isl_step"`
+	// ISLMargin is the cost difference that counts as evidence for a move; smaller
+	// differences are noise.
+	ISLMargin float64 `json:"isl_margin"`
+	// ISLHysteresis is how many consecutive requests must agree before a move.
+	ISLHysteresis int `json:"isl_hysteresis"`
+}
+
+// DefaultParams are Dynamo's defaults for the cost (scale 1, temperature 0), gating
+// off, and the seed's threshold of 1024 tokens.
+func DefaultParams() Params {
+	return Params{
+		PrefillWeight: 1, QueueWeight: 1, Temperature: 0,
+		ISLThreshold: 1024, ISLMin: 64, ISLMax: 8192, ISLStep: 64, ISLMargin: 4, ISLHysteresis: 16,
+	}
+}
+
+// Validate checks every field, naming the first that is wrong.
+func (p Params) Validate() error {
+	finite := func(name string, v, lo, hi float64) error {
+		if math.IsNaN(v) || v < lo || v > hi {
+			return fmt.Errorf("%s %g: want a number in [%g, %g]", name, v, lo, hi)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		finite("prefill_weight", p.PrefillWeight, 0, 1e6),
+		finite("queue_weight", p.QueueWeight, 0, 1e6),
+		finite("temperature", p.Temperature, 0, 100),
+		finite("isl_margin", p.ISLMargin, 0, 1e9),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case p.ISLThreshold < 0:
+		return fmt.Errorf("isl_threshold %d: must not be negative", p.ISLThreshold)
+	case p.ISLMin < 0 || p.ISLMax < p.ISLMin:
+		return fmt.Errorf("isl_min %d, isl_max %d: want 0 <= min <= max", p.ISLMin, p.ISLMax)
+	case p.ISLAdaptive && (p.ISLThreshold < p.ISLMin || p.ISLThreshold > p.ISLMax):
+		return fmt.Errorf("isl_threshold %d: outside [isl_min %d, isl_max %d]", p.ISLThreshold, p.ISLMin, p.ISLMax)
+	case p.ISLStep < 1:
+		return fmt.Errorf("isl_step %d: must be at least 1", p.ISLStep)
+	case p.ISLHysteresis < 1:
+		return fmt.Errorf("isl_hysteresis %d: must be at least 1", p.ISLHysteresis)
+	}
+	return nil
+}
