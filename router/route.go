@@ -61,10 +61,13 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	clear(cached)
 	r.ix.Match(m.GetBlockHashes(), func(ref workerRef, n int) { cached[ref] = int32(n) })
 
-	var decoders, prefillers []candidate
+	decoders, prefillers := r.decoders[:0], r.prefills[:0]
+	defer func() { r.decoders, r.prefills = decoders[:0], prefillers[:0] }()
 	best := 0
-	for _, st := range r.workers {
-		if !st.synced || slices.Contains(m.GetExcludeWorkerIds(), st.w.ID) {
+	for _, st := range r.order {
+		// A worker waiting for a resync is still a healthy member: it is routable,
+		// with no cache credited until its snapshot arrives.
+		if slices.Contains(m.GetExcludeWorkerIds(), st.w.ID) {
 			continue
 		}
 		c := candidate{st: st, cached: int(cached[st.ref])}
@@ -79,8 +82,6 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	if len(decoders) == 0 {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
 	}
-	// Map iteration order is random; a fixed order makes seeded runs repeatable.
-	slices.SortFunc(decoders, func(a, b candidate) int { return cmp.Compare(a.st.w.ID, b.st.w.ID) })
 	effective := max(0, int(m.GetPromptTokens())-best*bs)
 
 	for i := range decoders {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -74,9 +76,12 @@ type Router struct {
 	rng       *rand.Rand
 	ix        *Index
 	workers   map[string]*state
-	threshold int // the adaptive ISL threshold in force
-	evidence  int // signed count of consecutive adaptive signals
+	order     []*state // workers sorted by id: a fixed order makes seeded runs repeatable
+	threshold int      // the adaptive ISL threshold in force
+	evidence  int      // signed count of consecutive adaptive signals
 	scratch   []int32
+	decoders  []candidate
+	prefills  []candidate
 }
 
 var _ routerv1connect.RouterServiceHandler = (*Router)(nil)
@@ -135,6 +140,8 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		}
 		st = &state{w: w, ref: r.ix.Add(limit)}
 		r.workers[w.ID] = st
+		i, _ := slices.BinarySearchFunc(r.order, w.ID, func(s *state, id string) int { return strings.Compare(s.w.ID, id) })
+		r.order = slices.Insert(r.order, i, st)
 	}
 	st.w = w
 	if l := msg.GetLoad(); l != nil {
@@ -188,6 +195,7 @@ func (r *Router) Leave(w Worker) {
 	if st := r.workers[w.ID]; st != nil {
 		r.ix.Remove(st.ref)
 		delete(r.workers, w.ID)
+		r.order = slices.DeleteFunc(r.order, func(s *state) bool { return s == st })
 		r.metrics.indexBlocks.Set(float64(r.ix.Blocks()))
 	}
 }
@@ -197,10 +205,8 @@ func (r *Router) ListWorkers(context.Context, *connect.Request[routerv1.ListWork
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	resp := &routerv1.ListWorkersResponse{}
-	for _, st := range r.workers {
-		if st.synced {
-			resp.Workers = append(resp.Workers, workerProto(st.w))
-		}
+	for _, st := range r.order {
+		resp.Workers = append(resp.Workers, workerProto(st.w))
 	}
 	return connect.NewResponse(resp), nil
 }

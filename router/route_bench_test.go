@@ -1,0 +1,63 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+)
+
+// BenchmarkRoute times whole routing decisions for 8k-token prompts against a
+// router whose index holds about a million blocks, reporting p50 and p99.
+func BenchmarkRoute(b *testing.B) {
+	for _, workers := range []int{16, 256, 1024} {
+		b.Run(sizeName(workers), func(b *testing.B) {
+			src, queries := benchIndex(b, workers, 1_000_000)
+			r, err := New(Config{BlockSize: 16, Params: DefaultParams()}, rand.New(rand.NewPCG(1, 1)), prometheus.NewRegistry())
+			if err != nil {
+				b.Fatal(err)
+			}
+			for ref := range src.owned {
+				hashes := make([]uint64, 0, len(src.owned[ref]))
+				for h := range src.owned[ref] {
+					hashes = append(hashes, h)
+				}
+				w := Worker{ID: fmt.Sprintf("w%04d", ref), Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Policy: "threshold", TotalBlocks: len(hashes) + 1}
+				load := &workerv1.Load{TotalBlocks: uint32(len(hashes) + 4096), FreeBlocks: 4096, ActiveBlocks: uint32(ref % 50)}
+				if err := r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: hashes}, Load: load}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reqs := make([]*connect.Request[routerv1.RouteRequest], len(queries))
+			for i, q := range queries {
+				reqs[i] = connect.NewRequest(&routerv1.RouteRequest{PromptTokens: uint32(len(q) * 16), BlockHashes: q, BlockSize: 16})
+			}
+			ctx := context.Background()
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				t0 := time.Now()
+				if _, err := r.Route(ctx, reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+				if i%64 == 0 {
+					r.mu.Lock()
+					for _, st := range r.workers {
+						st.pendingBlocks = 0 // as load reports would
+					}
+					r.mu.Unlock()
+				}
+			}
+			reportPercentiles(b, lat)
+			b.ReportMetric(float64(r.ix.Blocks()), "indexed_blocks")
+		})
+	}
+}
