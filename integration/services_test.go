@@ -136,6 +136,12 @@ func TestSeparateProcesses(t *testing.T) {
 		}
 	}
 
+	// tandem route explains a decision without running the request.
+	out, err := exec.Command(tandemBin, "route", "--router", rtr, "--explain", "Where would this go?").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "decode worker: decode-a") || !strings.Contains(string(out), "prefill #1: prefill-a") || !strings.Contains(string(out), "class all") {
+		t.Errorf("tandem route: %v\n%s", err, out)
+	}
+
 	for _, tc := range []struct {
 		prompt, path string
 	}{

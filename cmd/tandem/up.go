@@ -134,6 +134,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := waitServing(ctx, started); err != nil {
 		return stopAll(err)
 	}
+	ulog, _ := lf.logger(stderr, "up")
+	ulog.Info("services ready", "frontend", f.Addr(), "router", r.Addr(), "decode_workers", decodeAddrs, "prefill_workers", prefillAddrs)
 	fmt.Fprintf(stdout, "ready: http://%s\n", f.Addr())
 	<-ctx.Done()
 	return stopAll(nil)
