@@ -15,7 +15,9 @@ import (
 // Report is one run's results: the whole run and each request class.
 type Report struct {
 	// Label names the run in a sweep or a comparison ("rate=2", "threshold").
-	Label       string    `json:"label,omitempty"`
+	Label string `json:"label,omitempty"`
+	// Group gathers the runs of one deployment in a comparison.
+	Group       string    `json:"group,omitempty"`
 	Workload    string    `json:"workload"`
 	Concurrency int       `json:"concurrency,omitempty"`
 	Rate        float64   `json:"rate,omitempty"`
@@ -245,4 +247,22 @@ func WriteMarkdown(w io.Writer, runs []*Report) error {
 		}
 	}
 	return nil
+}
+
+// RestoreResults rebuilds Results from Requests, for a report read back from JSON
+// (charts drawn again without running again).
+func (r *Report) RestoreResults() {
+	msd := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	r.Results = make([]Result, len(r.Requests))
+	for i, q := range r.Requests {
+		res := Result{
+			Class: q.Class, Start: time.Duration(q.StartS * float64(time.Second)), TTFT: msd(q.TTFTMS), E2E: msd(q.E2EMS),
+			PromptTokens: q.PromptTokens, CachedTokens: q.CachedTokens, OutputTokens: q.OutputTokens,
+			PrefillPath: q.PrefillPath, Err: q.Error, Aborted: q.Aborted, Warmup: q.Warmup, Chunks: len(q.ITLMS) + 1,
+		}
+		for _, g := range q.ITLMS {
+			res.ITL = append(res.ITL, msd(g))
+		}
+		r.Results[i] = res
+	}
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -172,5 +173,29 @@ func TestNaturalCompare(t *testing.T) {
 		if got := naturalCompare(c.a, c.b) < 0; got != c.less {
 			t.Errorf("naturalCompare(%q, %q) < 0 = %v", c.a, c.b, got)
 		}
+	}
+}
+
+func TestReportSurvivesJSON(t *testing.T) {
+	slo, _ := ParseSLO("ttft=200,tpot=100")
+	rep := &Report{Results: sample()}
+	rep.summarize(slo, 2*time.Second, nil)
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	back.RestoreResults()
+	back.summarize(slo, 2*time.Second, nil)
+	a, _ := json.Marshal(rep.Overall)
+	c, _ := json.Marshal(back.Overall)
+	if string(a) != string(c) {
+		t.Errorf("summary after a JSON round trip differs:\n%s\n%s", a, c)
+	}
+	if len(back.Classes) != 2 || back.Classes[0].Class != "a" {
+		t.Errorf("classes %+v", back.Classes)
 	}
 }

@@ -62,6 +62,18 @@ func CDF(path, title, xlabel string, series []Series) error {
 	if drawn == 0 {
 		return fmt.Errorf("plot: %s: no values to draw", title)
 	}
+	// Start the axis at the lowest series' 1st percentile: a few near-zero gaps
+	// (chunks read back to back) would otherwise stretch the log axis over decades
+	// nobody looks at, and squeeze the body and the tail.
+	lo := math.Inf(1)
+	for _, s := range series {
+		if len(s.Values) > 0 {
+			v := slices.Clone(s.Values)
+			slices.Sort(v)
+			lo = math.Min(lo, bench.Percentile(v, 1))
+		}
+	}
+	p.X.Min = math.Max(lo, 1e-3)
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }
 
@@ -86,32 +98,55 @@ func cdfPoints(values []float64) plotter.XYs {
 }
 
 // Throughput draws, against the offered rate of each run, the request throughput
-// achieved and (if an SLO was given) the goodput, with the ideal y = x for
-// reference.
-func Throughput(path, title string, runs []*bench.Report) error {
-	var got, good, ideal plotter.XYs
+// achieved (or, with goodput, the rate of requests that met the SLO), a line per
+// group of runs (per deployment in a comparison), with y = x for reference.
+func Throughput(path, title string, runs []*bench.Report, goodput bool) error {
+	var groups []string
+	lines := map[string]plotter.XYs{}
+	var rates []float64
 	for _, r := range runs {
-		if r.Rate <= 0 {
+		if r.Rate <= 0 || (goodput && r.Overall.Goodput == nil) {
 			continue
 		}
-		got = append(got, plotter.XY{X: r.Rate, Y: r.Overall.RequestThroughput})
-		ideal = append(ideal, plotter.XY{X: r.Rate, Y: r.Rate})
-		if r.Overall.Goodput != nil {
-			good = append(good, plotter.XY{X: r.Rate, Y: *r.Overall.Goodput})
+		y := r.Overall.RequestThroughput
+		if goodput {
+			y = *r.Overall.Goodput
+		}
+		if _, ok := lines[r.Group]; !ok {
+			groups = append(groups, r.Group)
+		}
+		lines[r.Group] = append(lines[r.Group], plotter.XY{X: r.Rate, Y: y})
+		if !slices.Contains(rates, r.Rate) {
+			rates = append(rates, r.Rate)
 		}
 	}
-	if len(got) < 2 {
+	if len(rates) < 2 {
 		return errors.New("plot: throughput against rate needs a sweep of at least two rates")
+	}
+	slices.Sort(rates)
+	var ideal plotter.XYs
+	for _, x := range rates {
+		ideal = append(ideal, plotter.XY{X: x, Y: x})
 	}
 	p := gplot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "offered rate (requests/s, Poisson)"
 	p.Y.Label.Text = "requests/s"
+	if goodput {
+		p.Y.Label.Text = "requests/s meeting the SLO (" + runs[0].SLO + ")"
+	}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = false, false
-	args := []any{"offered (ideal)", ideal, "achieved", got}
-	if len(good) > 0 {
-		args = append(args, "goodput ("+runs[0].SLO+")", good)
+	p.Legend.Top, p.Legend.Left = true, true
+	args := []any{"offered", ideal}
+	for _, g := range groups {
+		name := g
+		if name == "" {
+			name = "achieved"
+			if goodput {
+				name = "goodput"
+			}
+		}
+		args = append(args, name, lines[g])
 	}
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
@@ -148,8 +183,10 @@ func fileName(s string) string { return strings.Trim(unsafeName.ReplaceAllString
 
 // Reports writes the charts for runs into dir and returns the files written:
 // ttft_cdf.png and itl_cdf.png (one line per run, or per class for a single run
-// with several classes), one TTFT CDF per class when there are several runs, and
-// throughput.png for a rate sweep.
+// with several classes), TTFT and ITL CDFs per class when there are several runs,
+// and throughput.png (and goodput.png with an SLO) for a rate sweep. A comparison
+// swept over rates gets its CDFs per rate (ttft_cdf_rate4.png, ...), a line per
+// deployment.
 func Reports(dir string, runs []*bench.Report) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -163,30 +200,38 @@ func Reports(dir string, runs []*bench.Report) ([]string, error) {
 		}
 		files = append(files, name)
 	}
-	var ttft, itl []Series
-	if len(runs) == 1 && len(runs[0].Classes) > 1 {
-		ttft, itl = classSeries(runs[0])
-	} else {
-		for _, r := range runs {
-			t, i := bench.Latencies(r.Results)
-			ttft, itl = append(ttft, Series{r.Label, t}), append(itl, Series{r.Label, i})
+	for _, panel := range panels(runs) {
+		suffix, title := "", ""
+		if panel.rate > 0 {
+			suffix, title = fmt.Sprintf("_rate%g", panel.rate), fmt.Sprintf(" at %g requests/s", panel.rate)
 		}
-	}
-	name := filepath.Join(dir, "ttft_cdf.png")
-	save(name, CDF(name, "TTFT: time to first token", "TTFT (ms, log scale)", ttft))
-	name = filepath.Join(dir, "itl_cdf.png")
-	save(name, CDF(name, "ITL: gaps between streamed chunks, pooled", "ITL (ms, log scale)", itl))
-	if len(runs) > 1 {
-		for _, class := range classNames(runs) {
-			var ts, is []Series
-			for _, r := range runs {
-				t, i := bench.Latencies(onlyClass(r.Results, class))
-				ts, is = append(ts, Series{r.Label, t}), append(is, Series{r.Label, i})
+		rs := panel.runs
+		var ttft, itl []Series
+		if len(rs) == 1 && len(rs[0].Classes) > 1 {
+			ttft, itl = classSeries(rs[0])
+		} else {
+			for _, r := range rs {
+				t, i := bench.Latencies(r.Results)
+				ttft, itl = append(ttft, Series{seriesName(r), t}), append(itl, Series{seriesName(r), i})
 			}
-			name = filepath.Join(dir, "ttft_cdf_"+fileName(class)+".png")
-			save(name, CDF(name, "TTFT, class "+class, "TTFT (ms, log scale)", ts))
-			name = filepath.Join(dir, "itl_cdf_"+fileName(class)+".png")
-			save(name, CDF(name, "ITL, class "+class, "ITL (ms, log scale)", is))
+		}
+		name := filepath.Join(dir, "ttft_cdf"+suffix+".png")
+		save(name, CDF(name, "TTFT: time to first token"+title, "TTFT (ms, log scale)", ttft))
+		name = filepath.Join(dir, "itl_cdf"+suffix+".png")
+		save(name, CDF(name, "ITL: gaps between streamed chunks, pooled"+title, "ITL (ms, log scale)", itl))
+		if len(rs) < 2 {
+			continue
+		}
+		for _, class := range classNames(rs) {
+			var ts, is []Series
+			for _, r := range rs {
+				t, i := bench.Latencies(onlyClass(r.Results, class))
+				ts, is = append(ts, Series{seriesName(r), t}), append(is, Series{seriesName(r), i})
+			}
+			name = filepath.Join(dir, "ttft_cdf_"+fileName(class)+suffix+".png")
+			save(name, CDF(name, "TTFT, class "+class+title, "TTFT (ms, log scale)", ts))
+			name = filepath.Join(dir, "itl_cdf_"+fileName(class)+suffix+".png")
+			save(name, CDF(name, "ITL, class "+class+title, "ITL (ms, log scale)", is))
 		}
 	}
 	rated := 0
@@ -196,10 +241,55 @@ func Reports(dir string, runs []*bench.Report) ([]string, error) {
 		}
 	}
 	if rated >= 2 {
-		name = filepath.Join(dir, "throughput.png")
-		save(name, Throughput(name, "Throughput against offered rate: "+runs[0].Workload, runs))
+		name := filepath.Join(dir, "throughput.png")
+		save(name, Throughput(name, "Throughput against offered rate: "+runs[0].Workload, runs, false))
+		if runs[0].SLO != "" {
+			name = filepath.Join(dir, "goodput.png")
+			save(name, Throughput(name, "Goodput against offered rate: "+runs[0].Workload, runs, true))
+		}
 	}
 	return files, errors.Join(errs...)
+}
+
+// panel is the runs drawn on one set of CDF charts.
+type panel struct {
+	rate float64
+	runs []*bench.Report
+}
+
+// panels splits a comparison swept over rates (runs in groups, several rates) into
+// one panel per rate with a line per group; anything else is one panel.
+func panels(runs []*bench.Report) []panel {
+	var rates []float64
+	grouped := false
+	for _, r := range runs {
+		grouped = grouped || r.Group != ""
+		if !slices.Contains(rates, r.Rate) {
+			rates = append(rates, r.Rate)
+		}
+	}
+	if !grouped || len(rates) < 2 {
+		return []panel{{runs: runs}}
+	}
+	var ps []panel
+	for _, rate := range rates {
+		p := panel{rate: rate}
+		for _, r := range runs {
+			if r.Rate == rate {
+				p.runs = append(p.runs, r)
+			}
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// seriesName names a run's line: its group in a per-rate panel, else its label.
+func seriesName(r *bench.Report) string {
+	if r.Group != "" {
+		return r.Group
+	}
+	return r.Label
 }
 
 func classSeries(r *bench.Report) (ttft, itl []Series) {

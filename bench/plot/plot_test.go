@@ -1,6 +1,7 @@
 package plot
 
 import (
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -61,7 +62,7 @@ func TestReportsForASweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ttft_cdf.png", "itl_cdf.png", "ttft_cdf_short.png", "itl_cdf_short.png", "ttft_cdf_long.png", "itl_cdf_long.png", "throughput.png"}
+	want := []string{"ttft_cdf.png", "itl_cdf.png", "ttft_cdf_short.png", "itl_cdf_short.png", "ttft_cdf_long.png", "itl_cdf_long.png", "throughput.png", "goodput.png"}
 	for _, w := range want {
 		if !slices.Contains(files, filepath.Join(dir, w)) {
 			t.Errorf("%s not written (wrote %v)", w, files)
@@ -109,5 +110,26 @@ func TestLogTicksLabelOneTwoFive(t *testing.T) {
 	}
 	if !slices.Equal(labels, []string{"5", "10", "20", "50", "100"}) {
 		t.Errorf("labels %v", labels)
+	}
+}
+
+func TestPanelsSplitAComparisonSweepByRate(t *testing.T) {
+	var runs []*bench.Report
+	for _, g := range []string{"aggregated", "threshold"} {
+		for _, rate := range []float64{4, 8} {
+			runs = append(runs, &bench.Report{Label: fmt.Sprintf("%s rate=%g", g, rate), Group: g, Rate: rate})
+		}
+	}
+	ps := panels(runs)
+	if len(ps) != 2 || ps[0].rate != 4 || ps[1].rate != 8 || len(ps[0].runs) != 2 ||
+		seriesName(ps[0].runs[0]) != "aggregated" || seriesName(ps[0].runs[1]) != "threshold" {
+		t.Errorf("panels = %+v", ps)
+	}
+	// A plain sweep (no groups) stays on one chart, a line per rate.
+	for _, r := range runs {
+		r.Group = ""
+	}
+	if ps := panels(runs); len(ps) != 1 || len(ps[0].runs) != 4 || seriesName(ps[0].runs[0]) != "aggregated rate=4" {
+		t.Errorf("panels of a plain sweep = %+v", ps)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tandem-serve/tandem/bench"
+	"github.com/tandem-serve/tandem/bench/cluster"
 	"github.com/tandem-serve/tandem/bench/plot"
 )
 
@@ -299,6 +303,109 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-func runBenchCompare(context.Context, []string, func(string) string, io.Writer, io.Writer) error {
-	return errors.New("bench compare is not built yet")
+// runBenchCompare runs the same workload against each deployment in turn, each
+// started afresh as separate processes with every worker pinned to its own CPU.
+func runBenchCompare(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench compare", "bench compare [--deployments aggregated,threshold,cost,always-local,always-remote] [--workers 2] [--out DIR] [bench flags]", stderr)
+	var o benchOptions
+	o.register(fs)
+	wf := fs.Lookup("workload")
+	_ = wf.Value.Set("mixed")
+	wf.DefValue = "mixed"
+	deployments := fs.String("deployments", "aggregated,"+strings.Join(cluster.Policies, ","), "deployments to compare: aggregated (every worker prefills and decodes) and the decode policies (one prefill worker, the rest decode)")
+	workers := fs.Int("workers", 2, "workers per deployment, one per CPU when pinned")
+	workerArgs := fs.String("worker-args", "", "flags for every worker, e.g. '--engine sim' (default: the native engine, model tiny)")
+	pin := fs.Bool("pin", true, "pin each worker to its own CPU with taskset, when taskset is installed")
+	procs := fs.Int("worker-gomaxprocs", 2, "GOMAXPROCS of each pinned worker (0: Go's default, 1 on one CPU, which makes a stream's tokens leave in bursts)")
+	out := fs.String("out", "", "directory for logs, compare.md, results.json and charts (default: a new temporary directory)")
+	binary := fs.String("binary", "", "tandem executable to start (default: this one)")
+	given, err := parseBench(fs, args, getenv)
+	if err != nil {
+		return err
+	}
+	if given["url"] {
+		fmt.Fprintln(stderr, "compare: --url is ignored; each deployment is started on loopback")
+	}
+	if *workers < 2 {
+		return errors.New("compare: --workers must be at least 2 (one prefill and one decode worker)")
+	}
+	p, err := o.plan(given)
+	if err != nil {
+		return err
+	}
+	var deps []cluster.Deployment
+	for name := range strings.SplitSeq(*deployments, ",") {
+		i := slices.IndexFunc(cluster.Standard(*workers), func(d cluster.Deployment) bool { return d.Name == strings.TrimSpace(name) })
+		if i < 0 {
+			return fmt.Errorf("compare: unknown deployment %q (aggregated, %s)", name, strings.Join(cluster.Policies, ", "))
+		}
+		deps = append(deps, cluster.Standard(*workers)[i])
+	}
+	opts := cluster.Options{Binary: *binary, WorkerArgs: strings.Fields(*workerArgs), GOMAXPROCS: *procs}
+	if opts.Binary == "" {
+		if opts.Binary, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	if _, err := exec.LookPath("taskset"); *pin && err == nil {
+		opts.CPUs = cluster.CPUs()
+	}
+	if *out == "" {
+		if *out, err = os.MkdirTemp("", "tandem-bench-compare-"); err != nil {
+			return err
+		}
+	}
+	opts.LogDir = filepath.Join(*out, "logs")
+	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+		return err
+	}
+	if opts.CPUs != nil {
+		fmt.Fprintf(stderr, "compare: pinning worker i to CPU %v[i %% %d] with taskset (GOMAXPROCS=%d); router, frontend and load generator unpinned\n", opts.CPUs, len(opts.CPUs), opts.GOMAXPROCS)
+	} else {
+		fmt.Fprintln(stderr, "compare: not pinning (no taskset, or --pin=false)")
+	}
+	var runs []*bench.Report
+	for _, d := range deps {
+		if ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(stderr, "compare: starting %s (%d prefill, %d decode, mode %s)\n", d.Name, d.Prefill, d.Decode, d.Mode)
+		cl, err := cluster.Start(ctx, d, opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "compare: %v; logs in %s\n", err, opts.LogDir)
+			continue
+		}
+		p.client.URL, p.client.Model = cl.URL, o.model
+		if p.client.Model == "" {
+			p.client.Model, _ = p.client.DiscoverModel(ctx)
+		}
+		rs, err := runPlan(ctx, p, d.Name+" ", stdout, stderr)
+		for _, r := range rs {
+			r.Group = d.Name
+		}
+		if serr := cl.Stop(); serr != nil {
+			fmt.Fprintf(stderr, "compare: %v\n", serr)
+		}
+		runs = append(runs, rs...)
+		if err != nil {
+			fmt.Fprintf(stderr, "compare: %s: %v\n", d.Name, err)
+		}
+	}
+	if len(runs) == 0 {
+		return errors.New("compare: no deployment ran")
+	}
+	fmt.Fprintln(stdout, "== comparison")
+	bench.WriteComparison(stdout, runs)
+	var md strings.Builder
+	fmt.Fprintf(&md, "```\ntandem bench compare %s\n```\n\n", strings.Join(args, " "))
+	bench.WriteMarkdown(&md, runs)
+	werr := os.WriteFile(filepath.Join(*out, "compare.md"), []byte(md.String()), 0o644)
+	if o.jsonPath == "" {
+		o.jsonPath = filepath.Join(*out, "results.json")
+	}
+	if o.plotsDir == "" {
+		o.plotsDir = *out
+	}
+	fmt.Fprintf(stderr, "compare: wrote %s\n", filepath.Join(*out, "compare.md"))
+	return errors.Join(werr, o.writeOutputs(runs, append([]string{"compare"}, args...), stderr))
 }
