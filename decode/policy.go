@@ -27,16 +27,16 @@ var Policies = []Policy{PolicyThreshold, PolicyCost, PolicyAlwaysLocal, PolicyAl
 
 // Params are the decision's tunables; they can be replaced at run time.
 type Params struct {
-	Policy Policy
+	Policy Policy `json:"policy"`
 	// ShortPrefillThreshold is the largest effective length prefilled locally under
 	// the threshold policy, and under the cost policy before it has measurements.
-	ShortPrefillThreshold int
+	ShortPrefillThreshold int `json:"short_prefill_threshold"`
 	// ITLWeight converts the stall a local prefill inflicts on each running sequence
 	// into seconds of TTFT: 0 ignores running sequences, 1 counts each one's stall
 	// as fully as the new request's own wait.
-	ITLWeight float64
+	ITLWeight float64 `json:"itl_weight"`
 	// EnforceDisagg turns a failed remote prefill into an error instead of a fallback.
-	EnforceDisagg bool
+	EnforceDisagg bool `json:"enforce_disagg"`
 }
 
 // Validate checks the params.

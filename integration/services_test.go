@@ -22,6 +22,29 @@ import (
 // it logged as listening on.
 func startService(t *testing.T, args ...string) string {
 	t.Helper()
+	return runService(t, args...).addr
+}
+
+// service is a tandem service running as its own process.
+type service struct {
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// stop sends SIGTERM and waits for the process to exit.
+func (s *service) stop(t *testing.T) {
+	t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit within 30s of SIGTERM", s.addr)
+	}
+}
+
+func runService(t *testing.T, args ...string) *service {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	cmd := exec.CommandContext(ctx, tandemBin, args...)
 	cmd.Env = os.Environ()
@@ -55,10 +78,10 @@ func startService(t *testing.T, args ...string) string {
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
+	done := make(chan struct{})
+	go func() { <-logDone; _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
@@ -66,18 +89,17 @@ func startService(t *testing.T, args ...string) string {
 			<-done
 		}
 		cancel()
-		<-logDone
 		if t.Failed() {
 			t.Logf("%v:\n%s", args, logs.String())
 		}
 	})
 	select {
 	case a := <-addr:
-		return a
+		return &service{addr: a, cmd: cmd, done: done}
 	case <-time.After(time.Minute):
 		t.Fatalf("%v did not log its address", args)
 	}
-	return ""
+	return nil
 }
 
 // waitHealthy polls `tandem health` until it exits 0, as a compose healthcheck does.

@@ -27,5 +27,10 @@ if ! git diff --quiet -- proto || [ -n "$(git status --porcelain -- proto)" ]; t
   exit 1
 fi
 
+step "Consul agent for the integration tests (built once, cached outside the clone)"
+TANDEM_CONSUL_BIN=$(./scripts/install-consul.sh | tail -n 1)
+export TANDEM_CONSUL_BIN
+"$TANDEM_CONSUL_BIN" version | head -n 1 || true
+
 step "go test"
 go test -race -count=1 -timeout 20m ./...

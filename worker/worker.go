@@ -5,6 +5,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -25,7 +26,8 @@ type Service struct {
 	version     string
 	eng         engine.Engine
 	// policy reports a decode worker's prefill policy now; nil for other modes.
-	policy func() string
+	policy     func() string
+	setServing func(bool)
 	// Heartbeat is the longest gap between WatchEvents messages.
 	Heartbeat time.Duration
 	stopping  chan struct{}
@@ -44,6 +46,19 @@ func New(id, incarnation string, mode workerv1.WorkerMode, version string, eng e
 // (which would otherwise never hang up) do not hold its shutdown for the whole grace
 // period. They see the stream end and the worker leave.
 func (s *Service) Stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
+
+// SetServingHook is how Drain changes the worker's health.
+func (s *Service) SetServingHook(f func(serving bool)) { s.setServing = f }
+
+// Drain turns the worker's health NOT_SERVING (or back to SERVING) without
+// stopping it: Consul's check fails, discovery drops it, in-flight work finishes.
+func (s *Service) Drain(_ context.Context, req *connect.Request[workerv1.DrainRequest]) (*connect.Response[workerv1.DrainResponse], error) {
+	if s.setServing == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this worker cannot be drained"))
+	}
+	s.setServing(req.Msg.GetServing())
+	return connect.NewResponse(&workerv1.DrainResponse{}), nil
+}
 
 // SetPolicy makes Info report a decode worker's prefill policy.
 func (s *Service) SetPolicy(policy func() string) { s.policy = policy }

@@ -43,3 +43,9 @@ func version() string {
 	}
 	return "dev"
 }
+
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}

@@ -46,6 +46,8 @@ func commands() []command {
 		{"decode", "run a decode worker (conditional disaggregation, or --mode aggregated)", runDecode},
 		{"prefill", "run a prefill worker", runPrefill},
 		{"bench", "benchmark any OpenAI-compatible server: TTFT, TPOT, ITL, goodput; 'bench compare' runs the decode policies", runBench},
+		{"config", "get or set the runtime policy in Consul KV (tandem/config/router, tandem/config/decode)", runConfig},
+		{"drain", "take a worker out of rotation (health NOT_SERVING) without stopping it; --undo puts it back", runDrain},
 		{"route", "ask a router where a prompt would go and why (--explain)", runRoute},
 		{"health", "check a service's grpc.health.v1 status; exit 0 only when SERVING", runHealth},
 		{"version", "print the version", func(_ context.Context, _ []string, _ func(string) string, stdout, _ io.Writer) error {

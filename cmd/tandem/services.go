@@ -5,6 +5,9 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"strings"
+
+	"github.com/tandem-serve/tandem/services/consul"
 
 	"github.com/tandem-serve/tandem/services/frontendsvc"
 	"github.com/tandem-serve/tandem/services/process"
@@ -33,6 +36,7 @@ func runFrontend(ctx context.Context, args []string, getenv func(string) string,
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
+	consulFromEnv(&cfg.Consul, getenv)
 	log, err := lf.logger(stderr, "frontend")
 	if err != nil {
 		return err
@@ -54,6 +58,7 @@ func runRouter(ctx context.Context, args []string, getenv func(string) string, _
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
+	consulFromEnv(&cfg.Consul, getenv)
 	log, err := lf.logger(stderr, "router")
 	if err != nil {
 		return err
@@ -83,6 +88,7 @@ func runWorker(ctx context.Context, mode string, args []string, getenv func(stri
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
+	consulFromEnv(&cfg.Consul, getenv)
 	log, err := lf.logger(stderr, mode)
 	if err != nil {
 		return err
@@ -94,4 +100,12 @@ func runWorker(ctx context.Context, mode string, args []string, getenv func(stri
 	}
 	log.Info("worker listening", "addr", svc.Addr(), "worker_id", svc.ID, "mode", svc.Mode.String())
 	return svc.Run(ctx)
+}
+
+// consulFromEnv takes the agent's address from CONSUL_HTTP_ADDR, as Consul's own
+// tools do, when --consul (or TANDEM_CONSUL) is not given.
+func consulFromEnv(c *consul.Config, getenv func(string) string) {
+	if c.Addr == "" {
+		c.Addr = strings.TrimPrefix(getenv("CONSUL_HTTP_ADDR"), "http://")
+	}
 }

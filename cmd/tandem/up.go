@@ -37,11 +37,12 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	var worker workersvc.Config
 	wfs := newFlagSet("worker", "", stderr)
 	worker.RegisterFlags(wfs, "decode")
-	merge(fs, wfs, "listen", "id", "prefill-workers")
+	consulFlags := []string{"consul", "advertise", "check-interval", "check-timeout", "deregister-after", "tags"}
+	merge(fs, wfs, append([]string{"listen", "id", "prefill-workers"}, consulFlags...)...)
 	var front frontendsvc.Config
 	ffs := newFlagSet("frontend", "", stderr)
 	front.RegisterFlags(ffs)
-	merge(fs, ffs, "listen", "router", "block-size", "grace")
+	merge(fs, ffs, append([]string{"listen", "router", "block-size", "grace"}, consulFlags...)...)
 	var routing router.Params
 	routersvc.RegisterParamFlags(fs, &routing)
 	var lf logFlags

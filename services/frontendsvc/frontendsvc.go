@@ -9,6 +9,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tandem-serve/tandem/services/consul"
+	"github.com/tandem-serve/tandem/services/telemetry"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+
 	"github.com/tandem-serve/tandem/frontend"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
@@ -25,6 +30,7 @@ type Config struct {
 	Router    string
 	BlockSize int
 	Frontend  frontend.Config
+	Consul    consul.Config
 }
 
 // RegisterFlags registers the frontend's flags.
@@ -32,7 +38,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:8080")
 	d := frontend.DefaultConfig()
 	c.Frontend = d
-	fs.StringVar(&c.Router, "router", "", "router address (host:port)")
+	fs.StringVar(&c.Router, "router", "", "router address (host:port); with --consul and no --router, every passing tandem-router, round-robin")
+	c.Consul.RegisterFlags(fs)
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
 	fs.StringVar(&c.Frontend.Model, "served-model-name", d.Model, "model id clients must name")
 	fs.IntVar(&c.Frontend.ContextLength, "context-length", d.ContextLength, "model context in tokens (prompt + output)")
@@ -51,8 +58,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate checks the flags.
 func (c *Config) Validate() error {
-	if c.Router == "" {
-		return errors.New("--router: the router's address is required")
+	if c.Router == "" && !c.Consul.Enabled() {
+		return errors.New("--router: the router's address is required without --consul")
+	}
+	if err := c.Consul.Validate(); err != nil {
+		return err
 	}
 	if c.BlockSize <= 0 {
 		return errors.New("--block-size must be positive")
@@ -65,6 +75,9 @@ type Service struct {
 	srv     *server.Server
 	backend *backend
 	router  *grpc.ClientConn
+	member  *consul.Member
+	// routers is fed from Consul when the router is discovered, not given.
+	routers *manual.Resolver
 }
 
 // Start opens the listener. The frontend reports SERVING once the router does.
@@ -76,7 +89,17 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	rc, err := env.Clients.Dial(cfg.Router)
+	var routers *manual.Resolver
+	var rc *grpc.ClientConn
+	if cfg.Router != "" {
+		rc, err = env.Clients.Dial(cfg.Router)
+	} else {
+		// Routers come and go in Consul; a manual resolver hands grpc-go the
+		// current set and round_robin spreads Route calls over them.
+		routers = manual.NewBuilderWithScheme("tandem-routers")
+		rc, err = env.Clients.DialWith("tandem-routers:///router", grpc.WithResolvers(routers),
+			grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +116,16 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		rc.Close()
 		return nil, err
 	}
-	return &Service{srv: srv, backend: b, router: rc}, nil
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+telemetry.NewRequestID()[:8], srv.Addr(), nil)
+	if err != nil {
+		rc.Close()
+		srv.Close()
+		return nil, fmt.Errorf("consul: %w", err)
+	}
+	if member != nil {
+		srv.OnDrain(member.Deregister)
+	}
+	return &Service{srv: srv, backend: b, router: rc, member: member, routers: routers}, nil
 }
 
 // Addr is where the frontend listens.
@@ -103,6 +135,18 @@ func (s *Service) Addr() string { return s.srv.Addr() }
 func (s *Service) Run(ctx context.Context) error {
 	defer s.router.Close()
 	defer s.backend.close()
+	if s.member != nil {
+		go s.member.Run(ctx)
+		if s.routers != nil {
+			go s.member.Client.WatchServices(ctx, []string{consul.RouterService}, func(addrs []string) {
+				st := resolver.State{}
+				for _, a := range addrs {
+					st.Addresses = append(st.Addresses, resolver.Address{Addr: a})
+				}
+				s.routers.UpdateState(st)
+			})
+		}
+	}
 	go func() {
 		// Serving only once the router is, so that a load balancer in front never
 		// sends a request this frontend cannot place.

@@ -6,7 +6,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"math/rand/v2"
+
+	"github.com/tandem-serve/tandem/services/consul"
+	"github.com/tandem-serve/tandem/services/telemetry"
 
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	"github.com/tandem-serve/tandem/router"
@@ -23,6 +27,7 @@ type Config struct {
 	PrefillWorkers services.List
 	BlockSize      int
 	Params         router.Params
+	Consul         consul.Config
 }
 
 // RegisterFlags registers the router's flags.
@@ -32,6 +37,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.PrefillWorkers, "prefill-workers", "comma-separated prefill worker addresses (static discovery)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
 	RegisterParamFlags(fs, &c.Params)
+	c.Consul.RegisterFlags(fs)
 }
 
 // RegisterParamFlags registers the routing parameters' flags on p, with defaults.
@@ -52,8 +58,11 @@ func RegisterParamFlags(fs *flag.FlagSet, p *router.Params) {
 
 // Validate checks the flags.
 func (c *Config) Validate() error {
-	if len(c.DecodeWorkers) == 0 {
-		return errors.New("--decode-workers: at least one address is needed")
+	if len(c.DecodeWorkers) == 0 && !c.Consul.Enabled() {
+		return errors.New("--decode-workers: at least one address is needed without --consul")
+	}
+	if err := c.Consul.Validate(); err != nil {
+		return err
 	}
 	if c.BlockSize <= 0 {
 		return errors.New("--block-size must be positive")
@@ -66,6 +75,7 @@ type Service struct {
 	cfg     Config
 	srv     *server.Server
 	tracker *discovery.Tracker
+	member  *consul.Member
 	Router  *router.Router
 }
 
@@ -86,21 +96,50 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, srv: srv, tracker: tracker, Router: r}, nil
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+telemetry.NewRequestID()[:8], srv.Addr(), nil)
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("consul: %w", err)
+	}
+	if member != nil {
+		srv.OnDrain(member.Deregister)
+	}
+	return &Service{cfg: cfg, srv: srv, tracker: tracker, member: member, Router: r}, nil
 }
 
 // Addr is where the router listens.
 func (s *Service) Addr() string { return s.srv.Addr() }
 
-// Run serves until ctx ends.
+// Run serves until ctx ends. With Consul, the workers are the passing instances of
+// tandem-decode and tandem-prefill, and routing parameters follow the
+// tandem/config/router key.
 func (s *Service) Run(ctx context.Context) error {
-	s.tracker.Set(ctx, append(append([]string{}, s.cfg.DecodeWorkers...), s.cfg.PrefillWorkers...))
-	go func() {
-		select {
-		case <-s.tracker.Ready():
-			s.srv.SetServing(true)
-		case <-ctx.Done():
-		}
-	}()
+	static := append(append([]string{}, s.cfg.DecodeWorkers...), s.cfg.PrefillWorkers...)
+	s.tracker.Set(ctx, static)
+	if s.member != nil {
+		go s.member.Run(ctx)
+		go s.member.Client.WatchServices(ctx, []string{consul.DecodeService, consul.PrefillService}, func(addrs []string) {
+			s.tracker.Set(ctx, append(append([]string{}, static...), addrs...))
+		})
+		base := s.cfg.Params
+		go s.member.Client.WatchKey(ctx, consul.RouterConfigKey, func(b []byte) error {
+			p, err := consul.Overlay(base, b, router.Params.Validate)
+			if err != nil {
+				return err
+			}
+			return s.Router.SetParams(p)
+		})
+		// With Consul there may be no worker yet; the router serves and answers
+		// Unavailable until one joins.
+		s.srv.SetServing(true)
+	} else {
+		go func() {
+			select {
+			case <-s.tracker.Ready():
+				s.srv.SetServing(true)
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return s.srv.Serve(ctx)
 }

@@ -59,7 +59,10 @@ func NewClients(cfg ClientConfig, reg prometheus.Registerer) *Clients {
 
 // Dial returns a lazily connecting client connection to addr (host:port), in
 // cleartext HTTP/2.
-func (c *Clients) Dial(addr string) (*grpc.ClientConn, error) {
+func (c *Clients) Dial(addr string) (*grpc.ClientConn, error) { return c.DialWith(addr) }
+
+// DialWith is Dial for any gRPC target (e.g. one of a manual resolver), with extra options.
+func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	log := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		c.cfg.Logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -81,7 +84,7 @@ func (c *Clients) Dial(addr string) (*grpc.ClientConn, error) {
 		retry.WithCodes(codes.Unavailable),
 		retry.WithBackoff(retry.BackoffExponentialWithJitter(50*time.Millisecond, 0.2)),
 	}
-	cc, err := grpc.NewClient(addr,
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(
 			propagateUnary,
@@ -96,7 +99,8 @@ func (c *Clients) Dial(addr string) (*grpc.ClientConn, error) {
 			logging.StreamClientInterceptor(log, logOpts...),
 			selector.StreamClientInterceptor(retry.StreamClientInterceptor(retryOpts...), idempotent),
 		),
-	)
+	}, extra...)
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

@@ -115,16 +115,18 @@ func (s *Server) SetServing(serving bool) {
 	}
 }
 
-// OnDrain registers f to run when shutdown begins, after health turns NOT_SERVING
-// and before in-flight requests are waited for (e.g. deregistering from discovery).
+// OnDrain registers f to run when shutdown begins, before health turns NOT_SERVING
+// and in-flight requests are waited for: deregistering from discovery comes first,
+// so that nobody is sent here while it drains.
 func (s *Server) OnDrain(f func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.draining = append(s.draining, f)
 }
 
-// Serve serves until ctx ends, then drains: NOT_SERVING, drain hooks, stop
-// accepting, and wait up to Grace for in-flight requests before closing the rest.
+// Serve serves until ctx ends, then drains: drain hooks (deregistration),
+// NOT_SERVING, stop accepting, and wait up to Grace for in-flight requests before
+// closing the rest.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.http.Serve(s.ln) }()
@@ -133,13 +135,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	s.SetServing(false)
 	s.mu.Lock()
 	hooks := s.draining
 	s.mu.Unlock()
 	for _, f := range hooks {
 		f()
 	}
+	s.SetServing(false)
 	grace := s.cfg.Grace
 	if grace <= 0 {
 		grace = 10 * time.Second
@@ -174,3 +176,6 @@ func HandlerOptions(logger *slog.Logger, interceptors ...connect.Interceptor) []
 func Mount(name string) func(path string, h http.Handler) Handler {
 	return func(path string, h http.Handler) Handler { return Handler{Name: name, Path: path, Handler: h} }
 }
+
+// Close releases the listener of a server that will not Serve.
+func (s *Server) Close() error { return s.ln.Close() }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/tandem-serve/tandem/services/consul"
+
 	"github.com/tandem-serve/tandem/engine/native"
 
 	"errors"
@@ -43,6 +45,8 @@ type Config struct {
 	EnforceDisagg         bool
 	RemoteDeadlineMin     time.Duration
 	RemoteDeadlineMax     time.Duration
+
+	Consul consul.Config
 }
 
 // DefaultShortPrefillThreshold is the default of --short-prefill-threshold, in
@@ -66,6 +70,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.Float64Var(&c.ITLWeight, "itl-weight", 0.25, "decode mode, cost policy: weight of the stall a local prefill inflicts on each running sequence")
 	fs.BoolVar(&c.EnforceDisagg, "enforce-disagg", false, "decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
 	fs.DurationVar(&c.RemoteDeadlineMin, "remote-deadline-min", 5*time.Second, "decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
+	c.Consul.RegisterFlags(fs)
 	fs.DurationVar(&c.RemoteDeadlineMax, "remote-deadline-max", 60*time.Second, "decode mode: most time a remote prefill is given before falling back")
 }
 
@@ -104,6 +109,9 @@ func (c *Config) Validate() error {
 		if err := c.DecodeConfig("validate", mode).Validate(); err != nil {
 			return fmt.Errorf("decode flags: %w", err)
 		}
+	}
+	if err := c.Consul.Validate(); err != nil {
+		return err
 	}
 	if c.BlockSize <= 0 {
 		return errors.New("--block-size must be positive")

@@ -3,8 +3,9 @@ package workersvc
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
-	"github.com/tandem-serve/tandem/services/discovery"
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/decode"
@@ -14,30 +15,34 @@ import (
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
+	"github.com/tandem-serve/tandem/services/consul"
+	"github.com/tandem-serve/tandem/services/discovery"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
 	"github.com/tandem-serve/tandem/services/telemetry"
 	"github.com/tandem-serve/tandem/worker"
 )
 
-// Version is reported in WorkerInfo; cmd/tandem sets it.
+// Version is reported in WorkerInfo and Consul metadata; cmd/tandem sets it.
 var Version = "dev"
 
 // Service is a started worker.
 type Service struct {
 	ID     string
 	Mode   workerv1.WorkerMode
+	cfg    Config
 	srv    *server.Server
 	eng    engine.Engine
 	worker *worker.Service
-	// Decode mode: the prefill workers this worker may call.
-	tracker      *discovery.Tracker
-	prefill      *prefillers
-	prefillAddrs []string
+	member *consul.Member // nil without Consul
+	// Decode mode: the decision service, and the prefill workers it may call.
+	decode  *decode.Service
+	tracker *discovery.Tracker
+	prefill *prefillers
 }
 
 // Start builds the engine and opens the listener; the worker serves once Run runs.
-func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) {
+func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -46,42 +51,56 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (*Service, error) 
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			_ = eng.Close()
+		}
+	}()
 	id := cfg.ID
 	if id == "" {
 		id = cfg.Mode + "-" + telemetry.NewRequestID()[:8]
 	}
 	env.Logger = env.Logger.With("worker_id", id)
 	opts := env.HandlerOptions()
-	ws := worker.New(id, telemetry.NewRequestID(), mode, Version, eng)
-	var (
-		tracker *discovery.Tracker
-		pf      *prefillers
-	)
-	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(ws, opts...))}
+	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng}
+	s.worker = worker.New(id, telemetry.NewRequestID(), mode, Version, eng)
+	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
+	name := consul.DecodeService
 	switch mode {
 	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
-		ps, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: 1 << 20, MaxLease: 30e9, MaxPromptTokens: eng.Info().ContextLength}, eng, env.Logger, env.Registry)
+		name = consul.PrefillService
+		ps, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: 1 << 20, MaxLease: 30 * time.Second, MaxPromptTokens: eng.Info().ContextLength}, eng, env.Logger, env.Registry)
 		if err != nil {
 			return nil, err
 		}
 		handlers = append(handlers, server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, opts...)))
 	default:
-		tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
-		pf = &prefillers{tracker: tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}}
-		ds, err := decode.New(cfg.DecodeConfig(id, mode), eng, pf, env.Logger, env.Registry)
-		if err != nil {
+		s.tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
+		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}}
+		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err
 		}
-		ws.SetPolicy(func() string { return string(ds.Params().Policy) })
-		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(ds, opts...)))
+		s.worker.SetPolicy(func() string { return string(s.decode.Params().Policy) })
+		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(s.decode, opts...)))
 	}
-	srv, err := env.NewServer(cfg.Serve, handlers, nil)
-	if err != nil {
-		_ = eng.Close()
+	if s.srv, err = env.NewServer(cfg.Serve, handlers, nil); err != nil {
 		return nil, err
 	}
-	srv.OnDrain(ws.Stop)
-	return &Service{ID: id, Mode: mode, srv: srv, eng: eng, worker: ws, tracker: tracker, prefill: pf, prefillAddrs: cfg.PrefillWorkers}, nil
+	info := eng.Info()
+	s.member, err = consul.Join(cfg.Consul, env.Logger, env.Registry, name, id, s.srv.Addr(), map[string]string{
+		"mode": cfg.Mode, "model": info.Model, "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
+		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": Version,
+	})
+	if err != nil {
+		s.srv.Close()
+		return nil, fmt.Errorf("consul: %w", err)
+	}
+	if s.member != nil {
+		s.srv.OnDrain(s.member.Deregister)
+	}
+	s.srv.OnDrain(s.worker.Stop)
+	s.worker.SetServingHook(s.srv.SetServing)
+	return s, nil
 }
 
 // Addr is where the worker listens.
@@ -90,8 +109,25 @@ func (s *Service) Addr() string { return s.srv.Addr() }
 // Run serves until ctx ends, then drains and closes the engine.
 func (s *Service) Run(ctx context.Context) error {
 	if s.tracker != nil {
-		s.tracker.Set(ctx, s.prefillAddrs)
 		defer s.prefill.close()
+		s.tracker.Set(ctx, s.cfg.PrefillWorkers)
+	}
+	if s.member != nil {
+		go s.member.Run(ctx)
+		if s.tracker != nil {
+			// Prefill workers from Consul join the static ones.
+			go s.member.Client.WatchServices(ctx, []string{consul.PrefillService}, func(addrs []string) {
+				s.tracker.Set(ctx, append(append([]string{}, s.cfg.PrefillWorkers...), addrs...))
+			})
+			base := s.decode.Params()
+			go s.member.Client.WatchKey(ctx, consul.DecodeConfigKey, func(b []byte) error {
+				p, err := consul.Overlay(base, b, decode.Params.Validate)
+				if err != nil {
+					return err
+				}
+				return s.decode.SetParams(p)
+			})
+		}
 	}
 	s.srv.SetServing(true)
 	err := s.srv.Serve(ctx)

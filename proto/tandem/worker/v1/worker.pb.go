@@ -994,6 +994,88 @@ func (x *WatchEventsResponse) GetLoad() *Load {
 	return nil
 }
 
+type DrainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False drains: health turns NOT_SERVING, so discovery stops sending work here,
+	// while requests in flight finish. True undoes it.
+	Serving       bool `protobuf:"varint,1,opt,name=serving,proto3" json:"serving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DrainRequest) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
+}
+
+type DrainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+}
+
 var File_tandem_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_tandem_worker_v1_worker_proto_rawDesc = "" +
@@ -1058,7 +1140,10 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\vincarnation\x18\x01 \x01(\tR\vincarnation\x126\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1a.tandem.worker.v1.SnapshotR\bsnapshot\x121\n" +
 	"\x06events\x18\x03 \x03(\v2\x19.tandem.worker.v1.KVEventR\x06events\x12*\n" +
-	"\x04load\x18\x04 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load*v\n" +
+	"\x04load\x18\x04 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\"(\n" +
+	"\fDrainRequest\x12\x18\n" +
+	"\aserving\x18\x01 \x01(\bR\aserving\"\x0f\n" +
+	"\rDrainResponse*v\n" +
 	"\n" +
 	"WorkerMode\x12\x1b\n" +
 	"\x17WORKER_MODE_UNSPECIFIED\x10\x00\x12\x1a\n" +
@@ -1069,10 +1154,11 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x14KV_DTYPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKV_DTYPE_F32\x10\x01\x12\x10\n" +
 	"\fKV_DTYPE_F16\x10\x02\x12\x11\n" +
-	"\rKV_DTYPE_BF16\x10\x032\xbe\x01\n" +
+	"\rKV_DTYPE_BF16\x10\x032\x8d\x02\n" +
 	"\rWorkerService\x12J\n" +
 	"\x04Info\x12\x1d.tandem.worker.v1.InfoRequest\x1a\x1e.tandem.worker.v1.InfoResponse\"\x03\x90\x02\x01\x12a\n" +
-	"\vWatchEvents\x12$.tandem.worker.v1.WatchEventsRequest\x1a%.tandem.worker.v1.WatchEventsResponse\"\x03\x90\x02\x010\x01B\xc5\x01\n" +
+	"\vWatchEvents\x12$.tandem.worker.v1.WatchEventsRequest\x1a%.tandem.worker.v1.WatchEventsResponse\"\x03\x90\x02\x010\x01\x12M\n" +
+	"\x05Drain\x12\x1e.tandem.worker.v1.DrainRequest\x1a\x1f.tandem.worker.v1.DrainResponse\"\x03\x90\x02\x02B\xc5\x01\n" +
 	"\x14com.tandem.worker.v1B\vWorkerProtoP\x01Z>github.com/tandem-serve/tandem/proto/tandem/worker/v1;workerv1\xa2\x02\x03TWX\xaa\x02\x10Tandem.Worker.V1\xca\x02\x10Tandem\\Worker\\V1\xe2\x02\x1cTandem\\Worker\\V1\\GPBMetadata\xea\x02\x12Tandem::Worker::V1b\x06proto3"
 
 var (
@@ -1088,7 +1174,7 @@ func file_tandem_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(WorkerMode)(0),             // 0: tandem.worker.v1.WorkerMode
 	(KVDtype)(0),                // 1: tandem.worker.v1.KVDtype
@@ -1105,6 +1191,8 @@ var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(*InfoResponse)(nil),        // 12: tandem.worker.v1.InfoResponse
 	(*WatchEventsRequest)(nil),  // 13: tandem.worker.v1.WatchEventsRequest
 	(*WatchEventsResponse)(nil), // 14: tandem.worker.v1.WatchEventsResponse
+	(*DrainRequest)(nil),        // 15: tandem.worker.v1.DrainRequest
+	(*DrainResponse)(nil),       // 16: tandem.worker.v1.DrainResponse
 }
 var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
@@ -1120,10 +1208,12 @@ var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
 	5,  // 10: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
 	11, // 11: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
 	13, // 12: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
-	12, // 13: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
-	14, // 14: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
+	15, // 13: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
+	12, // 14: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
+	14, // 15: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
+	16, // 16: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1145,7 +1235,7 @@ func file_tandem_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_worker_v1_worker_proto_rawDesc), len(file_tandem_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	WorkerService_Info_FullMethodName        = "/tandem.worker.v1.WorkerService/Info"
 	WorkerService_WatchEvents_FullMethodName = "/tandem.worker.v1.WorkerService/WatchEvents"
+	WorkerService_Drain_FullMethodName       = "/tandem.worker.v1.WorkerService/Drain"
 )
 
 // WorkerServiceClient is the client API for WorkerService service.
@@ -36,6 +37,8 @@ type WorkerServiceClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEventsResponse], error)
+	// Drain takes the worker out of rotation (or back in) without stopping it.
+	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
 }
 
 type workerServiceClient struct {
@@ -75,6 +78,16 @@ func (c *workerServiceClient) WatchEvents(ctx context.Context, in *WatchEventsRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_WatchEventsClient = grpc.ServerStreamingClient[WatchEventsResponse]
 
+func (c *workerServiceClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainResponse)
+	err := c.cc.Invoke(ctx, WorkerService_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServiceServer is the server API for WorkerService service.
 // All implementations must embed UnimplementedWorkerServiceServer
 // for forward compatibility.
@@ -85,6 +98,8 @@ type WorkerServiceServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error
+	// Drain takes the worker out of rotation (or back in) without stopping it.
+	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
 	mustEmbedUnimplementedWorkerServiceServer()
 }
 
@@ -100,6 +115,9 @@ func (UnimplementedWorkerServiceServer) Info(context.Context, *InfoRequest) (*In
 }
 func (UnimplementedWorkerServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedWorkerServiceServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
 }
 func (UnimplementedWorkerServiceServer) mustEmbedUnimplementedWorkerServiceServer() {}
 func (UnimplementedWorkerServiceServer) testEmbeddedByValue()                       {}
@@ -151,6 +169,24 @@ func _WorkerService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_WatchEventsServer = grpc.ServerStreamingServer[WatchEventsResponse]
 
+func _WorkerService_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).Drain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkerService_ServiceDesc is the grpc.ServiceDesc for WorkerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -161,6 +197,10 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Info",
 			Handler:    _WorkerService_Info_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _WorkerService_Drain_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

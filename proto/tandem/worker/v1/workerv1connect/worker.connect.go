@@ -40,6 +40,8 @@ const (
 	// WorkerServiceWatchEventsProcedure is the fully-qualified name of the WorkerService's WatchEvents
 	// RPC.
 	WorkerServiceWatchEventsProcedure = "/tandem.worker.v1.WorkerService/WatchEvents"
+	// WorkerServiceDrainProcedure is the fully-qualified name of the WorkerService's Drain RPC.
+	WorkerServiceDrainProcedure = "/tandem.worker.v1.WorkerService/Drain"
 )
 
 // WorkerServiceClient is a client for the tandem.worker.v1.WorkerService service.
@@ -48,6 +50,8 @@ type WorkerServiceClient interface {
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest]) (*connect.ServerStreamForClient[v1.WatchEventsResponse], error)
+	// Drain takes the worker out of rotation (or back in) without stopping it.
+	Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error)
 }
 
 // NewWorkerServiceClient constructs a client for the tandem.worker.v1.WorkerService service. By
@@ -75,6 +79,13 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		drain: connect.NewClient[v1.DrainRequest, v1.DrainResponse](
+			httpClient,
+			baseURL+WorkerServiceDrainProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("Drain")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -82,6 +93,7 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 type workerServiceClient struct {
 	info        *connect.Client[v1.InfoRequest, v1.InfoResponse]
 	watchEvents *connect.Client[v1.WatchEventsRequest, v1.WatchEventsResponse]
+	drain       *connect.Client[v1.DrainRequest, v1.DrainResponse]
 }
 
 // Info calls tandem.worker.v1.WorkerService.Info.
@@ -94,12 +106,19 @@ func (c *workerServiceClient) WatchEvents(ctx context.Context, req *connect.Requ
 	return c.watchEvents.CallServerStream(ctx, req)
 }
 
+// Drain calls tandem.worker.v1.WorkerService.Drain.
+func (c *workerServiceClient) Drain(ctx context.Context, req *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error) {
+	return c.drain.CallUnary(ctx, req)
+}
+
 // WorkerServiceHandler is an implementation of the tandem.worker.v1.WorkerService service.
 type WorkerServiceHandler interface {
 	// Info returns the worker's identity, mode, KV layout and load.
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest], *connect.ServerStream[v1.WatchEventsResponse]) error
+	// Drain takes the worker out of rotation (or back in) without stopping it.
+	Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error)
 }
 
 // NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -123,12 +142,21 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceDrainHandler := connect.NewUnaryHandler(
+		WorkerServiceDrainProcedure,
+		svc.Drain,
+		connect.WithSchema(workerServiceMethods.ByName("Drain")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tandem.worker.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerServiceInfoProcedure:
 			workerServiceInfoHandler.ServeHTTP(w, r)
 		case WorkerServiceWatchEventsProcedure:
 			workerServiceWatchEventsHandler.ServeHTTP(w, r)
+		case WorkerServiceDrainProcedure:
+			workerServiceDrainHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -144,4 +172,8 @@ func (UnimplementedWorkerServiceHandler) Info(context.Context, *connect.Request[
 
 func (UnimplementedWorkerServiceHandler) WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest], *connect.ServerStream[v1.WatchEventsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tandem.worker.v1.WorkerService.WatchEvents is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tandem.worker.v1.WorkerService.Drain is not implemented"))
 }

@@ -1,0 +1,163 @@
+// Package consul connects a service to a Consul agent: it registers the service
+// with a gRPC health check, watches the passing instances of other services with
+// blocking queries, and watches runtime configuration in Consul KV. Nothing here
+// is needed for static discovery.
+package consul
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-serve/tandem/services"
+)
+
+// Service names in the catalog.
+const (
+	FrontendService = "tandem-frontend"
+	RouterService   = "tandem-router"
+	DecodeService   = "tandem-decode"
+	PrefillService  = "tandem-prefill"
+)
+
+// KV keys of the runtime configuration.
+const (
+	RouterConfigKey = "tandem/config/router"
+	DecodeConfigKey = "tandem/config/decode"
+)
+
+// Config is how a service reaches Consul and how it registers.
+type Config struct {
+	// Addr is the agent's HTTP address; empty means no Consul.
+	Addr string
+	// Advertise is the host:port other services reach this one at; empty means the
+	// listen address, with an unspecified host replaced by this host's address.
+	Advertise       string
+	CheckInterval   time.Duration
+	CheckTimeout    time.Duration
+	DeregisterAfter time.Duration
+	Tags            services.List
+}
+
+// RegisterFlags registers the Consul flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "consul", "", "Consul agent HTTP address (host:port) for registration, discovery and runtime config; CONSUL_HTTP_ADDR also works")
+	fs.StringVar(&c.Advertise, "advertise", "", "host:port to register in Consul (default: the listen address, or this host's address when listening on all interfaces)")
+	fs.DurationVar(&c.CheckInterval, "check-interval", 2*time.Second, "interval of Consul's gRPC health check of this service")
+	fs.DurationVar(&c.CheckTimeout, "check-timeout", time.Second, "timeout of Consul's gRPC health check")
+	fs.DurationVar(&c.DeregisterAfter, "deregister-after", time.Minute, "Consul removes this service after its check has been critical this long (a backstop for crashes)")
+	fs.Var(&c.Tags, "tags", "comma-separated tags to register with")
+}
+
+// Enabled reports whether a Consul agent is configured.
+func (c *Config) Enabled() bool { return c.Addr != "" }
+
+// Validate checks the flags.
+func (c *Config) Validate() error {
+	if !c.Enabled() {
+		return nil
+	}
+	if c.CheckInterval <= 0 || c.CheckTimeout <= 0 || c.CheckTimeout > c.CheckInterval {
+		return fmt.Errorf("--check-timeout %s must be positive and at most --check-interval %s", c.CheckTimeout, c.CheckInterval)
+	}
+	if c.DeregisterAfter < time.Minute {
+		// Consul rounds anything shorter up to a minute.
+		return fmt.Errorf("--deregister-after %s: Consul's minimum is 1m", c.DeregisterAfter)
+	}
+	return nil
+}
+
+// Client is a Consul API client with the metrics its users share.
+type Client struct {
+	API     *api.Client
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// NewClient returns a client for the agent at addr.
+func NewClient(addr string, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+	cfg := api.DefaultConfig()
+	cfg.Address = addr
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client for %s: %w", addr, err)
+	}
+	return &Client{API: c, log: log, metrics: newMetrics(reg)}, nil
+}
+
+// AdvertiseAddr is the address to register for a service listening on listen.
+func AdvertiseAddr(advertise, listen string) (string, error) {
+	if advertise != "" {
+		return advertise, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen, nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return net.JoinHostPort(n.IP.String(), port), nil
+		}
+	}
+	return "", errors.New("no non-loopback IPv4 address to advertise; set --advertise")
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q: %w", p, err)
+	}
+	return host, port, nil
+}
+
+type metrics struct {
+	errors        *prometheus.CounterVec
+	registrations prometheus.Counter
+	watchUpdates  *prometheus.CounterVec
+	configApplied *prometheus.CounterVec
+	configReject  *prometheus.CounterVec
+	members       *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_consul_errors_total", Help: "Failed Consul calls, by operation; the last known state stays in force meanwhile.",
+		}, []string{"op"}),
+		registrations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_consul_registrations_total", Help: "Times this service registered itself (again after a Consul restart).",
+		}),
+		watchUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_consul_membership_updates_total", Help: "Membership changes seen by blocking queries, by service.",
+		}, []string{"service"}),
+		configApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_config_applied_total", Help: "Runtime configs from Consul KV applied, by key.",
+		}, []string{"key"}),
+		configReject: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_config_rejected_total", Help: "Runtime configs from Consul KV rejected as invalid, by key; the last good one stays.",
+		}, []string{"key"}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tandem_consul_passing_instances", Help: "Passing instances of a watched service.",
+		}, []string{"service"}),
+	}
+	reg.MustRegister(m.errors, m.registrations, m.watchUpdates, m.configApplied, m.configReject, m.members)
+	return m
+}

@@ -1,0 +1,85 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Registration is what a service registers.
+type Registration struct {
+	Name string
+	ID   string
+	// Addr is the advertised host:port; the gRPC health check dials it.
+	Addr string
+	Meta map[string]string
+}
+
+// Registrar keeps a service registered: it registers on Run, registers again
+// whenever the agent has lost it (a Consul restart), and deregisters on Deregister.
+type Registrar struct {
+	c   *Client
+	reg *api.AgentServiceRegistration
+}
+
+// NewRegistrar prepares the registration of r with cfg's health check settings.
+func (c *Client) NewRegistrar(cfg Config, r Registration) (*Registrar, error) {
+	host, port, err := splitHostPort(r.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("advertise address %q: %w", r.Addr, err)
+	}
+	return &Registrar{c: c, reg: &api.AgentServiceRegistration{
+		ID: r.ID, Name: r.Name, Address: host, Port: port, Tags: cfg.Tags, Meta: r.Meta,
+		Check: &api.AgentServiceCheck{
+			CheckID: r.ID + "-grpc", Name: "gRPC health of " + r.ID,
+			GRPC: r.Addr, Interval: cfg.CheckInterval.String(), Timeout: cfg.CheckTimeout.String(),
+			DeregisterCriticalServiceAfter: cfg.DeregisterAfter.String(),
+		},
+	}}, nil
+}
+
+// Run registers, then checks every interval that the agent still knows the
+// service, until ctx ends. Failures are logged and counted, never fatal: the
+// service keeps serving while Consul is away.
+func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
+	registered := false
+	for {
+		if !registered || !r.known() {
+			if err := r.c.API.Agent().ServiceRegister(r.reg); err != nil {
+				r.c.metrics.errors.WithLabelValues("register").Inc()
+				r.c.log.Warn("consul: cannot register; retrying", "service", r.reg.Name, "id", r.reg.ID, "error", err)
+				registered = false
+			} else {
+				r.c.metrics.registrations.Inc()
+				r.c.log.Info("consul: registered", "service", r.reg.Name, "id", r.reg.ID, "address", r.reg.Address, "port", r.reg.Port)
+				registered = true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (r *Registrar) known() bool {
+	s, _, err := r.c.API.Agent().Service(r.reg.ID, nil)
+	if err != nil {
+		r.c.metrics.errors.WithLabelValues("service_lookup").Inc()
+		return false
+	}
+	return s != nil
+}
+
+// Deregister removes the service, so that nobody is sent to it while it drains.
+func (r *Registrar) Deregister() {
+	if err := r.c.API.Agent().ServiceDeregister(r.reg.ID); err != nil {
+		r.c.metrics.errors.WithLabelValues("deregister").Inc()
+		r.c.log.Warn("consul: cannot deregister", "id", r.reg.ID, "error", err)
+		return
+	}
+	r.c.log.Info("consul: deregistered", "id", r.reg.ID)
+}

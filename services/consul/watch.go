@@ -1,0 +1,133 @@
+package consul
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// WatchServices calls set with the addresses of the passing instances of the named
+// services whenever they change, using blocking queries. While Consul is
+// unreachable the last membership stays in force; errors are logged and counted
+// and the query retried with backoff.
+func (c *Client) WatchServices(ctx context.Context, names []string, set func(addrs []string)) {
+	var mu sync.Mutex
+	current := make([][]string, len(names))
+	changed := make(chan struct{}, 1)
+	for i, name := range names {
+		go c.watchService(ctx, name, func(addrs []string) {
+			mu.Lock()
+			current[i] = addrs
+			mu.Unlock()
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+	}
+	var last []string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		var all []string
+		mu.Lock()
+		for i := range names {
+			all = append(all, current[i]...)
+		}
+		mu.Unlock()
+		slices.Sort(all)
+		if !slices.Equal(all, last) {
+			last = all
+			set(slices.Clone(all))
+		}
+	}
+}
+
+func (c *Client) watchService(ctx context.Context, name string, update func([]string)) {
+	var index uint64
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx)
+		entries, meta, err := c.API.Health().Service(name, "", true, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.metrics.errors.WithLabelValues("watch").Inc()
+			c.log.Warn("consul: watch failed; keeping the last known members", "service", name, "error", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 250 * time.Millisecond
+		if meta.LastIndex < index {
+			index = 0 // the index went backwards (agent restart): start over
+		} else {
+			index = meta.LastIndex
+		}
+		addrs := make([]string, 0, len(entries))
+		for _, e := range entries {
+			host := e.Service.Address
+			if host == "" {
+				host = e.Node.Address
+			}
+			addrs = append(addrs, fmt.Sprintf("%s:%d", host, e.Service.Port))
+		}
+		c.metrics.members.WithLabelValues(name).Set(float64(len(addrs)))
+		c.metrics.watchUpdates.WithLabelValues(name).Inc()
+		update(addrs)
+	}
+}
+
+// WatchKey calls apply with the value of key whenever it changes. A value apply
+// rejects is logged and counted, and the last good one stays in force.
+func (c *Client) WatchKey(ctx context.Context, key string, apply func([]byte) error) {
+	var index uint64
+	var last []byte
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx)
+		pair, meta, err := c.API.KV().Get(key, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.metrics.errors.WithLabelValues("kv_watch").Inc()
+			c.log.Warn("consul: config watch failed; keeping the last good config", "key", key, "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 250 * time.Millisecond
+		if meta.LastIndex < index {
+			index = 0
+		} else {
+			index = meta.LastIndex
+		}
+		if pair == nil || bytes.Equal(pair.Value, last) {
+			continue
+		}
+		last = slices.Clone(pair.Value)
+		if err := apply(pair.Value); err != nil {
+			c.metrics.configReject.WithLabelValues(key).Inc()
+			c.log.Error("consul: rejected runtime config; the last good one stays", "key", key, "error", err)
+			continue
+		}
+		c.metrics.configApplied.WithLabelValues(key).Inc()
+		c.log.Info("consul: applied runtime config", "key", key, "value", string(pair.Value))
+	}
+}
