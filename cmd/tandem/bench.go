@@ -66,15 +66,15 @@ func (o *benchOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.perRequest, "per-request", true, "include every request in the JSON")
 }
 
-// plan is what the options resolve to.
-type plan struct {
+// benchPlan is what the options resolve to.
+type benchPlan struct {
 	client  *bench.Client
 	configs []bench.Config // one per rate of a sweep
 	labels  []string
 	newLoad func() (bench.Workload, error)
 }
 
-func (o *benchOptions) plan(given map[string]bool) (*plan, error) {
+func (o *benchOptions) plan(given map[string]bool) (*benchPlan, error) {
 	slo, err := bench.ParseSLO(o.slo)
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func (o *benchOptions) plan(given map[string]bool) (*plan, error) {
 	if len(rates) > 0 && given["concurrency"] && o.concurrency <= 0 {
 		return nil, errors.New("bench: --concurrency must be positive")
 	}
-	p := &plan{}
+	p := &benchPlan{}
 	if len(rates) == 0 {
 		if base.Concurrency == 0 {
 			base.Concurrency = 4
@@ -202,7 +202,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			fmt.Fprintf(stderr, "bench: no --model and %v; sending requests without a model\n", err)
 		}
 	}
-	runs, err := runPlan(ctx, p, "", stdout, stderr)
+	runs, err := runBenchPlan(ctx, p, "", stdout, stderr)
 	if err != nil && len(runs) == 0 {
 		return err
 	}
@@ -216,9 +216,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	return err
 }
 
-// runPlan runs each of the plan's configurations in turn, printing each report as
+// runBenchPlan runs each of the plan's configurations in turn, printing each report as
 // it ends. It stops early when ctx ends, returning what it has.
-func runPlan(ctx context.Context, p *plan, prefix string, stdout, stderr io.Writer) ([]*bench.Report, error) {
+func runBenchPlan(ctx context.Context, p *benchPlan, prefix string, stdout, stderr io.Writer) ([]*bench.Report, error) {
 	var runs []*bench.Report
 	for i, cfg := range p.configs {
 		if ctx.Err() != nil {
@@ -233,7 +233,7 @@ func runPlan(ctx context.Context, p *plan, prefix string, stdout, stderr io.Writ
 			label = strings.TrimSuffix(prefix, " ")
 		}
 		var bar *bench.Bar
-		if isTerminal(stderr) {
+		if benchIsTerminal(stderr) {
 			bar = bench.NewBar(stderr, label)
 			cfg.Progress = bar.Update
 		}
@@ -297,8 +297,8 @@ func writeBenchJSON(path string, runs []*bench.Report, args []string, perRequest
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// isTerminal reports whether w is a terminal, where a progress bar belongs.
-func isTerminal(w io.Writer) bool {
+// benchIsTerminal reports whether w is a terminal, where a progress bar belongs.
+func benchIsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
@@ -379,7 +379,7 @@ func runBenchCompare(ctx context.Context, args []string, getenv func(string) str
 		if p.client.Model == "" {
 			p.client.Model, _ = p.client.DiscoverModel(ctx)
 		}
-		rs, err := runPlan(ctx, p, d.Name+" ", stdout, stderr)
+		rs, err := runBenchPlan(ctx, p, d.Name+" ", stdout, stderr)
 		for _, r := range rs {
 			r.Group = d.Name
 		}
