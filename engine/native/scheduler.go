@@ -1,6 +1,7 @@
 package native
 
 import (
+	"runtime"
 	"slices"
 	"time"
 
@@ -45,6 +46,10 @@ func (e *Engine) loop() {
 		progressed := len(sc.running)+len(sc.waiting) > 0 && sc.step()
 		sc.publish()
 		if progressed {
+			// Let the streams send what this step produced before the next step: on
+			// a worker with one P the loop would otherwise hold it until Go
+			// preempts it, and tokens would reach clients in bursts.
+			runtime.Gosched()
 			continue
 		}
 		if len(sc.running)+len(sc.waiting) == 0 {
