@@ -64,6 +64,7 @@ type metrics struct {
 	handoffBytes   prometheus.Histogram
 	handoffSeconds prometheus.Histogram
 	queueWait      prometheus.Histogram
+	rejected       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -99,6 +100,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_handoff_queue_wait_seconds", Help: "Time remote prefills waited in the prefill worker's queue.", Buckets: lat,
 		}),
 	}
+	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_decode_rejected_total", Help: "Requests refused because the worker was at --max-running-requests.",
+	})
+	reg.MustRegister(m.rejected)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

@@ -8,6 +8,8 @@ type situation struct {
 	prompt     int // prompt tokens
 	cached     int // leading prompt tokens already in this worker's cache
 	est        Estimate
+	// prefillQueued is the best prefill worker's queue, as the router last saw it.
+	prefillQueued int
 }
 
 func (s situation) effective() int { return s.prompt - s.cached }
@@ -22,6 +24,15 @@ type choice struct {
 // decide applies the policy. It does not ask whether a prefill worker is available:
 // a remote choice that cannot be carried out is a fallback, and counted as one.
 func decide(p Params, s situation) choice {
+	c := policy(p, s)
+	if c.remote && p.Policy != PolicyAlwaysRemote && p.MaxPrefillQueueTokens > 0 && s.prefillQueued >= p.MaxPrefillQueueTokens {
+		return choice{reason: "prefill_queue_full",
+			detail: fmt.Sprintf("%s, but the prefill worker has %d tokens queued (limit %d)", c.detail, s.prefillQueued, p.MaxPrefillQueueTokens)}
+	}
+	return c
+}
+
+func policy(p Params, s situation) choice {
 	eff := s.effective()
 	if s.aggregated {
 		return choice{reason: "aggregated_mode", detail: "an aggregated worker prefills every prompt itself"}

@@ -33,6 +33,10 @@ type Config struct {
 	// estimate; a remote prefill never waits longer than the max.
 	MinRemoteDeadline time.Duration
 	MaxRemoteDeadline time.Duration
+	// MaxRunning bounds the requests this worker serves at once (0: unbounded);
+	// past it Generate answers ResourceExhausted at once, and the frontend tries
+	// another worker or tells the client to retry.
+	MaxRunning int
 }
 
 // Validate checks the config.
@@ -60,6 +64,7 @@ type Service struct {
 	estimator Estimator
 	log       *slog.Logger
 	metrics   *metrics
+	running   atomic.Int64
 }
 
 var _ decodev1connect.DecodeServiceHandler = (*Service)(nil)
@@ -94,6 +99,12 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	if err := validate(m, info); err != nil {
 		return err
 	}
+	if n := s.running.Add(1); s.cfg.MaxRunning > 0 && n > int64(s.cfg.MaxRunning) {
+		s.running.Add(-1)
+		s.metrics.rejected.Inc()
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s is at capacity (%d requests)", s.cfg.WorkerID, s.cfg.MaxRunning))
+	}
+	defer s.running.Add(-1)
 	ereq := engine.Request{
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: wire.Sampling(m.GetSampling()),
 		MaxTokens: int(m.GetMaxTokens()), StopTokens: m.GetStopTokenIds(),
@@ -110,7 +121,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	sit := situation{
 		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
-		prompt:     len(ereq.Prompt), cached: cached,
+		prompt:     len(ereq.Prompt), cached: cached, prefillQueued: queued,
 	}
 	kvBytes := ((len(ereq.Prompt)+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
 	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)

@@ -37,6 +37,10 @@ type Params struct {
 	ITLWeight float64 `json:"itl_weight"`
 	// EnforceDisagg turns a failed remote prefill into an error instead of a fallback.
 	EnforceDisagg bool `json:"enforce_disagg"`
+	// MaxPrefillQueueTokens keeps a prompt local when the best prefill worker
+	// already has this many tokens queued (0: no limit), under the threshold and
+	// cost policies: a long queue there costs more than a local prefill here.
+	MaxPrefillQueueTokens int `json:"max_prefill_queue_tokens"`
 }
 
 // Validate checks the params.
@@ -50,6 +54,9 @@ func (p Params) Validate() error {
 	}
 	if p.ShortPrefillThreshold < 0 {
 		return fmt.Errorf("short_prefill_threshold %d: must not be negative", p.ShortPrefillThreshold)
+	}
+	if p.MaxPrefillQueueTokens < 0 {
+		return fmt.Errorf("max_prefill_queue_tokens %d: must not be negative", p.MaxPrefillQueueTokens)
 	}
 	if p.ITLWeight < 0 || math.IsNaN(p.ITLWeight) || p.ITLWeight > 100 {
 		return fmt.Errorf("itl_weight %g: want a number in [0, 100]", p.ITLWeight)

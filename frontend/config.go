@@ -3,6 +3,7 @@ package frontend
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Config is the frontend's configuration. services/ fills it from flags and the
@@ -21,6 +22,12 @@ type Config struct {
 	DefaultTemperature float32
 	// ChatTemplate names the chat template; "" means "chatml".
 	ChatTemplate string
+	// MaxInFlight bounds the requests generating at once (0: no bound); up to
+	// MaxQueue more wait at most QueueTimeout for a slot. Past the queue a request
+	// gets 429, past the timeout 503, both with Retry-After.
+	MaxInFlight  int
+	MaxQueue     int
+	QueueTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults services/ starts from.
@@ -32,6 +39,9 @@ func DefaultConfig() Config {
 		DefaultMaxTokens:   256,
 		DefaultTemperature: 1.0,
 		ChatTemplate:       "chatml",
+		MaxInFlight:        256,
+		MaxQueue:           1024,
+		QueueTimeout:       30 * time.Second,
 	}
 }
 
@@ -52,6 +62,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.DefaultTemperature >= 0 && c.DefaultTemperature <= 2) {
 		errs = append(errs, fmt.Errorf("frontend: default temperature %v must be in [0, 2]", c.DefaultTemperature))
+	}
+	if c.MaxInFlight < 0 || c.MaxQueue < 0 || (c.MaxInFlight > 0 && c.QueueTimeout <= 0) {
+		errs = append(errs, fmt.Errorf("frontend: max in flight %d and max queue %d must not be negative, and the queue timeout %s must be positive when bounded", c.MaxInFlight, c.MaxQueue, c.QueueTimeout))
 	}
 	if _, err := templateByName(c.ChatTemplate); err != nil {
 		errs = append(errs, err)

@@ -66,9 +66,13 @@ func New(cfg Config, tok tokenizer.Tokenizer, backend Backend, logger *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	m := newMetrics(reg)
+	if cfg.MaxInFlight > 0 {
+		backend = admittedBackend{Backend: backend, a: newAdmission(cfg.MaxInFlight, cfg.MaxQueue, cfg.QueueTimeout, m)}
+	}
 	return &Frontend{
 		cfg: cfg, tok: tok, backend: backend, log: logger, template: tmpl,
-		metrics: newMetrics(reg),
+		metrics: m,
 		created: time.Now().Unix(),
 	}, nil
 }

@@ -19,6 +19,8 @@ type metrics struct {
 	promptTokens     prometheus.Counter
 	generationTokens prometheus.Counter
 	prefillPath      *prometheus.CounterVec
+	rejected         *prometheus.CounterVec
+	queued           prometheus.Gauge
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -52,5 +54,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_frontend_prefill_path_total",
 			Help: "Requests by how their prompt was prefilled: local, remote, fallback (or unknown if the backend did not say).",
 		}, []string{"path"}),
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_rejected_total",
+			Help: "Requests refused by admission control: queue_full (429) or queue_timeout (503).",
+		}, []string{"reason"}),
+		queued: f.NewGauge(prometheus.GaugeOpts{
+			Name: "tandem_frontend_queued_requests", Help: "Requests waiting for an admission slot.",
+		}),
 	}
 }

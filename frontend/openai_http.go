@@ -122,6 +122,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (f *Frontend) writeError(w http.ResponseWriter, rc *reqCtx, err error) {
 	ae := asAPIError(err)
 	status := ae.httpStatus()
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		// Clients (the OpenAI SDKs among them) wait this long before retrying.
+		w.Header().Set("Retry-After", "1")
+	}
 	if status >= 500 {
 		rc.log.Warn("request failed", "status", status, "err", err)
 	} else {

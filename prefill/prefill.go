@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -31,6 +32,10 @@ type Config struct {
 	MaxLease time.Duration
 	// MaxPromptTokens rejects longer prompts up front.
 	MaxPromptTokens int
+	// MaxQueuedTokens bounds the prompt tokens accepted and not yet prefilled
+	// (0: unbounded). Past it a request is refused at once with ResourceExhausted,
+	// so the decode worker prefills locally instead of waiting in a long queue.
+	MaxQueuedTokens int
 }
 
 // Validate checks the config.
@@ -47,6 +52,7 @@ type Service struct {
 	eng     engine.Engine
 	log     *slog.Logger
 	metrics *metrics
+	queued  atomic.Int64 // prompt tokens accepted and not yet prefilled
 }
 
 var _ prefillv1connect.PrefillServiceHandler = (*Service)(nil)
@@ -74,10 +80,19 @@ func (s *Service) Prefill(ctx context.Context, req *connect.Request[prefillv1.Pr
 	if l := m.GetLease().AsDuration(); l > 0 && l < lease {
 		lease = l
 	}
+	// A prompt larger than the whole limit is still taken when nothing else is
+	// queued: refusing it everywhere would make it impossible to serve.
+	tokens := int64(len(m.GetPromptTokenIds()))
+	if q := s.queued.Add(tokens); s.cfg.MaxQueuedTokens > 0 && q > int64(s.cfg.MaxQueuedTokens) && q != tokens {
+		s.queued.Add(-tokens)
+		s.metrics.requests.WithLabelValues("queue_full").Inc()
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("prefill queue full: %d tokens queued, limit %d", q-tokens, s.cfg.MaxQueuedTokens))
+	}
 	start := time.Now()
 	exp, err := s.eng.Prefill(ctx, engine.Request{
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: wire.Sampling(m.GetSampling()), MaxTokens: 1,
 	})
+	s.queued.Add(-tokens)
 	if err != nil {
 		s.metrics.requests.WithLabelValues("prefill_error").Inc()
 		return wire.Error(err)

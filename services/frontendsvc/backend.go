@@ -49,9 +49,9 @@ func (b *backend) close() {
 	}
 }
 
-// Generate routes the request and starts it. A decode worker that cannot be reached
-// before it sends anything is excluded and the request routed once more, so a dead
-// worker costs a retry, not an error.
+// Generate routes the request and starts it. A decode worker that cannot be reached,
+// or is full, before it sends anything is excluded and the request routed once
+// more, so a dead or busy worker costs a retry, not an error.
 func (b *backend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (frontend.TokenStream, *routerv1.RouteResponse, error) {
 	ctx = telemetry.WithRequestID(ctx, req.GetRequestId())
 	rreq := &routerv1.RouteRequest{
@@ -69,7 +69,9 @@ func (b *backend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (
 		if err == nil {
 			return s, route, nil
 		}
-		if status.Code(err) != codes.Unavailable {
+		// Unreachable or at capacity, before it took the request: another worker
+		// may have room.
+		if c := status.Code(err); c != codes.Unavailable && c != codes.ResourceExhausted {
 			return nil, nil, err
 		}
 		lastErr = err

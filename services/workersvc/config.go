@@ -46,6 +46,10 @@ type Config struct {
 	RemoteDeadlineMin     time.Duration
 	RemoteDeadlineMax     time.Duration
 
+	MaxRunning            int
+	MaxPrefillQueueTokens int
+	MaxQueuedTokens       int
+
 	Consul consul.Config
 }
 
@@ -70,6 +74,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.Float64Var(&c.ITLWeight, "itl-weight", 0.25, "decode mode, cost policy: weight of the stall a local prefill inflicts on each running sequence")
 	fs.BoolVar(&c.EnforceDisagg, "enforce-disagg", false, "decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
 	fs.DurationVar(&c.RemoteDeadlineMin, "remote-deadline-min", 5*time.Second, "decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
+	fs.IntVar(&c.MaxRunning, "max-running-requests", 0, "decode mode: requests served at once (0: unbounded); past it new ones get ResourceExhausted and go elsewhere")
+	fs.IntVar(&c.MaxPrefillQueueTokens, "max-prefill-queue-tokens", 0, "decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
+	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); past it requests are refused so decode workers prefill locally")
 	c.Consul.RegisterFlags(fs)
 	fs.DurationVar(&c.RemoteDeadlineMax, "remote-deadline-max", 60*time.Second, "decode mode: most time a remote prefill is given before falling back")
 }
@@ -80,9 +87,9 @@ func (c *Config) DecodeConfig(id string, mode workerv1.WorkerMode) decode.Config
 		WorkerID: id, Mode: mode,
 		Params: decode.Params{
 			Policy: decode.Policy(c.Policy), ShortPrefillThreshold: c.ShortPrefillThreshold,
-			ITLWeight: c.ITLWeight, EnforceDisagg: c.EnforceDisagg,
+			ITLWeight: c.ITLWeight, EnforceDisagg: c.EnforceDisagg, MaxPrefillQueueTokens: c.MaxPrefillQueueTokens,
 		},
-		MinRemoteDeadline: c.RemoteDeadlineMin, MaxRemoteDeadline: c.RemoteDeadlineMax,
+		MinRemoteDeadline: c.RemoteDeadlineMin, MaxRemoteDeadline: c.RemoteDeadlineMax, MaxRunning: c.MaxRunning,
 	}
 }
 

@@ -69,7 +69,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	switch mode {
 	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
 		name = consul.PrefillService
-		ps, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: 1 << 20, MaxLease: 30 * time.Second, MaxPromptTokens: eng.Info().ContextLength}, eng, env.Logger, env.Registry)
+		ps, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: 1 << 20, MaxLease: 30 * time.Second, MaxPromptTokens: eng.Info().ContextLength, MaxQueuedTokens: cfg.MaxQueuedTokens}, eng, env.Logger, env.Registry)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,114 @@
+package decode_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/prefill"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
+	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+)
+
+// A decode worker at its request limit refuses more at once, with
+// ResourceExhausted, and takes them again when a slot frees.
+func TestDecodeAdmission(t *testing.T) {
+	svc, err := decode.New(decode.Config{
+		WorkerID: "d", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Params: alwaysLocal,
+		MinRemoteDeadline: time.Second, MaxRemoteDeadline: time.Second, MaxRunning: 1,
+	}, newNative(t), nil, quietLog(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
+	client := decodev1connect.NewDecodeServiceClient(h2cClient(), h2cServer(t, mux).URL, connect.WithGRPC())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	long := request("long", prompt(1, 20), 0, 0)
+	long.MaxTokens = 2000
+	stream, err := client.Generate(ctx, connect.NewRequest(long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatalf("first request: %v", stream.Err())
+	}
+	if _, err := generate(t, context.Background(), client, request("second", prompt(2, 20), 0, 0)); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("second request at the limit: %v, want ResourceExhausted", err)
+	}
+	cancel()
+	stream.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := generate(t, context.Background(), client, request("third", prompt(3, 20), 0, 0))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot never came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A prefill worker whose queue is full refuses at once, and the decode worker
+// prefills locally instead of waiting.
+func TestPrefillQueueLimit(t *testing.T) {
+	peng := newNative(t)
+	svc, err := prefill.New(prefill.Config{WorkerID: "p", ChunkBytes: 64 << 10, MaxLease: 10 * time.Second, MaxQueuedTokens: 100},
+		slowPrefill{peng, time.Second}, quietLog(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
+	srv := h2cServer(t, mux)
+	pc := prefillv1connect.NewPrefillServiceClient(h2cClient(), srv.URL, connect.WithGRPC())
+
+	// 80 queued tokens fit; 80 more do not. (The call returns only when the
+	// response starts, after the slow prefill, so it runs on its own.)
+	firstDone := make(chan error, 1)
+	go func() {
+		first, err := pc.Prefill(context.Background(), connect.NewRequest(&prefillv1.PrefillRequest{RequestId: "a", PromptTokenIds: prompt(1, 80)}))
+		if err == nil {
+			for first.Receive() {
+			}
+			err = first.Err()
+			first.Close()
+		}
+		firstDone <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let it enter the queue
+	second, err := pc.Prefill(context.Background(), connect.NewRequest(&prefillv1.PrefillRequest{RequestId: "b", PromptTokenIds: prompt(2, 80)}))
+	if err == nil {
+		for second.Receive() {
+		}
+		err = second.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("second prefill past the queue limit: %v, want ResourceExhausted", err)
+	}
+
+	pf := &staticPrefillers{}
+	pf.add("p", grpcPrefillClient(t, srv.Listener.Addr().String()))
+	node := startDecode(t, newNative(t), pf, alwaysRemote, 5*time.Second, 10*time.Second)
+	r, err := generate(t, context.Background(), node.client, request("c", prompt(3, 80), 0, 0, "p"))
+	if err != nil {
+		t.Fatalf("request failed instead of prefilling locally: %v", err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK {
+		t.Errorf("path %v (%s), want a fallback to local prefill", r.decision.GetPath(), r.decision.GetReason())
+	}
+	if err := <-firstDone; err != nil {
+		t.Errorf("the first prefill, within the limit: %v", err)
+	}
+}

@@ -1,0 +1,48 @@
+package decode
+
+import "testing"
+
+func TestDecide(t *testing.T) {
+	warm := Estimate{Warm: true, Local: 0.050, ITLPenalty: 0.010, Remote: 0.030}
+	for _, tc := range []struct {
+		name   string
+		p      Params
+		s      situation
+		remote bool
+		reason string
+	}{
+		{"aggregated always local", Params{Policy: PolicyAlwaysRemote}, situation{aggregated: true, prompt: 5000}, false, "aggregated_mode"},
+		{"short effective", Params{Policy: PolicyThreshold, ShortPrefillThreshold: 64}, situation{prompt: 64}, false, "below_threshold"},
+		{"long effective", Params{Policy: PolicyThreshold, ShortPrefillThreshold: 64}, situation{prompt: 65}, true, "above_threshold"},
+		{"cached prefix makes it short", Params{Policy: PolicyThreshold, ShortPrefillThreshold: 64}, situation{prompt: 1000, cached: 960}, false, "below_threshold"},
+		{"always-local", Params{Policy: PolicyAlwaysLocal}, situation{prompt: 9000}, false, "always_local"},
+		{"always-remote", Params{Policy: PolicyAlwaysRemote}, situation{prompt: 3}, true, "always_remote"},
+		{"cost before warm-up uses the threshold", Params{Policy: PolicyCost, ShortPrefillThreshold: 64}, situation{prompt: 100, est: Estimate{Local: 0, Remote: 9}}, true, "cold_above_threshold"},
+		{"cost picks remote when cheaper", Params{Policy: PolicyCost}, situation{prompt: 100, est: warm}, true, "cost_remote_cheaper"},
+		{"cost picks local when cheaper", Params{Policy: PolicyCost}, situation{prompt: 100, est: Estimate{Warm: true, Local: 0.01, ITLPenalty: 0.005, Remote: 0.03}}, false, "cost_local_cheaper"},
+		{"full prefill queue keeps it local", Params{Policy: PolicyThreshold, MaxPrefillQueueTokens: 4096}, situation{prompt: 500, prefillQueued: 5000}, false, "prefill_queue_full"},
+		{"queue below the limit", Params{Policy: PolicyThreshold, MaxPrefillQueueTokens: 4096}, situation{prompt: 500, prefillQueued: 100}, true, "above_threshold"},
+		{"always-remote ignores the queue limit", Params{Policy: PolicyAlwaysRemote, MaxPrefillQueueTokens: 10}, situation{prompt: 500, prefillQueued: 5000}, true, "always_remote"},
+	} {
+		c := decide(tc.p, tc.s)
+		if c.remote != tc.remote || c.reason != tc.reason {
+			t.Errorf("%s: remote=%v reason=%q (%s), want remote=%v reason=%q", tc.name, c.remote, c.reason, c.detail, tc.remote, tc.reason)
+		}
+	}
+}
+
+func TestParamsValidate(t *testing.T) {
+	for _, bad := range []Params{
+		{Policy: "sometimes"},
+		{Policy: PolicyThreshold, ShortPrefillThreshold: -1},
+		{Policy: PolicyCost, ITLWeight: -0.5},
+		{Policy: PolicyThreshold, MaxPrefillQueueTokens: -1},
+	} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+	if err := (Params{Policy: PolicyCost, ShortPrefillThreshold: 256, ITLWeight: 0.25}).Validate(); err != nil {
+		t.Errorf("good params: %v", err)
+	}
+}
