@@ -50,7 +50,11 @@ func TestAdmissionControl(t *testing.T) {
 	waitFor(t, func() bool { return len(f.backend.(admittedBackend).a.slots) == 1 })
 	second := make(chan *http.Response, 1)
 	go func() { second <- post() }() // queues
-	waitFor(t, func() bool { f.backend.(admittedBackend).a.mu.Lock(); defer f.backend.(admittedBackend).a.mu.Unlock(); return f.backend.(admittedBackend).a.queue == 1 })
+	waitFor(t, func() bool {
+		f.backend.(admittedBackend).a.mu.Lock()
+		defer f.backend.(admittedBackend).a.mu.Unlock()
+		return f.backend.(admittedBackend).a.queue == 1
+	})
 
 	third := post()
 	if third.StatusCode != http.StatusTooManyRequests || third.Header.Get("Retry-After") == "" {
