@@ -28,6 +28,9 @@ type Config struct {
 	MaxInFlight  int
 	MaxQueue     int
 	QueueTimeout time.Duration
+	// APIKeys, when not empty, are the bearer tokens accepted; every endpoint but
+	// /healthz then answers 401 without one.
+	APIKeys []string
 }
 
 // DefaultConfig returns the defaults services/ starts from.

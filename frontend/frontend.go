@@ -50,6 +50,7 @@ type Frontend struct {
 	template ChatTemplate
 	metrics  *metrics
 	created  int64
+	keys     *apiKeys // nil: no authentication
 }
 
 var _ frontendv1connect.FrontendServiceHandler = (*Frontend)(nil)
@@ -74,6 +75,7 @@ func New(cfg Config, tok tokenizer.Tokenizer, backend Backend, logger *slog.Logg
 		cfg: cfg, tok: tok, backend: backend, log: logger, template: tmpl,
 		metrics: m,
 		created: time.Now().Unix(),
+		keys:    newAPIKeys(cfg.APIKeys),
 	}, nil
 }
 
@@ -81,6 +83,9 @@ func New(cfg Config, tok tokenizer.Tokenizer, backend Backend, logger *slog.Logg
 // Connect, gRPC and gRPC-Web clients. A panic in a call becomes an Internal error.
 func (f *Frontend) ConnectHandler(opts ...connect.HandlerOption) (string, http.Handler) {
 	opts = append([]connect.HandlerOption{connect.WithRecover(f.recoverConnect)}, opts...)
+	if f.keys != nil {
+		opts = append(opts, connect.WithInterceptors(authInterceptor{f.keys}))
+	}
 	return frontendv1connect.NewFrontendServiceHandler(f, opts...)
 }
 

@@ -79,6 +79,9 @@ func (f *Frontend) endpoint(name string, methods []string, h handlerFunc) http.H
 				msg: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
 			return
 		}
+		if name != "healthz" && !f.requireKey(sw, r, rc) {
+			return
+		}
 		h(sw, r, rc)
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/tandem-serve/tandem/services/consul"
@@ -31,6 +33,8 @@ type Config struct {
 	BlockSize int
 	Frontend  frontend.Config
 	Consul    consul.Config
+	// APIKeysFile holds one accepted API key per line ('#' starts a comment).
+	APIKeysFile string
 }
 
 // RegisterFlags registers the frontend's flags.
@@ -54,6 +58,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.Frontend.ChatTemplate, "chat-template", d.ChatTemplate, "chat template: chatml")
+	fs.StringVar(&c.APIKeysFile, "api-keys-file", "", "file of accepted API keys, one per line; clients send 'Authorization: Bearer KEY' (default: no authentication)")
 	fs.IntVar(&c.Frontend.MaxInFlight, "max-in-flight", d.MaxInFlight, "requests generating at once (0: unbounded); more wait in a queue")
 	fs.IntVar(&c.Frontend.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more get 429 with Retry-After")
 	fs.DurationVar(&c.Frontend.QueueTimeout, "queue-timeout", d.QueueTimeout, "longest wait for a slot; then 503 with Retry-After")
@@ -87,6 +92,13 @@ type Service struct {
 func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.APIKeysFile != "" {
+		keys, err := readKeys(cfg.APIKeysFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Frontend.APIKeys = keys
 	}
 	tok, err := tokenizer.CL100K()
 	if err != nil {
@@ -175,4 +187,23 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	return s.srv.Serve(ctx)
+}
+
+// readKeys reads an API key file: one key per line, blank lines and '#' comments
+// ignored. A file with no key is an error, not an open door.
+func readKeys(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--api-keys-file: %w", err)
+	}
+	var keys []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--api-keys-file %s: no keys in it", path)
+	}
+	return keys, nil
 }
