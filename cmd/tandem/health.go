@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/tandem-serve/tandem/services/tlsconf"
+	"google.golang.org/grpc/credentials"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -16,6 +20,9 @@ func runHealth(ctx context.Context, args []string, getenv func(string) string, s
 	fs := newFlagSet("health", "health ADDR [--service NAME] [--timeout D]", stderr)
 	service := fs.String("service", "", "service name to check (default: the whole server)")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	var tc tlsconf.Config
+	tc.RegisterFlags(fs)
+	insecureTLS := fs.Bool("tls-insecure", false, "speak TLS without verifying the server's certificate")
 	// Flags may come after the address, as in 'tandem health :8080 --service x'.
 	var addr string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -31,7 +38,20 @@ func runHealth(ctx context.Context, args []string, getenv func(string) string, s
 		fs.Usage()
 		return errors.New("health: an address is required")
 	}
-	st, err := checkHealth(ctx, addr, *service, *timeout)
+	creds := insecure.NewCredentials()
+	if tc.Cert != "" || tc.CA != "" || *insecureTLS {
+		cfg := &tls.Config{InsecureSkipVerify: *insecureTLS}
+		if tc.Cert != "" || tc.CA != "" {
+			c, err := tc.Client()
+			if err != nil {
+				return err
+			}
+			cfg = c
+			cfg.InsecureSkipVerify = *insecureTLS
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	st, err := checkHealthWith(ctx, addr, *service, *timeout, creds)
 	if err != nil {
 		fmt.Fprintf(stdout, "%s: %v\n", addr, err)
 		return exitCode(2)
@@ -44,7 +64,11 @@ func runHealth(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 func checkHealth(ctx context.Context, addr, service string, timeout time.Duration) (healthpb.HealthCheckResponse_ServingStatus, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return checkHealthWith(ctx, addr, service, timeout, insecure.NewCredentials())
+}
+
+func checkHealthWith(ctx context.Context, addr, service string, timeout time.Duration, creds credentials.TransportCredentials) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return 0, err
 	}

@@ -41,7 +41,11 @@ func runFrontend(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	svc, err := frontendsvc.Start(process.NewEnv(log), cfg)
+	env, err := process.NewEnv(log, cfg.Serve.TLS)
+	if err != nil {
+		return err
+	}
+	svc, err := frontendsvc.Start(env, cfg)
 	if err != nil {
 		return err
 	}
@@ -63,7 +67,11 @@ func runRouter(ctx context.Context, args []string, getenv func(string) string, _
 	if err != nil {
 		return err
 	}
-	svc, err := routersvc.Start(process.NewEnv(log), cfg)
+	env, err := process.NewEnv(log, cfg.Serve.TLS)
+	if err != nil {
+		return err
+	}
+	svc, err := routersvc.Start(env, cfg)
 	if err != nil {
 		return err
 	}
@@ -94,7 +102,11 @@ func runWorker(ctx context.Context, mode string, args []string, getenv func(stri
 		return err
 	}
 	workersvc.Version = version()
-	svc, err := workersvc.Start(ctx, process.NewEnv(log), cfg)
+	env, err := process.NewEnv(log, cfg.Serve.TLS)
+	if err != nil {
+		return err
+	}
+	svc, err := workersvc.Start(ctx, env, cfg)
 	if err != nil {
 		return err
 	}

@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tandem-serve/tandem/services/tlsconf"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -37,7 +40,8 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	var worker workersvc.Config
 	wfs := newFlagSet("worker", "", stderr)
 	worker.RegisterFlags(wfs, "decode")
-	consulFlags := []string{"consul", "advertise", "check-interval", "check-timeout", "deregister-after", "tags"}
+	// Consul and TLS are for deployments across hosts; up runs on loopback.
+	consulFlags := []string{"consul", "advertise", "check-interval", "check-timeout", "deregister-after", "tags", "tls-cert", "tls-key", "tls-ca"}
 	merge(fs, wfs, append([]string{"listen", "id", "prefill-workers"}, consulFlags...)...)
 	var front frontendsvc.Config
 	ffs := newFlagSet("frontend", "", stderr)
@@ -102,7 +106,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 		if err != nil {
 			return stopAll(err)
 		}
-		w, err := workersvc.Start(ctx, process.NewEnv(log), cfg)
+		w, err := workersvc.Start(ctx, mustEnv(log), cfg)
 		if err != nil {
 			return stopAll(fmt.Errorf("%s: %w", cfg.ID, err))
 		}
@@ -117,7 +121,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	rlog, _ := lf.logger(stderr, "router")
 	rcfg := routersvc.Config{DecodeWorkers: decodeAddrs, PrefillWorkers: prefillAddrs, BlockSize: worker.BlockSize, Params: routing}
 	rcfg.Serve.Listen, rcfg.Serve.Grace = "127.0.0.1:0", worker.Serve.Grace
-	r, err := routersvc.Start(process.NewEnv(rlog), rcfg)
+	r, err := routersvc.Start(mustEnv(rlog), rcfg)
 	if err != nil {
 		return stopAll(fmt.Errorf("router: %w", err))
 	}
@@ -126,7 +130,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	flog, _ := lf.logger(stderr, "frontend")
 	front.Router, front.BlockSize = r.Addr(), worker.BlockSize
 	front.Serve.Listen, front.Serve.Grace = *httpAddr, worker.Serve.Grace
-	f, err := frontendsvc.Start(process.NewEnv(flog), front)
+	f, err := frontendsvc.Start(mustEnv(flog), front)
 	if err != nil {
 		return stopAll(fmt.Errorf("frontend: %w", err))
 	}
@@ -171,4 +175,13 @@ func merge(dst, src *flag.FlagSet, skip ...string) {
 			dst.Var(f.Value, f.Name, f.Usage)
 		}
 	})
+}
+
+// mustEnv is a plaintext process environment; up serves only loopback.
+func mustEnv(log *slog.Logger) *process.Env {
+	env, err := process.NewEnv(log, tlsconf.Config{})
+	if err != nil {
+		panic(err) // an empty TLS config cannot fail
+	}
+	return env
 }

@@ -44,6 +44,8 @@ type Config struct {
 	CheckTimeout    time.Duration
 	DeregisterAfter time.Duration
 	Tags            services.List
+	// CheckTLS makes the health check speak TLS, for a service serving it.
+	CheckTLS bool
 }
 
 // RegisterFlags registers the Consul flags.

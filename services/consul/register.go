@@ -36,6 +36,9 @@ func (c *Client) NewRegistrar(cfg Config, r Registration) (*Registrar, error) {
 			CheckID: r.ID + "-grpc", Name: "gRPC health of " + r.ID,
 			GRPC: r.Addr, Interval: cfg.CheckInterval.String(), Timeout: cfg.CheckTimeout.String(),
 			DeregisterCriticalServiceAfter: cfg.DeregisterAfter.String(),
+			// The agent holds no certificate of this deployment's CA: the check
+			// tests that the service answers, not who it is.
+			GRPCUseTLS: cfg.CheckTLS, TLSSkipVerify: cfg.CheckTLS,
 		},
 	}}, nil
 }

@@ -40,6 +40,7 @@ type Config struct {
 // RegisterFlags registers the frontend's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:8080")
+	c.Serve.Public = true
 	d := frontend.DefaultConfig()
 	c.Frontend = d
 	fs.StringVar(&c.Router, "router", "", "router address (host:port); with --consul and no --router, every passing tandem-router, round-robin")
@@ -131,6 +132,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		rc.Close()
 		return nil, err
 	}
+	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+telemetry.NewRequestID()[:8], srv.Addr(), nil)
 	if err != nil {
 		rc.Close()

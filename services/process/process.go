@@ -3,29 +3,36 @@
 package process
 
 import (
-	"connectrpc.com/connect"
 	"flag"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
+	"github.com/tandem-serve/tandem/services/tlsconf"
 )
 
 // Serve is the flags every service shares.
 type Serve struct {
 	Listen string
 	Grace  time.Duration
+	TLS    tlsconf.Config
+	// Public marks a port that end users call (the frontend's): it serves TLS but
+	// asks them for no client certificate.
+	Public bool
 }
 
 // RegisterFlags registers the shared serving flags with defaultListen.
 func (s *Serve) RegisterFlags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&s.Listen, "listen", defaultListen, "address to serve gRPC, gRPC-Web, Connect, health, reflection and /metrics on")
 	fs.DurationVar(&s.Grace, "grace", 15*time.Second, "how long in-flight requests may finish after SIGINT/SIGTERM")
+	s.TLS.RegisterFlags(fs)
 }
 
 // Env is what a service gets from its process.
@@ -36,22 +43,34 @@ type Env struct {
 	metrics  *rpc.ServerMetrics
 }
 
-// NewEnv makes a fresh registry (with Go and process collectors) and client dialer.
-func NewEnv(logger *slog.Logger) *Env {
+// NewEnv makes a fresh registry (with Go and process collectors) and a client
+// dialer that uses t for every connection to another service.
+func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	clientTLS, err := t.Client()
+	if err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Env{
 		Logger:   logger,
 		Registry: reg,
-		Clients:  rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger}, reg),
+		Clients:  rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS}, reg),
 		metrics:  rpc.NewServerMetrics(reg),
-	}
+	}, nil
 }
 
 // NewServer opens the service's listener. Every Connect handler must have been
 // built with HandlerOptions so that it logs, counts and recovers like the rest.
 func (e *Env) NewServer(s Serve, handlers []server.Handler, extra http.Handler) (*server.Server, error) {
-	return server.New(server.Config{Addr: s.Listen, Grace: s.Grace, Logger: e.Logger, Gatherer: e.Registry}, handlers, extra)
+	serverTLS, err := s.TLS.Server(!s.Public)
+	if err != nil {
+		return nil, err
+	}
+	return server.New(server.Config{Addr: s.Listen, Grace: s.Grace, Logger: e.Logger, Gatherer: e.Registry, TLS: serverTLS}, handlers, extra)
 }
 
 // HandlerOptions are the options for every Connect handler of this service.

@@ -96,6 +96,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+telemetry.NewRequestID()[:8], srv.Addr(), nil)
 	if err != nil {
 		srv.Close()

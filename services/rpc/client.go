@@ -2,10 +2,13 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -32,6 +35,9 @@ type ClientConfig struct {
 	// Retries is how many times an idempotent call is retried on Unavailable.
 	Retries uint
 	Logger  *slog.Logger
+	// TLS, when set, is used for every connection (mutual TLS when it carries a
+	// certificate); nil means cleartext HTTP/2.
+	TLS *tls.Config
 }
 
 // Clients dials service-to-service connections that share one set of interceptors
@@ -84,8 +90,12 @@ func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientC
 		retry.WithCodes(codes.Unavailable),
 		retry.WithBackoff(retry.BackoffExponentialWithJitter(50*time.Millisecond, 0.2)),
 	}
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		creds = credentials.NewTLS(c.cfg.TLS)
+	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithChainUnaryInterceptor(
 			propagateUnary,
 			c.metrics.UnaryClientInterceptor(),

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/tandem-serve/tandem/services/tlsconf"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -39,6 +42,9 @@ type Config struct {
 	// Logger and Gatherer may not be nil.
 	Logger   *slog.Logger
 	Gatherer prometheus.Gatherer
+	// TLS, when set, serves HTTPS (HTTP/1.1 and HTTP/2) instead of cleartext. If it
+	// asks for client certificates, every call but health checks must present one.
+	TLS *tls.Config
 }
 
 // Server serves until its context ends. It is listening when New returns.
@@ -84,16 +90,25 @@ func New(cfg Config, handlers []Handler, extra http.Handler) (*Server, error) {
 	}
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
-	// Cleartext HTTP/2 lets grpc-go clients and grpcurl -plaintext in on the same port.
-	p.SetUnencryptedHTTP2(true)
+	var handler http.Handler = mux
+	if cfg.TLS != nil {
+		p.SetHTTP2(true)
+		if cfg.TLS.ClientAuth == tls.VerifyClientCertIfGiven {
+			handler = tlsconf.RequireClientCert(mux)
+		}
+	} else {
+		// Cleartext HTTP/2 lets grpc-go clients and grpcurl -plaintext in on the same port.
+		p.SetUnencryptedHTTP2(true)
+	}
 	s := &Server{
 		cfg:    cfg,
 		ln:     ln,
 		health: health,
 		names:  names,
 		http: &http.Server{
-			Handler:           mux,
+			Handler:           handler,
 			Protocols:         p,
+			TLSConfig:         cfg.TLS,
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 		},
@@ -129,7 +144,13 @@ func (s *Server) OnDrain(f func()) {
 // closing the rest.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(s.ln) }()
+	go func() {
+		if s.cfg.TLS != nil {
+			errc <- s.http.ServeTLS(s.ln, "", "")
+			return
+		}
+		errc <- s.http.Serve(s.ln)
+	}()
 	select {
 	case err := <-errc:
 		return err

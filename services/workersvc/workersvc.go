@@ -88,6 +88,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		return nil, err
 	}
 	info := eng.Info()
+	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	s.member, err = consul.Join(cfg.Consul, env.Logger, env.Registry, name, id, s.srv.Addr(), map[string]string{
 		"mode": cfg.Mode, "model": info.Model, "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
 		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": Version,
