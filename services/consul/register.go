@@ -52,11 +52,11 @@ func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 		if !registered || !r.known() {
 			if err := r.c.API.Agent().ServiceRegister(r.reg); err != nil {
 				r.c.metrics.errors.WithLabelValues("register").Inc()
-				r.c.log.Warn("consul: cannot register; retrying", "service", r.reg.Name, "id", r.reg.ID, "error", err)
+				r.c.log.Warn("consul: cannot register; retrying", "consul_service", r.reg.Name, "id", r.reg.ID, "error", err)
 				registered = false
 			} else {
 				r.c.metrics.registrations.Inc()
-				r.c.log.Info("consul: registered", "service", r.reg.Name, "id", r.reg.ID, "address", r.reg.Address, "port", r.reg.Port)
+				r.c.log.Info("consul: registered", "consul_service", r.reg.Name, "id", r.reg.ID, "address", r.reg.Address, "port", r.reg.Port)
 				registered = true
 			}
 		}

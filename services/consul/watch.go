@@ -62,7 +62,7 @@ func (c *Client) watchService(ctx context.Context, name string, update func([]st
 				return
 			}
 			c.metrics.errors.WithLabelValues("watch").Inc()
-			c.log.Warn("consul: watch failed; keeping the last known members", "service", name, "error", err, "retry_in", backoff)
+			c.log.Warn("consul: watch failed; keeping the last known members", "consul_service", name, "error", err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
