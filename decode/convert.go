@@ -30,18 +30,6 @@ func validate(m *decodev1.GenerateRequest, info engine.Info) error {
 	return nil
 }
 
-func pathLabel(p decodev1.PrefillPath) string {
-	switch p {
-	case decodev1.PrefillPath_PREFILL_PATH_LOCAL:
-		return "local"
-	case decodev1.PrefillPath_PREFILL_PATH_REMOTE:
-		return "remote"
-	case decodev1.PrefillPath_PREFILL_PATH_FALLBACK:
-		return "fallback"
-	}
-	return "unspecified"
-}
-
 func finishProto(f engine.FinishReason) decodev1.FinishReason {
 	switch f {
 	case engine.FinishStop:

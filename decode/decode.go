@@ -146,7 +146,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		}
 	}
 	defer stream.Close()
-	path := pathLabel(decision.Path)
+	path := wire.PathName(decision.Path)
 	s.metrics.decisions.WithLabelValues(path, decision.Reason).Inc()
 	s.log.InfoContext(ctx, "prefill decision", "request_id", ereq.ID, "path", path, "reason", decision.Reason,
 		"detail", decision.Detail, "policy", decision.Policy, "prompt_tokens", decision.PromptTokens,

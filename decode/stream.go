@@ -19,7 +19,7 @@ import (
 func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	first := true
 	last := start
-	path := pathLabel(decision.Path)
+	path := wire.PathName(decision.Path)
 	for {
 		tok, err := stream.Next(ctx)
 		if errors.Is(err, io.EOF) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-serve/tandem/wire"
+
 	"connectrpc.com/connect"
 
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
@@ -159,20 +161,6 @@ type prefillInfo struct {
 	RouteReason   string `json:"route_reason,omitempty"`
 }
 
-func pathName(p decodev1.PrefillPath) string {
-	switch p {
-	case decodev1.PrefillPath_PREFILL_PATH_LOCAL:
-		return "local"
-	case decodev1.PrefillPath_PREFILL_PATH_REMOTE:
-		return "remote"
-	case decodev1.PrefillPath_PREFILL_PATH_FALLBACK:
-		return "fallback"
-	default:
-		// A backend that does not say is a bug worth seeing on dashboards.
-		return "unknown"
-	}
-}
-
 // usage is the exact token accounting of one request.
 type usage struct {
 	prompt, completion, cached int
@@ -236,7 +224,7 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 func describe(first *decodev1.GenerateResponse, route *routerv1.RouteResponse) prefillInfo {
 	d := first.GetPrefill()
 	info := prefillInfo{
-		Path:          pathName(d.GetPath()),
+		Path:          wire.PathName(d.GetPath()),
 		Reason:        d.GetReason(),
 		Detail:        d.GetDetail(),
 		PrefillWorker: d.GetPrefillWorkerId(),

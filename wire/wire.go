@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/engine"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
@@ -75,4 +76,18 @@ func Error(err error) error {
 		code = connect.CodeFailedPrecondition
 	}
 	return connect.NewError(code, err)
+}
+
+// PathName is the name a prefill path goes by in headers, bodies, logs and metric
+// labels: "local", "remote", "fallback", or "unknown" when unset.
+func PathName(p decodev1.PrefillPath) string {
+	switch p {
+	case decodev1.PrefillPath_PREFILL_PATH_LOCAL:
+		return "local"
+	case decodev1.PrefillPath_PREFILL_PATH_REMOTE:
+		return "remote"
+	case decodev1.PrefillPath_PREFILL_PATH_FALLBACK:
+		return "fallback"
+	}
+	return "unknown"
 }
