@@ -34,3 +34,15 @@ export TANDEM_CONSUL_BIN
 
 step "go test"
 go test -race -count=1 -timeout 20m ./...
+
+# go test above replays every fuzz target's seeds and committed corpus
+# (testdata/fuzz/); here each target also explores for a few seconds. -fuzz takes
+# one target per run. A failure writes its input under the package's testdata/fuzz/.
+step "fuzz (${TANDEM_FUZZTIME:=5s} per target)"
+fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "$TANDEM_FUZZTIME" "$1"; }
+fuzz ./frontend FuzzChatRequest
+fuzz ./frontend FuzzCompletionRequest
+fuzz ./frontend FuzzChatTemplate
+fuzz ./tokenizer FuzzTokenizer
+fuzz ./decode FuzzRemotePrefillHandoff
+fuzz ./services/consul FuzzOverlay
