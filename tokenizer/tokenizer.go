@@ -6,7 +6,9 @@
 package tokenizer
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	tiktoken "github.com/tiktoken-go/tokenizer"
@@ -59,6 +61,8 @@ type Tiktoken struct {
 	// pieces[id] holds the bytes of each ordinary token, built once so that
 	// incremental detokenization costs a slice lookup per token.
 	pieces [][]byte
+	// delToken is U+007F's token (see Encode).
+	delToken uint32
 }
 
 var _ Tokenizer = (*Tiktoken)(nil)
@@ -93,6 +97,12 @@ func newCL100K() (*Tiktoken, error) {
 			continue
 		}
 		t.pieces[id] = []byte(s)
+		if s == del {
+			t.delToken = id
+		}
+	}
+	if t.delToken == 0 {
+		return nil, errors.New("tokenizer: cl100k_base has no token for U+007F")
 	}
 	return t, nil
 }
@@ -100,8 +110,30 @@ func newCL100K() (*Tiktoken, error) {
 // Name implements Tokenizer.
 func (t *Tiktoken) Name() string { return t.codec.GetName() }
 
+// del is U+007F, which the cl100k split pattern as tiktoken-go runs it (through
+// dlclark/regexp2) never matches, so the codec drops it although the vocabulary has
+// it. Encode cuts the text at each DEL and puts the DEL's own token between.
+const del = "\x7f"
+
 // Encode implements Tokenizer.
 func (t *Tiktoken) Encode(text string) []uint32 {
+	if !strings.Contains(text, del) {
+		return t.encode(text)
+	}
+	var out []uint32
+	for i, part := range strings.Split(text, del) {
+		if i > 0 {
+			out = append(out, t.delToken)
+		}
+		out = append(out, t.encode(part)...)
+	}
+	return out
+}
+
+func (t *Tiktoken) encode(text string) []uint32 {
+	if text == "" {
+		return nil
+	}
 	ids, _, err := t.codec.Encode(text)
 	if err != nil {
 		// The codec fails only if its split regexp errors, which it does not do without

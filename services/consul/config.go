@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // Overlay decodes data, a JSON object, onto a copy of base, strictly: an unknown
@@ -21,7 +22,7 @@ func Overlay[T any](base T, data []byte, validate func(T) error) (T, error) {
 	if err := dec.Decode(&out); err != nil {
 		return base, fmt.Errorf("decode: %w", err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return base, errors.New("decode: data after the JSON object")
 	}
 	if err := validate(out); err != nil {

@@ -118,11 +118,7 @@ func checkOverlay[T comparable](t *testing.T, data []byte, base, other T, valida
 	if verr := validate(out); verr != nil {
 		t.Fatalf("%s: accepted %q as %+v, which does not validate: %v", typ, data, out, verr)
 	}
-	// Known bug (issue 9 fuzzing report): Overlay tests for trailing data with
-	// json.Decoder.More, which is false when the next byte is '}' or ']', so
-	// `{"policy":"cost"}}` and `{}]garbage` are accepted. Drop the second condition
-	// once services/consul/config.go reads to io.EOF instead.
-	if !isObject && !(firstIsObject && (rest[0] == '}' || rest[0] == ']')) {
+	if !isObject {
 		t.Fatalf("%s: accepted %q, which is not exactly one JSON object", typ, data)
 	}
 	bv, ov := reflect.ValueOf(base), reflect.ValueOf(out)
