@@ -206,7 +206,9 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			d.Path, d.PrefillWorkerId = decodev1.PrefillPath_PREFILL_PATH_REMOTE, id
 			d.PrefillTime, d.HandoffBytes = durationpb.New(ho.prefill), uint64(ho.bytes)
 			computed := len(req.Prompt) - (ho.skipped+ho.prefillCached)*s.eng.Info().Layout.BlockSize
-			s.estimator.ObserveRemote(computed, ho.prefill, ho.bytes, ho.transfer, ho.total)
+			// The prefill worker reports its own prefill time; it cannot exceed what
+			// this worker measured, and one bogus figure must not skew the policy.
+			s.estimator.ObserveRemote(computed, min(ho.prefill, ho.total), ho.bytes, ho.transfer, ho.total)
 			s.metrics.handoffBytes.Observe(float64(ho.bytes))
 			s.metrics.handoffSeconds.Observe(ho.transfer.Seconds())
 			s.metrics.queueWait.Observe(ho.queue.Seconds())
