@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"slices"
+	"sort"
 )
 
 // workerRef is a worker's slot in the index; slots are reused after a worker leaves.
@@ -22,6 +23,9 @@ type Index struct {
 	limit   []int                  // by ref: the most blocks a worker may hold here
 	free    []workerRef
 	total   int
+	// Scratch for Match, which partitions a copy of the first block's holders in
+	// place instead of allocating at every bisection step.
+	set, tmp []workerRef
 }
 
 // ErrOverLimit says a worker reported more cached blocks than its pool can hold.
@@ -115,7 +119,8 @@ func (ix *Index) Clear(ref workerRef) {
 // Match calls found(ref, blocks) for every worker holding at least the first of the
 // prompt's chained block hashes, with the number of leading blocks it holds. It
 // costs O(log(prompt blocks)) lookups per distinct prefix length among the matching
-// workers, and does not allocate when every matching worker holds the same prefix.
+// workers, and allocates nothing once its scratch has grown. Not safe for
+// concurrent use (nothing about an Index is).
 func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 	if len(hashes) == 0 {
 		return
@@ -124,15 +129,15 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 	if len(first) == 0 {
 		return
 	}
-	ix.bisect(hashes, first, 1, len(hashes), found)
+	ix.set = append(ix.set[:0], first...)
+	ix.bisect(hashes, ix.set, 1, len(hashes), found)
 }
 
 // bisect: every worker in set holds at least lo blocks and at most hi.
 func (ix *Index) bisect(hashes []uint64, set []workerRef, lo, hi int, found func(workerRef, int)) {
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		deeper := ix.holders[hashes[mid-1]]
-		in, out := split(set, deeper)
+		out, in := ix.partition(set, ix.holders[hashes[mid-1]])
 		switch {
 		case len(out) == 0:
 			lo = mid
@@ -148,37 +153,37 @@ func (ix *Index) bisect(hashes []uint64, set []workerRef, lo, hi int, found func
 	}
 }
 
-// split partitions the sorted set into members of the sorted other and the rest.
-// When set is wholly inside or wholly outside other, it returns set itself without
-// allocating.
-func split(set, other []workerRef) (in, out []workerRef) {
-	n := 0
-	j := 0
+// partition reorders the sorted set in place into the members not in the sorted
+// other, then those in it, both still sorted, and returns the two parts. Members are
+// found by galloping through other, so a small set costs little against a large one.
+func (ix *Index) partition(set, other []workerRef) (out, in []workerRef) {
+	tmp := ix.tmp[:0]
+	k, j := 0, 0
 	for _, r := range set {
-		for j < len(other) && other[j] < r {
-			j++
-		}
+		j = gallop(other, j, r)
 		if j < len(other) && other[j] == r {
-			n++
-		}
-	}
-	switch n {
-	case len(set):
-		return set, nil
-	case 0:
-		return nil, set
-	}
-	in, out = make([]workerRef, 0, n), make([]workerRef, 0, len(set)-n)
-	j = 0
-	for _, r := range set {
-		for j < len(other) && other[j] < r {
-			j++
-		}
-		if j < len(other) && other[j] == r {
-			in = append(in, r)
+			tmp = append(tmp, r)
 		} else {
-			out = append(out, r)
+			set[k] = r
+			k++
 		}
 	}
-	return in, out
+	copy(set[k:], tmp)
+	ix.tmp = tmp
+	return set[:k], set[k:]
+}
+
+// gallop returns the first index at or after j whose element is >= r.
+func gallop(a []workerRef, j int, r workerRef) int {
+	if j >= len(a) || a[j] >= r {
+		return j
+	}
+	step := 1
+	for j+step < len(a) && a[j+step] < r {
+		j += step
+		step *= 2
+	}
+	// a[j] < r, and a[j+step] >= r or past the end.
+	hi := min(j+step, len(a))
+	return j + 1 + sort.Search(hi-j-1, func(i int) bool { return a[j+1+i] >= r })
 }
