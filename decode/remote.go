@@ -157,7 +157,10 @@ func classify(ctx context.Context, err error, beforeKV bool) error {
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded:
 		return &remoteError{reason: "remote_timeout", beforeKV: false, err: err}
-	case status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled):
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The client went away: not the prefill worker's fault, and nothing to
+		// fall back for. (A Canceled status from the worker or a proxy while our
+		// client is still here is an ordinary remote failure, below.)
 		return err
 	case beforeKV:
 		return &remoteError{reason: "remote_error_before_kv", beforeKV: true, err: err}
