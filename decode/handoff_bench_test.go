@@ -1,0 +1,592 @@
+package decode_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/native"
+	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/prefill"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
+	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
+	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/wire"
+)
+
+// KV handoff throughput, end to end from the prefill worker's block pool into the
+// decode worker's: the real prefill.Service (Connect handler, h2c), a grpc-go
+// client, and the real decode.Service.Generate with policy always-remote and
+// max_tokens 1, whose only token is the one carried in the header. See
+// docs/BENCHMARKS.md, "KV handoff throughput".
+//
+//	go test -run '^$' -bench 'Handoff|RawTCP' -benchtime 20x -count 3 ./decode/
+
+// Handoff settings recommended for the services (see docs/BENCHMARKS.md).
+const (
+	handoffChunkBytes = 1 << 20
+	handoffWindow     = 16 << 20 // grpc.WithInitialWindowSize / WithInitialConnWindowSize
+)
+
+var handoffTokens = []int{1024, 4096, 16384, 32768}
+
+// smallLayout is the native small model's KV layout, fingerprint included, taken from
+// a real engine so that a fake pool of the same shape cannot drift from it.
+func smallLayout(tb testing.TB) engine.Layout {
+	tb.Helper()
+	e, err := native.New(native.Config{Model: "small", Seed: 7, NumBlocks: 1, Logger: quietLog()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer e.Close()
+	return e.Info().Layout
+}
+
+// poolEngine is a worker's KV pool and nothing else: blocks of a real layout, filled
+// once. Its Prefill exports blocks that are "already cached" (no compute), and its
+// Import copies arriving blocks into the pool, as an engine's importer does. It lets
+// the handoff be timed without prefill compute, at prompt lengths past the small
+// model's 8k context.
+type poolEngine struct {
+	info   engine.Info
+	blocks [][]byte
+	events *kvcache.EventLog
+}
+
+var _ engine.Engine = (*poolEngine)(nil)
+
+func newPoolEngine(layout engine.Layout, numBlocks int) *poolEngine {
+	e := &poolEngine{
+		info: engine.Info{Engine: "pool", Model: "small", VocabSize: native.VocabSize,
+			ContextLength: numBlocks*layout.BlockSize + 1, TotalBlocks: numBlocks, Layout: layout},
+		blocks: make([][]byte, numBlocks),
+		events: kvcache.NewEventLog(16),
+	}
+	// One backing array, like a real pool; KV-like contents (finite f32).
+	mem := make([]byte, numBlocks*layout.BlockBytes)
+	x := uint32(1)
+	for i := 0; i+4 <= len(mem); i += 4 {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		f := math.Float32bits(float32(int32(x)) / (1 << 31))
+		mem[i], mem[i+1], mem[i+2], mem[i+3] = byte(f), byte(f>>8), byte(f>>16), byte(f>>24)
+	}
+	for i := range e.blocks {
+		e.blocks[i] = mem[i*layout.BlockBytes : (i+1)*layout.BlockBytes : (i+1)*layout.BlockBytes]
+	}
+	return e
+}
+
+func (e *poolEngine) numBlocks(prompt []uint32) int {
+	bs := e.info.Layout.BlockSize
+	return (len(prompt) + bs - 1) / bs
+}
+
+func (e *poolEngine) Info() engine.Info                { return e.info }
+func (e *poolEngine) CachedPrefix(prompt []uint32) int { return 0 }
+func (e *poolEngine) Stats() engine.Stats {
+	return engine.Stats{TotalBlocks: len(e.blocks), FreeBlocks: len(e.blocks)}
+}
+func (e *poolEngine) Events() *kvcache.EventLog { return e.events }
+func (e *poolEngine) Close() error              { return nil }
+
+func (e *poolEngine) Generate(context.Context, engine.Request) (engine.Stream, error) {
+	return nil, errors.New("pool engine: no local generation")
+}
+
+func (e *poolEngine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
+	n := e.numBlocks(req.Prompt)
+	if n > len(e.blocks) {
+		return nil, engine.ErrNoBlocks
+	}
+	return &poolExport{blocks: e.blocks[:n]}, nil
+}
+
+func (e *poolEngine) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
+	if spec.Layout != e.info.Layout {
+		return nil, engine.ErrLayoutMismatch
+	}
+	if spec.NumBlocks != e.numBlocks(req.Prompt) || spec.NumBlocks > len(e.blocks) {
+		return nil, engine.ErrNoBlocks
+	}
+	return &poolImporter{e: e, spec: spec, prompt: len(req.Prompt)}, nil
+}
+
+type poolExport struct{ blocks [][]byte }
+
+func (x *poolExport) FirstToken() uint32         { return 42 }
+func (x *poolExport) NumBlocks() int             { return len(x.blocks) }
+func (x *poolExport) CachedBlocks() int          { return len(x.blocks) - 1 }
+func (x *poolExport) QueueTime() time.Duration   { return 0 }
+func (x *poolExport) PrefillTime() time.Duration { return 0 }
+func (x *poolExport) Release()                   {}
+func (x *poolExport) AppendBlock(dst []byte, i int) ([]byte, error) {
+	if i < 0 || i >= len(x.blocks) {
+		return dst, engine.ErrBadBlock
+	}
+	return append(dst, x.blocks[i]...), nil
+}
+
+type poolImporter struct {
+	e       *poolEngine
+	spec    engine.ImportSpec
+	prompt  int
+	written int
+}
+
+func (im *poolImporter) WriteBlock(i int, data []byte) error {
+	if i < im.spec.SkipBlocks || i >= im.spec.NumBlocks || len(data) != len(im.e.blocks[i]) {
+		return engine.ErrBadBlock
+	}
+	copy(im.e.blocks[i], data)
+	im.written++
+	return nil
+}
+
+func (im *poolImporter) Commit(ctx context.Context) (engine.Stream, error) {
+	if im.written != im.spec.NumBlocks-im.spec.SkipBlocks {
+		return nil, fmt.Errorf("%w: %d of %d blocks written", engine.ErrBadBlock, im.written, im.spec.NumBlocks-im.spec.SkipBlocks)
+	}
+	return &oneTokenStream{tok: im.spec.FirstToken, prompt: im.prompt, cached: im.spec.SkipBlocks * im.spec.Layout.BlockSize}, nil
+}
+
+func (im *poolImporter) Abort() {}
+
+// oneTokenStream yields the imported first token and ends, as max_tokens 1 does.
+type oneTokenStream struct {
+	tok            uint32
+	prompt, cached int
+	done           bool
+}
+
+func (s *oneTokenStream) Next(ctx context.Context) (uint32, error) {
+	if s.done {
+		return 0, io.EOF
+	}
+	s.done = true
+	return s.tok, nil
+}
+func (s *oneTokenStream) Finish() engine.FinishReason { return engine.FinishLength }
+func (s *oneTokenStream) Usage() engine.Usage {
+	return engine.Usage{PromptTokens: s.prompt, CachedTokens: s.cached, CompletionTokens: 1}
+}
+func (s *oneTokenStream) Close() {}
+
+// noLocalCache is a decode-side engine that reports nothing cached, so that every
+// repetition of a prompt moves all its blocks (the real engine would otherwise find
+// the previous repetition's blocks in its prefix cache and skip them).
+type noLocalCache struct{ engine.Engine }
+
+var _ engine.Engine = noLocalCache{}
+
+func (noLocalCache) CachedPrefix([]uint32) int { return 0 }
+
+// handoffRig is one prefill worker and one decode worker over loopback HTTP/2.
+type handoffRig struct {
+	decode   decodev1connect.DecodeServiceClient
+	registry *prometheus.Registry // the decode worker's metrics
+	close    func()
+}
+
+// startHandoffRig serves pe as a prefill worker with the given chunk size and de as
+// an always-remote decode worker whose grpc-go client to the prefill worker is
+// dialled with dialOpts.
+func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, dialOpts ...grpc.DialOption) *handoffRig {
+	tb.Helper()
+	var closers []func()
+	closeAll := func() {
+		for _, c := range slices.Backward(closers) {
+			c()
+		}
+	}
+	fail := func(err error) {
+		closeAll()
+		tb.Fatal(err)
+	}
+	psvc, err := prefill.New(prefill.Config{WorkerID: "p0", ChunkBytes: chunkBytes, MaxLease: time.Minute}, pe, quietLog(), prometheus.NewRegistry())
+	if err != nil {
+		fail(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
+	psrv := h2cServerTB(mux)
+	closers = append(closers, psrv.Close)
+	cc, err := grpc.NewClient(psrv.Listener.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
+	if err != nil {
+		fail(err)
+	}
+	closers = append(closers, func() { cc.Close() })
+	pf := &staticPrefillers{}
+	pf.add("p0", prefillv1.NewPrefillServiceClient(cc))
+	reg := prometheus.NewRegistry()
+	dsvc, err := decode.New(decode.Config{
+		WorkerID: "d0", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Params: decode.Params{Policy: decode.PolicyAlwaysRemote},
+		MinRemoteDeadline: time.Minute, MaxRemoteDeadline: time.Minute,
+	}, de, pf, quietLog(), reg)
+	if err != nil {
+		fail(err)
+	}
+	dmux := http.NewServeMux()
+	dmux.Handle(decodev1connect.NewDecodeServiceHandler(dsvc))
+	dsrv := h2cServerTB(dmux)
+	closers = append(closers, dsrv.Close)
+	return &handoffRig{
+		decode:   decodev1connect.NewDecodeServiceClient(h2cClient(), dsrv.URL, connect.WithGRPC()),
+		registry: reg,
+		close:    closeAll,
+	}
+}
+
+// h2cServerTB is h2cServer for callers that close it themselves.
+func h2cServerTB(h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = p
+	srv.Start()
+	return srv
+}
+
+// handoff runs one always-remote Generate of p with max_tokens 1 and returns the
+// KV bytes it moved; anything but a clean remote handoff fails the benchmark.
+func (r *handoffRig) handoff(tb testing.TB, id string, p []uint32) int {
+	stream, err := r.decode.Generate(context.Background(), connect.NewRequest(&decodev1.GenerateRequest{
+		RequestId: id, PromptTokenIds: p, MaxTokens: 1, PrefillWorkers: []*decodev1.PrefillCandidate{{WorkerId: "p0"}},
+	}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer stream.Close()
+	var d *decodev1.PrefillDecision
+	tokens := 0
+	for stream.Receive() {
+		tokens += len(stream.Msg().GetTokenIds())
+		if stream.Msg().GetPrefill() != nil {
+			d = stream.Msg().GetPrefill()
+		}
+	}
+	if err := stream.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE || tokens != 1 {
+		tb.Fatalf("%s: path %v (%s) with %d tokens, want a remote handoff and 1 token", id, d.GetPath(), d.GetDetail(), tokens)
+	}
+	return int(d.GetHandoffBytes())
+}
+
+// histSum reads the sum of a histogram from reg.
+func histSum(tb testing.TB, reg *prometheus.Registry, name string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	tb.Fatalf("no metric %s", name)
+	return 0
+}
+
+// runHandoff times b.N handoffs of p and reports GB/s end to end (the Generate call
+// as the client sees it) and GB/s of the transfer alone (first chunk to trailer, as
+// the decode worker measures it for its estimator).
+func runHandoff(b *testing.B, r *handoffRig, p []uint32, wantBytes int) {
+	if got := r.handoff(b, "warm", p); got != wantBytes {
+		b.Fatalf("handoff moved %d bytes, want %d", got, wantBytes)
+	}
+	before := histSum(b, r.registry, "tandem_handoff_seconds")
+	b.SetBytes(int64(wantBytes))
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	start := time.Now()
+	for i := range b.N {
+		r.handoff(b, fmt.Sprintf("h%d", i), p)
+	}
+	wall := time.Since(start)
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	b.ReportMetric(cpu.Seconds()/wall.Seconds(), "cores")
+	transfer := histSum(b, r.registry, "tandem_handoff_seconds") - before
+	total := float64(wantBytes) * float64(b.N)
+	b.ReportMetric(total/wall.Seconds()/1e9, "GB/s")
+	b.ReportMetric(total/transfer/1e9, "xfer-GB/s")
+	b.ReportMetric(float64(wall.Microseconds())/1e3/float64(b.N), "ms/handoff")
+	b.ReportMetric(0, "ns/op") // ms/handoff says it in a unit one can read
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func windowOpts(window int) []grpc.DialOption {
+	if window == 0 {
+		return nil // grpc-go's default: 64 KiB, grown by its BDP estimator
+	}
+	return []grpc.DialOption{grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(window))}
+}
+
+// BenchmarkHandoff moves a prompt's KV from a prefill worker's pool into a decode
+// worker's. "pool" feeds it from blocks already cached in a pool of the small
+// model's layout (no compute on either side beyond the copies an engine makes);
+// "native-small" uses real native small engines, the prompt already in the prefill
+// engine's prefix cache (its last block is recomputed), up to the model's 8k context.
+func BenchmarkHandoff(b *testing.B) {
+	layout := smallLayout(b)
+	maxBlocks := slices.Max(handoffTokens) / layout.BlockSize
+	pe, de := newPoolEngine(layout, maxBlocks), newPoolEngine(layout, maxBlocks)
+	rig := startHandoffRig(b, pe, de, handoffChunkBytes, windowOpts(handoffWindow)...)
+	defer rig.close()
+	for _, n := range handoffTokens {
+		b.Run(fmt.Sprintf("pool/tokens=%d", n), func(b *testing.B) {
+			runHandoff(b, rig, prompt(1, n), n/layout.BlockSize*layout.BlockBytes)
+		})
+	}
+
+	npe, err := native.New(native.Config{Model: "small", Seed: 7, NumBlocks: 600, Logger: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer npe.Close()
+	nde, err := native.New(native.Config{Model: "small", Seed: 7, NumBlocks: 600, Logger: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nde.Close()
+	nrig := startHandoffRig(b, npe, noLocalCache{nde}, handoffChunkBytes, windowOpts(handoffWindow)...)
+	defer nrig.close()
+	for _, n := range []int{1024, 4096} {
+		b.Run(fmt.Sprintf("native-small/tokens=%d", n), func(b *testing.B) {
+			p := prompt(2, n)
+			// The first handoff computes the prompt; it stays in the prefill engine's
+			// prefix cache for the timed ones.
+			nrig.handoff(b, "fill", p)
+			if c := npe.CachedPrefix(p); c != n-layout.BlockSize {
+				b.Fatalf("prefill engine has %d of %d tokens cached", c, n)
+			}
+			runHandoff(b, nrig, p, n/layout.BlockSize*layout.BlockBytes)
+		})
+	}
+}
+
+// BenchmarkHandoffTuning sweeps the chunk size and the decode side's HTTP/2 windows
+// for a 16k-token prompt of the small model (96 MiB).
+func BenchmarkHandoffTuning(b *testing.B) {
+	layout := smallLayout(b)
+	const n = 16384
+	pe, de := newPoolEngine(layout, n/layout.BlockSize), newPoolEngine(layout, n/layout.BlockSize)
+	// Chunks stop short of 4 MiB: grpc-go refuses messages over 4 MiB unless the
+	// client raises grpc.MaxCallRecvMsgSize.
+	for _, window := range []int{0, 1 << 20, 16 << 20, 64 << 20} {
+		for _, chunk := range []int{64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4<<20 - 64<<10} {
+			name := fmt.Sprintf("window=%s/chunk=%s", sizeName(window), sizeName(chunk))
+			b.Run(name, func(b *testing.B) {
+				rig := startHandoffRig(b, pe, de, chunk, windowOpts(window)...)
+				defer rig.close()
+				runHandoff(b, rig, prompt(1, n), n/layout.BlockSize*layout.BlockBytes)
+			})
+		}
+	}
+}
+
+func sizeName(n int) string {
+	switch {
+	case n == 0:
+		return "default"
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n > 1<<20:
+		return fmt.Sprintf("%.2fMiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%dKiB", n>>10)
+}
+
+// BenchmarkRawTCPLoopback is the baseline: the same byte counts over one
+// 127.0.0.1 TCP connection (kept open, as the gRPC connection is), written in 1 MiB
+// slices and read with io.Copy into io.Discard; the reader acknowledges each
+// handoff's bytes with one byte, so a handoff is timed until all of it has arrived.
+func BenchmarkRawTCPLoopback(b *testing.B) {
+	layout := smallLayout(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var size [8]byte
+				for {
+					if _, err := io.ReadFull(c, size[:]); err != nil {
+						return
+					}
+					n := int64(binary.LittleEndian.Uint64(size[:]))
+					if _, err := io.Copy(io.Discard, io.LimitReader(c, n)); err != nil {
+						return
+					}
+					if _, err := c.Write([]byte{1}); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	src := make([]byte, 1<<20)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	for _, n := range handoffTokens {
+		size := n / layout.BlockSize * layout.BlockBytes
+		b.Run(fmt.Sprintf("tokens=%d", n), func(b *testing.B) {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			send := func() {
+				var hdr [8]byte
+				binary.LittleEndian.PutUint64(hdr[:], uint64(size))
+				if _, err := c.Write(hdr[:]); err != nil {
+					b.Fatal(err)
+				}
+				for left := size; left > 0; left -= len(src) {
+					if _, err := c.Write(src[:min(left, len(src))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := io.ReadFull(c, hdr[:1]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			send() // warm
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			start := time.Now()
+			for range b.N {
+				send()
+			}
+			wall := time.Since(start)
+			b.ReportMetric((cpuTime()-cpu0).Seconds()/wall.Seconds(), "cores")
+			b.ReportMetric(float64(size)*float64(b.N)/wall.Seconds()/1e9, "GB/s")
+			b.ReportMetric(float64(wall.Microseconds())/1e3/float64(b.N), "ms/handoff")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// unknownFieldsPrefill serves Prefill as prefill.Service does, one block per chunk,
+// but adds an unknown field to two chunks in three: to the Chunk, or to the
+// PrefillResponse around it, as a newer prefill worker might.
+type unknownFieldsPrefill struct {
+	prefillv1connect.UnimplementedPrefillServiceHandler
+	eng engine.Engine
+}
+
+func (u *unknownFieldsPrefill) Prefill(ctx context.Context, req *connect.Request[prefillv1.PrefillRequest], stream *connect.ServerStream[prefillv1.PrefillResponse]) error {
+	m := req.Msg
+	exp, err := u.eng.Prefill(ctx, engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: wire.Sampling(m.GetSampling()), MaxTokens: 1})
+	if err != nil {
+		return err
+	}
+	defer exp.Release()
+	layout, n := u.eng.Info().Layout, exp.NumBlocks()
+	skip := min(int(m.GetSkipBlocks()), n-1)
+	err = stream.Send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Header{Header: &prefillv1.Header{
+		RequestId: m.GetRequestId(), FirstToken: exp.FirstToken(), PromptTokens: uint32(len(m.GetPromptTokenIds())),
+		BlockSize: uint32(layout.BlockSize), Layout: wire.LayoutProto(layout), NumBlocks: uint32(n), SkippedBlocks: uint32(skip),
+	}}})
+	if err != nil {
+		return err
+	}
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 7)
+	table := crc32.MakeTable(crc32.Castagnoli)
+	for i := skip; i < n; i++ {
+		data, err := exp.AppendBlock(nil, i)
+		if err != nil {
+			return err
+		}
+		c := &prefillv1.Chunk{FirstBlock: uint32(i), BlockCount: 1, Data: data, Crc32C: crc32.Checksum(data, table)}
+		r := &prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Chunk{Chunk: c}}
+		switch i % 3 {
+		case 1:
+			c.ProtoReflect().SetUnknown(unknown)
+		case 2:
+			r.ProtoReflect().SetUnknown(unknown)
+		}
+		if err := stream.Send(r); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
+		BlocksSent: uint32(n - skip), BytesSent: uint64((n - skip) * layout.BlockBytes),
+	}}})
+}
+
+// The decode worker reads chunks with its own codec (decode/remote.go), whose fast
+// path takes a chunk's data as a slice of a buffer reused for the next message and
+// leaves anything unusual to the standard proto codec. Chunks of both kinds in one
+// stream must import as they would have been computed here.
+func TestHandoffCodecMixedChunks(t *testing.T) {
+	ctx := context.Background()
+	mux := http.NewServeMux()
+	mux.Handle(prefillv1connect.NewPrefillServiceHandler(&unknownFieldsPrefill{eng: newNative(t)}))
+	srv := h2cServer(t, mux)
+	pf := &staticPrefillers{}
+	pf.add("p-unknown", grpcPrefillClient(t, srv.Listener.Addr().String()))
+	remote := startDecode(t, newNative(t), pf, alwaysRemote, 30*time.Second, time.Minute)
+	local := startDecode(t, newNative(t), nil, alwaysLocal, time.Second, 30*time.Second)
+	for i, n := range []int{17, 100, 250} {
+		name := fmt.Sprintf("len%d", n)
+		p := prompt(60+i, n)
+		want, err := generate(t, ctx, local.client, request(name+"-local", p, 0.8, 5))
+		if err != nil {
+			t.Fatalf("%s local: %v", name, err)
+		}
+		got, err := generate(t, ctx, remote.client, request(name+"-remote", p, 0.8, 5, "p-unknown"))
+		if err != nil {
+			t.Fatalf("%s remote: %v", name, err)
+		}
+		if got.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
+			t.Fatalf("%s: path %v (%s), want remote", name, got.decision.GetPath(), got.decision.GetDetail())
+		}
+		if !slices.Equal(got.tokens, want.tokens) || len(want.tokens) == 0 {
+			t.Errorf("%s: remote tokens %v, local tokens %v", name, got.tokens, want.tokens)
+		}
+	}
+}
