@@ -8,8 +8,13 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tandem-serve/tandem/engine"
@@ -67,7 +72,7 @@ func (s *Service) remotePrefill(reqCtx context.Context, client prefillv1.Prefill
 	stream, err := client.Prefill(ctx, &prefillv1.PrefillRequest{
 		RequestId: req.ID, PromptTokenIds: req.Prompt, Sampling: wire.SamplingProto(req.Sampling),
 		SkipBlocks: uint32(skip), Lease: durationpb.New(deadline),
-	})
+	}, grpc.ForceCodecV2(&chunkCodec{}))
 	if err != nil {
 		return nil, nil, classify(ctx, err, true)
 	}
@@ -131,6 +136,8 @@ func (s *Service) remotePrefill(reqCtx context.Context, client prefillv1.Prefill
 		case crc32.Checksum(c.GetData(), castagnoli) != c.GetCrc32C():
 			return nil, nil, failed("crc_mismatch", false, "chunk at block %d fails its CRC32C", next)
 		}
+		// c.Data belongs to the stream's codec and is overwritten by the next Recv:
+		// WriteBlock copies it into the engine's blocks before then.
 		for i := range count {
 			if err := imp.WriteBlock(next+i, c.GetData()[i*bb:(i+1)*bb]); err != nil {
 				return nil, nil, failed("import_failed", false, "block %d: %v", next+i, err)
@@ -166,4 +173,95 @@ func classify(ctx context.Context, err error, beforeKV bool) error {
 		return &remoteError{reason: "remote_error_before_kv", beforeKV: true, err: err}
 	}
 	return &remoteError{reason: "remote_error_mid_transfer", err: err}
+}
+
+// chunkCodec is the gRPC codec of one remote prefill stream. The default codec
+// gathers each message's HTTP/2 frames into one buffer and then copies the bytes
+// field out of it into a fresh allocation: two copies and a megabyte of garbage per
+// chunk. This one gathers the frames into a buffer the stream owns and reuses, and
+// decodes a chunk's data as a slice of it. A chunk is therefore valid only until
+// the next Recv; remotePrefill checks and imports each chunk before asking for the
+// next. Any message that is not a plain chunk (header, trailer, or a chunk with
+// fields this worker does not know) is decoded by the standard proto codec, which
+// copies what it keeps.
+type chunkCodec struct {
+	buf []byte
+}
+
+var protoCodec = encoding.GetCodecV2("proto")
+
+// Name keeps the content type application/grpc+proto: the wire format is proto.
+func (*chunkCodec) Name() string { return "proto" }
+
+func (*chunkCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
+
+func (c *chunkCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(*prefillv1.PrefillResponse)
+	if !ok {
+		return protoCodec.Unmarshal(data, v)
+	}
+	n := data.Len()
+	if cap(c.buf) < n {
+		// Headroom: a chunk's varints grow as the stream goes on.
+		c.buf = make([]byte, n, n+n/8)
+	}
+	b := c.buf[:n]
+	data.CopyTo(b)
+	if chunk, ok := parseChunk(b); ok {
+		m.Reset()
+		m.Msg = &prefillv1.PrefillResponse_Chunk{Chunk: chunk}
+		return nil
+	}
+	return proto.Unmarshal(b, m)
+}
+
+// parseChunk decodes b as a PrefillResponse holding exactly one chunk made only of
+// Chunk's known fields, with its data aliasing b. Anything else reports false.
+func parseChunk(b []byte) (*prefillv1.Chunk, bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 2 || typ != protowire.BytesType {
+		return nil, false
+	}
+	body, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 || n+m != len(b) {
+		return nil, false
+	}
+	c := &prefillv1.Chunk{}
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 {
+			return nil, false
+		}
+		body = body[n:]
+		switch {
+		case (num == 1 || num == 2) && typ == protowire.VarintType:
+			x, n := protowire.ConsumeVarint(body)
+			if n < 0 {
+				return nil, false
+			}
+			if num == 1 {
+				c.FirstBlock = uint32(x)
+			} else {
+				c.BlockCount = uint32(x)
+			}
+			body = body[n:]
+		case num == 3 && typ == protowire.BytesType:
+			d, n := protowire.ConsumeBytes(body)
+			if n < 0 {
+				return nil, false
+			}
+			c.Data = d[:len(d):len(d)]
+			body = body[n:]
+		case num == 4 && typ == protowire.Fixed32Type:
+			x, n := protowire.ConsumeFixed32(body)
+			if n < 0 {
+				return nil, false
+			}
+			c.Crc32C = x
+			body = body[n:]
+		default:
+			return nil, false
+		}
+	}
+	return c, true
 }
