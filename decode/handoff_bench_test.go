@@ -41,9 +41,11 @@ import (
 // max_tokens 1, whose only token is the one carried in the header. See
 // docs/BENCHMARKS.md, "KV handoff throughput".
 //
-//	go test -run '^$' -bench 'Handoff|RawTCP' -benchtime 20x -count 3 ./decode/
+//	go test -run '^$' -bench 'Handoff$|RawTCP' -benchtime 20x -count 3 ./decode/
+//	go test -run '^$' -bench HandoffTuning -benchtime 15x ./decode/
 
-// Handoff settings recommended for the services (see docs/BENCHMARKS.md).
+// The handoff's settings: the services' chunk size, and static HTTP/2 windows that
+// BenchmarkHandoffTuning found as fast as grpc-go's default (see docs/BENCHMARKS.md).
 const (
 	handoffChunkBytes = 1 << 20
 	handoffWindow     = 16 << 20 // grpc.WithInitialWindowSize / WithInitialConnWindowSize
