@@ -45,4 +45,5 @@ fuzz ./frontend FuzzCompletionRequest
 fuzz ./frontend FuzzChatTemplate
 fuzz ./tokenizer FuzzTokenizer
 fuzz ./decode FuzzRemotePrefillHandoff
+fuzz ./decode FuzzParseChunk
 fuzz ./services/consul FuzzOverlay

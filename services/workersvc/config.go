@@ -55,7 +55,7 @@ type Config struct {
 
 // DefaultShortPrefillThreshold is the default of --short-prefill-threshold, in
 // effective prompt tokens. See docs/BENCHMARKS.md for how it was chosen.
-const DefaultShortPrefillThreshold = 1024
+const DefaultShortPrefillThreshold = 128
 
 // RegisterFlags registers the worker's flags; mode is the default --mode.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
