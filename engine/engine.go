@@ -150,6 +150,8 @@ type ImportSpec struct {
 
 // Importer receives blocks [SkipBlocks, NumBlocks) in any order, then starts decoding.
 type Importer interface {
+	// WriteBlock copies block i's bytes into the engine. It must not keep data
+	// after it returns: the decode service reads chunks into a buffer it reuses.
 	WriteBlock(i int, data []byte) error
 	// Commit starts decoding. The stream's first token is the imported first token.
 	Commit(ctx context.Context) (Stream, error)
