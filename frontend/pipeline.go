@@ -185,6 +185,7 @@ type generation struct {
 	backendUsage *decodev1.Usage
 	firstToken   time.Time
 	finish       string
+	released     bool
 }
 
 // start sends p to the backend and waits for its first response, which carries the
@@ -259,6 +260,11 @@ func (g *generation) next() (text string, done bool, err error) {
 		if err != nil {
 			return "", false, err
 		}
+		if g.finish != "" {
+			// Release the decode worker before the client sees the end: after a
+			// stop string it is still generating tokens nobody will read.
+			g.release()
+		}
 		if text != "" || g.finish != "" {
 			return text, g.finish != "", nil
 		}
@@ -328,12 +334,21 @@ func (g *generation) usage() usage {
 	return u
 }
 
-// close releases the backend stream (cancelling the request if it still runs, as
-// after a stop string) and records the request's metrics.
-func (g *generation) close(endpoint string) {
+// release closes the backend stream once.
+func (g *generation) release() {
+	if g.released {
+		return
+	}
+	g.released = true
 	if err := g.stream.Close(); err != nil {
 		g.log.Debug("closing backend stream", "err", err)
 	}
+}
+
+// close releases the backend stream (cancelling the request if it still runs, as
+// after a stop string) and records the request's metrics.
+func (g *generation) close(endpoint string) {
+	g.release()
 	u := g.usage()
 	m := g.f.metrics
 	m.promptTokens.Add(float64(u.prompt))
