@@ -3,7 +3,6 @@ package router
 import (
 	"errors"
 	"slices"
-	"sort"
 )
 
 // workerRef is a worker's slot in the index; slots are reused after a worker leaves.
@@ -18,14 +17,15 @@ type workerRef int32
 // are therefore nested, block by block, and each worker's cached prefix can be found
 // by bisection instead of a walk over every block.
 type Index struct {
-	holders map[uint64][]workerRef // sorted
-	owned   []map[uint64]struct{}  // by ref: what each worker holds
-	limit   []int                  // by ref: the most blocks a worker may hold here
+	holders holderTable
+	owned   []map[uint64]struct{} // by ref: what each worker holds
+	limit   []int                 // by ref: the most blocks a worker may hold here
 	free    []workerRef
 	total   int
 	// Scratch for Match, which partitions a copy of the first block's holders in
 	// place instead of allocating at every bisection step.
-	set, tmp []workerRef
+	set, tmp   []workerRef
+	work, next []matchGroup
 }
 
 // ErrOverLimit says a worker reported more cached blocks than its pool can hold.
@@ -33,7 +33,7 @@ var ErrOverLimit = errors.New("router: worker reports more cached blocks than it
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{holders: map[uint64][]workerRef{}}
+	return &Index{holders: newHolderTable()}
 }
 
 // Add makes a slot for a worker that may hold up to limit blocks.
@@ -75,10 +75,9 @@ func (ix *Index) Store(ref workerRef, hashes []uint64) error {
 			return ErrOverLimit
 		}
 		own[h] = struct{}{}
-		hs := ix.holders[h]
-		i, _ := slices.BinarySearch(hs, ref)
-		ix.holders[h] = slices.Insert(hs, i, ref)
-		ix.total++
+		if ix.holders.add(h, ref) {
+			ix.total++
+		}
 	}
 	return nil
 }
@@ -96,15 +95,8 @@ func (ix *Index) Evict(ref workerRef, hashes []uint64) {
 }
 
 func (ix *Index) unhold(h uint64, ref workerRef) {
-	hs := ix.holders[h]
-	if i, ok := slices.BinarySearch(hs, ref); ok {
-		hs = slices.Delete(hs, i, i+1)
+	if ix.holders.remove(h, ref) {
 		ix.total--
-	}
-	if len(hs) == 0 {
-		delete(ix.holders, h)
-	} else {
-		ix.holders[h] = hs
 	}
 }
 
@@ -121,42 +113,72 @@ func (ix *Index) Clear(ref workerRef) {
 // costs O(log(prompt blocks)) lookups per distinct prefix length among the matching
 // workers, and allocates nothing once its scratch has grown. Not safe for
 // concurrent use (nothing about an Index is).
+//
+// The bisections of the groups of workers that part ways run side by side, a step
+// of each per round, so that the lookups of a round, which miss cache, are in
+// flight together instead of one after another.
 func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 	if len(hashes) == 0 {
 		return
 	}
-	first := ix.holders[hashes[0]]
+	first := ix.holders.get(hashes[0])
 	if len(first) == 0 {
 		return
 	}
 	ix.set = append(ix.set[:0], first...)
-	ix.bisect(hashes, ix.set, 1, len(hashes), found)
+	work := append(ix.work[:0], matchGroup{0, int32(len(ix.set)), 1, int32(len(hashes))})
+	next := ix.next[:0]
+	for len(work) > 0 {
+		for _, g := range work {
+			if g.lo < g.hi {
+				ix.holders.touch(hashes[(g.lo+g.hi+1)/2-1])
+			}
+		}
+		next = next[:0]
+		for _, g := range work {
+			if g.lo == g.hi {
+				for _, r := range ix.set[g.a:g.b] {
+					found(r, int(g.lo))
+				}
+				continue
+			}
+			mid := (g.lo + g.hi + 1) / 2
+			out, in := ix.partition(ix.set[g.a:g.b], ix.holders.get(hashes[mid-1]))
+			k := g.a + int32(len(out))
+			if len(out) > 0 {
+				next = append(next, matchGroup{g.a, k, g.lo, mid - 1})
+			}
+			if len(in) > 0 {
+				next = append(next, matchGroup{k, g.b, mid, g.hi})
+			}
+		}
+		work, next = next, work
+	}
+	ix.work, ix.next = work, next
 }
 
-// bisect: every worker in set holds at least lo blocks and at most hi.
-func (ix *Index) bisect(hashes []uint64, set []workerRef, lo, hi int, found func(workerRef, int)) {
-	for lo < hi {
-		mid := (lo + hi + 1) / 2
-		out, in := ix.partition(set, ix.holders[hashes[mid-1]])
-		switch {
-		case len(out) == 0:
-			lo = mid
-		case len(in) == 0:
-			hi = mid - 1
-		default:
-			ix.bisect(hashes, out, lo, mid-1, found)
-			set, lo = in, mid
-		}
-	}
-	for _, r := range set {
-		found(r, lo)
-	}
-}
+// matchGroup: every worker in Index.set[a:b] holds at least lo blocks and at most hi.
+type matchGroup struct{ a, b, lo, hi int32 }
 
 // partition reorders the sorted set in place into the members not in the sorted
 // other, then those in it, both still sorted, and returns the two parts. Members are
 // found by galloping through other, so a small set costs little against a large one.
 func (ix *Index) partition(set, other []workerRef) (out, in []workerRef) {
+	switch len(other) {
+	case 0:
+		return set, set[len(set):]
+	case 1:
+		// Most blocks have one holder (the tails of conversations): one search
+		// and a shift instead of a gallop per member.
+		i, ok := slices.BinarySearch(set, other[0])
+		if !ok {
+			return set, set[len(set):]
+		}
+		r := set[i]
+		copy(set[i:], set[i+1:])
+		set[len(set)-1] = r
+		return set[:len(set)-1], set[len(set)-1:]
+	}
 	tmp := ix.tmp[:0]
 	k, j := 0, 0
 	for _, r := range set {
@@ -183,7 +205,15 @@ func gallop(a []workerRef, j int, r workerRef) int {
 		j += step
 		step *= 2
 	}
-	// a[j] < r, and a[j+step] >= r or past the end.
-	hi := min(j+step, len(a))
-	return j + 1 + sort.Search(hi-j-1, func(i int) bool { return a[j+1+i] >= r })
+	// a[j] < r, and a[hi] >= r or hi is past the end.
+	lo, hi := j+1, min(j+step, len(a))
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if a[m] < r {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }

@@ -118,8 +118,8 @@ func TestIndexMatchEqualsWalk(t *testing.T) {
 	for ref := range held {
 		ix.Remove(ref)
 	}
-	if ix.Blocks() != 0 || len(ix.holders) != 0 {
-		t.Fatalf("after removing every worker: %d entries, %d hashes", ix.Blocks(), len(ix.holders))
+	if ix.Blocks() != 0 || ix.holders.live != 0 {
+		t.Fatalf("after removing every worker: %d entries, %d hashes", ix.Blocks(), ix.holders.live)
 	}
 }
 

@@ -1,0 +1,193 @@
+package router
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+)
+
+// holderTable maps a block hash to the sorted workers holding it.
+//
+// It replaces a map[uint64][]workerRef because routing time is spent in its lookups:
+// at a million entries that map spread over tens of megabytes, and every lookup
+// missed cache twice, once for the map group and once for the slice's array. Here a
+// slot is 16 bytes and, for the great majority of blocks that only one worker holds
+// (the tails of conversations), carries that worker itself, so a lookup touches one
+// cache line. The slots hold no pointers, so the GC does not scan them either.
+type holderTable struct {
+	slots []slot // open addressing with linear probing; the length is a power of two
+	shift uint   // 64 - log2(len(slots)): home takes the top bits of the mixed hash
+	live  int    // occupied slots
+	seed  uint64
+	// Holder lists of blocks held by two workers or more, indexed from slot.hold.
+	spill     [][]workerRef
+	freeSpill []uint32
+	one       [1]workerRef // get's answer for a single holder, to allocate nothing
+	sink      uint64       // what touch loads, so that the load is not dropped
+}
+
+type slot struct {
+	key uint64
+	// 0: empty (an occupied slot has a holder); ref+1: the one holder;
+	// spilled|i: the holders are spill[i].
+	hold uint32
+}
+
+const (
+	spilled  = 1 << 31
+	minSlots = 1 << 10
+)
+
+func newHolderTable() holderTable {
+	// Block hashes come from prompts, which users choose, and the hash function is
+	// public: a per-table random seed keeps them from aiming many at one slot.
+	t := holderTable{seed: rand.Uint64() | 1}
+	t.resize(minSlots)
+	return t
+}
+
+func (t *holderTable) home(key uint64) int {
+	hi, lo := bits.Mul64(key^t.seed, 0x9e3779b97f4a7c15)
+	return int((hi ^ lo) >> t.shift)
+}
+
+// find returns key's slot, or the empty slot where it would go.
+func (t *holderTable) find(key uint64) (int, bool) {
+	mask := len(t.slots) - 1
+	for i := t.home(key); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.hold == 0 {
+			return i, false
+		}
+		if s.key == key {
+			return i, true
+		}
+	}
+}
+
+// touch loads key's first slot and nothing more, so that the cache misses of
+// several lookups known in advance are under way together before get needs them.
+func (t *holderTable) touch(key uint64) {
+	t.sink += t.slots[t.home(key)].key
+}
+
+// get returns the holders of key, sorted; the slice is only valid until the next call.
+func (t *holderTable) get(key uint64) []workerRef {
+	i, ok := t.find(key)
+	if !ok {
+		return nil
+	}
+	h := t.slots[i].hold
+	if h&spilled != 0 {
+		return t.spill[h&^spilled]
+	}
+	t.one[0] = workerRef(h - 1)
+	return t.one[:]
+}
+
+// add records ref as a holder of key and says whether it was not one already.
+func (t *holderTable) add(key uint64, ref workerRef) bool {
+	i, ok := t.find(key)
+	if !ok {
+		if (t.live+1)*4 > len(t.slots)*3 {
+			t.resize(len(t.slots) * 2)
+			i, _ = t.find(key)
+		}
+		t.slots[i] = slot{key: key, hold: uint32(ref) + 1}
+		t.live++
+		return true
+	}
+	s := &t.slots[i]
+	if s.hold&spilled == 0 {
+		one := workerRef(s.hold - 1)
+		if one == ref {
+			return false
+		}
+		l := t.newSpill()
+		t.spill[l] = append(t.spill[l], min(one, ref), max(one, ref))
+		s.hold = spilled | l
+		return true
+	}
+	hs := t.spill[s.hold&^spilled]
+	j, found := slices.BinarySearch(hs, ref)
+	if found {
+		return false
+	}
+	t.spill[s.hold&^spilled] = slices.Insert(hs, j, ref)
+	return true
+}
+
+// remove drops ref from key's holders and says whether it was one.
+func (t *holderTable) remove(key uint64, ref workerRef) bool {
+	i, ok := t.find(key)
+	if !ok {
+		return false
+	}
+	s := &t.slots[i]
+	if s.hold&spilled == 0 {
+		if workerRef(s.hold-1) != ref {
+			return false
+		}
+		t.deleteAt(i)
+		return true
+	}
+	l := s.hold &^ spilled
+	hs := t.spill[l]
+	j, found := slices.BinarySearch(hs, ref)
+	if !found {
+		return false
+	}
+	hs = slices.Delete(hs, j, j+1)
+	if len(hs) > 1 {
+		t.spill[l] = hs
+		return true
+	}
+	s.hold = uint32(hs[0]) + 1
+	t.spill[l] = nil
+	t.freeSpill = append(t.freeSpill, l)
+	return true
+}
+
+func (t *holderTable) newSpill() uint32 {
+	if n := len(t.freeSpill); n > 0 {
+		l := t.freeSpill[n-1]
+		t.freeSpill = t.freeSpill[:n-1]
+		return l
+	}
+	t.spill = append(t.spill, nil)
+	return uint32(len(t.spill) - 1)
+}
+
+// deleteAt empties slot i, shifting back the entries after it that probed past it,
+// so that no tombstones lengthen later probes.
+func (t *holderTable) deleteAt(i int) {
+	mask := len(t.slots) - 1
+	for j := (i + 1) & mask; t.slots[j].hold != 0; j = (j + 1) & mask {
+		// The entry at j may move to i unless its home lies cyclically in (i, j].
+		h := t.home(t.slots[j].key)
+		if (i < j && i < h && h <= j) || (j < i && (i < h || h <= j)) {
+			continue
+		}
+		t.slots[i] = t.slots[j]
+		i = j
+	}
+	t.slots[i] = slot{}
+	t.live--
+	// Shrinking at an eighth full, to a quarter, bounds memory after workers leave
+	// without resizing back and forth around one size.
+	if len(t.slots) > minSlots && t.live*8 < len(t.slots) {
+		t.resize(len(t.slots) / 2)
+	}
+}
+
+func (t *holderTable) resize(n int) {
+	old := t.slots
+	t.slots = make([]slot, n)
+	t.shift = uint(64 - bits.TrailingZeros(uint(n)))
+	for _, s := range old {
+		if s.hold != 0 {
+			i, _ := t.find(s.key)
+			t.slots[i] = s
+		}
+	}
+}

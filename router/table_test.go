@@ -1,0 +1,198 @@
+package router
+
+import (
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// The table agrees with a map of sets through adds and removes that keep it near
+// its growth point, spill holder lists and fold them back, and shift clusters back
+// on deletion.
+func TestHolderTableEqualsMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	tb := newHolderTable()
+	want := map[uint64]map[workerRef]bool{}
+	keys := make([]uint64, 900) // at most 900 live keys in 1024 or 2048 slots
+	for i := range keys {
+		keys[i] = rng.Uint64()
+	}
+	check := func(step int) {
+		t.Helper()
+		spilled := 0
+		for _, k := range keys {
+			w := slices.Sorted(maps.Keys(want[k]))
+			if got := tb.get(k); !slices.Equal(got, w) {
+				t.Fatalf("step %d: key %x holders %v, want %v", step, k, got, w)
+			}
+			if len(w) > 1 {
+				spilled++
+			}
+		}
+		live := 0
+		for _, hs := range want {
+			if len(hs) > 0 {
+				live++
+			}
+		}
+		if tb.live != live || len(tb.spill)-len(tb.freeSpill) != spilled {
+			t.Fatalf("step %d: %d live, %d spilled; want %d, %d", step, tb.live, len(tb.spill)-len(tb.freeSpill), live, spilled)
+		}
+	}
+	for step := range 200_000 {
+		k := keys[rng.IntN(len(keys))]
+		ref := workerRef(rng.IntN(6))
+		if want[k] == nil {
+			want[k] = map[workerRef]bool{}
+		}
+		if rng.IntN(2) == 0 {
+			if tb.add(k, ref) == want[k][ref] {
+				t.Fatalf("step %d: add(%x, %d) said new=%v", step, k, ref, want[k][ref])
+			}
+			want[k][ref] = true
+		} else {
+			if tb.remove(k, ref) != want[k][ref] {
+				t.Fatalf("step %d: remove(%x, %d) said held=%v", step, k, ref, !want[k][ref])
+			}
+			delete(want[k], ref)
+		}
+		if step%20_000 == 0 {
+			check(step)
+		}
+	}
+	check(-1)
+}
+
+// The table grows with what it holds and shrinks back when that is removed.
+func TestHolderTableShrinks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	tb := newHolderTable()
+	keys := make([]uint64, 100_000)
+	for i := range keys {
+		keys[i] = rng.Uint64()
+		tb.add(keys[i], workerRef(i%3))
+		if i%2 == 0 {
+			tb.add(keys[i], 7)
+		}
+	}
+	if len(tb.slots) < len(keys)*4/3 {
+		t.Fatalf("%d slots for %d keys", len(tb.slots), len(keys))
+	}
+	for i, k := range keys {
+		if got := tb.get(k); len(got) != 1+(1-i%2) || got[0] != workerRef(i%3) {
+			t.Fatalf("key %d: holders %v", i, got)
+		}
+	}
+	for i, k := range keys {
+		if !tb.remove(k, workerRef(i%3)) || (i%2 == 0 && !tb.remove(k, 7)) {
+			t.Fatalf("key %d not held", i)
+		}
+	}
+	if tb.live != 0 || len(tb.slots) != minSlots || len(tb.spill) != len(tb.freeSpill) {
+		t.Fatalf("emptied: %d live, %d slots, %d spill lists for %d free", tb.live, len(tb.slots), len(tb.spill), len(tb.freeSpill))
+	}
+	for _, l := range tb.spill {
+		if l != nil {
+			t.Fatalf("a freed spill list keeps its memory: %v", l)
+		}
+	}
+}
+
+// Match agrees with a block-by-block walk while workers store, evict their cached
+// prefixes' tails, clear, leave and have their slots reused by newcomers.
+func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	all := chains(rng, 60, 40)
+	children := map[uint64][]uint64{}
+	for _, c := range all {
+		for i := 1; i < len(c); i++ {
+			if !slices.Contains(children[c[i-1]], c[i]) {
+				children[c[i-1]] = append(children[c[i-1]], c[i])
+			}
+		}
+	}
+	ix := NewIndex()
+	held := map[workerRef]map[uint64]bool{}
+	for range 48 {
+		held[ix.Add(1<<20)] = map[uint64]bool{}
+	}
+	refs := func() []workerRef { return slices.Sorted(maps.Keys(held)) }
+	for round := range 30 {
+		for _, ref := range refs() {
+			switch k := rng.IntN(20); {
+			case k == 0:
+				ix.Clear(ref)
+				held[ref] = map[uint64]bool{}
+			case k == 1:
+				ix.Remove(ref)
+				delete(held, ref)
+				held[ix.Add(1<<20)] = map[uint64]bool{}
+			case k < 10:
+				c := all[rng.IntN(len(all))]
+				n := rng.IntN(len(c) + 1)
+				if err := ix.Store(ref, c[:n]); err != nil {
+					t.Fatal(err)
+				}
+				for _, h := range c[:n] {
+					held[ref][h] = true
+				}
+			default:
+				// Evict leaves only, as an LRU pool does.
+				for range rng.IntN(30) {
+					var leaves []uint64
+					for h := range held[ref] {
+						if !slices.ContainsFunc(children[h], func(c uint64) bool { return held[ref][c] }) {
+							leaves = append(leaves, h)
+						}
+					}
+					if len(leaves) == 0 {
+						break
+					}
+					slices.Sort(leaves)
+					leaf := leaves[rng.IntN(len(leaves))]
+					ix.Evict(ref, []uint64{leaf})
+					delete(held[ref], leaf)
+				}
+			}
+		}
+		entries := 0
+		for ref, hs := range held {
+			entries += len(hs)
+			if ix.Held(ref) != len(hs) {
+				t.Fatalf("round %d: worker %d holds %d, want %d", round, ref, ix.Held(ref), len(hs))
+			}
+		}
+		if ix.Blocks() != entries {
+			t.Fatalf("round %d: %d entries, want %d", round, ix.Blocks(), entries)
+		}
+		for _, q := range all {
+			want := map[workerRef]int{}
+			for ref, hs := range held {
+				n := 0
+				for n < len(q) && hs[q[n]] {
+					n++
+				}
+				if n > 0 {
+					want[ref] = n
+				}
+			}
+			got := map[workerRef]int{}
+			ix.Match(q, func(ref workerRef, n int) {
+				if _, dup := got[ref]; dup {
+					t.Fatalf("round %d: worker %d found twice", round, ref)
+				}
+				got[ref] = n
+			})
+			if !maps.Equal(got, want) {
+				t.Fatalf("round %d: matched %v, want %v", round, got, want)
+			}
+		}
+	}
+	for _, ref := range refs() {
+		ix.Remove(ref)
+	}
+	if ix.Blocks() != 0 || ix.holders.live != 0 || len(ix.holders.slots) != minSlots {
+		t.Fatalf("after removing every worker: %d entries, %d hashes in %d slots", ix.Blocks(), ix.holders.live, len(ix.holders.slots))
+	}
+}
