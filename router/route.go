@@ -7,24 +7,81 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
-	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
-// candidate is one worker scored for one request.
+// candidate is a worker as the scoring pass leaves it for one request; the terms of
+// its cost are worked out again only to explain a decision.
 type candidate struct {
-	st      *state
-	cached  int // leading prompt blocks it holds
-	prefill float64
-	decode  float64
-	queue   float64
-	cost    float64
-	note    string
-	scored  bool
+	st     *state
+	cost   float64
+	cached int32 // leading prompt blocks it holds
+	flags  candFlags
+}
+
+type candFlags uint8
+
+const (
+	inClass candFlags = 1 << iota // in the gating class, or gating is off
+	fits                          // free blocks for the request, or no report says otherwise
+)
+
+// The gating classes, by which the gate counters are cached.
+const (
+	classAll = iota
+	classLocal
+	classDisagg
+	classFallback
+	numClasses
+)
+
+var classNames = [numClasses]string{"all", "local", "disagg", "fallback-all"}
+
+// tally is what the scoring pass learns of the decode candidates, kept by their
+// candFlags, so that gating, the busy check and the argmin each need no pass of
+// their own: the workers scored are those whose flags include a mask decided
+// afterwards.
+type tally struct {
+	n                     [4]int
+	lo, hi                [4]float64
+	bestLocal, bestDisagg float64
+}
+
+func newTally() tally {
+	inf := math.Inf(1)
+	return tally{
+		lo: [4]float64{inf, inf, inf, inf}, hi: [4]float64{-inf, -inf, -inf, -inf},
+		bestLocal: inf, bestDisagg: inf,
+	}
+}
+
+func (t *tally) add(c *candidate, k workerKind) {
+	t.n[c.flags]++
+	t.lo[c.flags] = min(t.lo[c.flags], c.cost)
+	t.hi[c.flags] = max(t.hi[c.flags], c.cost)
+	if k&kindLocal != 0 {
+		t.bestLocal = min(t.bestLocal, c.cost)
+	}
+	if k&kindDisagg != 0 {
+		t.bestDisagg = min(t.bestDisagg, c.cost)
+	}
+}
+
+// among returns how many candidates have every flag in need, and their cost range.
+func (t *tally) among(need candFlags) (n int, lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for f := range candFlags(len(t.n)) {
+		if f&need == need {
+			n, lo, hi = n+t.n[f], min(lo, t.lo[f]), max(hi, t.hi[f])
+		}
+	}
+	return n, lo, hi
 }
 
 // Route picks the decode worker for a request and ranks the prefill workers.
@@ -54,117 +111,140 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.params
+	r.requests++
+	for _, id := range m.GetExcludeWorkerIds() {
+		if st := r.workers[id]; st != nil {
+			st.excluded = r.requests
+		}
+	}
+	cached, best := r.match(m.GetBlockHashes())
+	effective := max(0, int(m.GetPromptTokens())-best*bs)
+	gateClass, want := classAll, kindDecodes
+	if p.ISLGate {
+		gateClass, want = classDisagg, kindDisagg
+		if effective < r.threshold {
+			gateClass, want = classLocal, kindLocal
+		}
+	}
+
+	// One pass over the workers scores every decode candidate; what is decided
+	// from all of them at once is settled from the tally afterwards.
+	decoders, prefillers := r.decoders[:0], r.prefills[:0]
+	defer func() { r.decoders, r.prefills = decoders[:0], prefillers[:0] }()
+	t := newTally()
+	for _, st := range r.order {
+		// A worker waiting for a resync is still a healthy member: it is routable,
+		// with no cache credited until its snapshot arrives.
+		if st.excluded == r.requests {
+			continue
+		}
+		c := candidate{st: st, cached: cached[st.ref]}
+		if st.kind&kindDecodes == 0 {
+			if st.kind&kindPrefill != 0 {
+				prefillers = append(prefillers, c)
+			}
+			continue
+		}
+		pre, dec, q := terms(p, st, int(c.cached), promptBlocks, bs)
+		c.cost = pre + dec + q
+		if st.kind&want != 0 {
+			c.flags |= inClass
+		}
+		if st.total == 0 || int(st.free)-st.pendingBlocks >= promptBlocks-int(c.cached) {
+			c.flags |= fits
+		}
+		t.add(&c, st.kind)
+		decoders = append(decoders, c)
+	}
+	if len(decoders) == 0 {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
+	}
+
+	class, need := gateClass, candFlags(0)
+	if p.ISLGate {
+		if n, _, _ := t.among(inClass); n > 0 {
+			need = inClass
+		} else {
+			class = classFallback
+		}
+	}
+	r.adapt(p, effective, t.bestLocal, t.bestDisagg)
+	if n, _, _ := t.among(need | fits); n > 0 {
+		need |= fits
+	} else {
+		r.metrics.busyFallback.Inc()
+	}
+	scored, lo, hi := t.among(need)
+	chosen := r.pick(p, decoders, need, lo, hi)
+	if chosen < 0 {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker could be scored"))
+	}
+	win := &decoders[chosen]
+	resp := &routerv1.RouteResponse{
+		DecodeWorker:       workerProto(win.st.w),
+		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks),
+		DecodeCachedBlocks: uint32(win.cached),
+		Reason:             r.reasonFor(win, promptBlocks, scored, classNames[class], effective),
+	}
+	if m.GetExplain() {
+		// Before the winner's pending blocks grow: the terms shown are those it won with.
+		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks)
+	}
+	win.st.pendingBlocks += promptBlocks - int(win.cached)
+	if win.st.routed == nil {
+		win.st.routed = r.metrics.routed.WithLabelValues(win.st.w.ID)
+	}
+	win.st.routed.Inc()
+	r.gateCounter(class).Inc()
+	r.metrics.cachedBlocks.Observe(float64(win.cached))
+	r.metrics.latency.Observe(time.Since(start).Seconds())
+	return connect.NewResponse(resp), nil
+}
+
+// match returns the leading prompt blocks each index slot holds, and the most that
+// any routable decode worker holds.
+func (r *Router) match(hashes []uint64) ([]int32, int) {
 	if cap(r.scratch) < len(r.ix.owned) {
 		r.scratch = make([]int32, len(r.ix.owned))
 	}
 	cached := r.scratch[:len(r.ix.owned)]
 	clear(cached)
-	r.ix.Match(m.GetBlockHashes(), func(ref workerRef, n int) { cached[ref] = int32(n) })
-
-	decoders, prefillers := r.decoders[:0], r.prefills[:0]
-	defer func() { r.decoders, r.prefills = decoders[:0], prefillers[:0] }()
+	hits := r.hits[:0]
+	r.ix.Match(hashes, func(ref workerRef, n int) {
+		cached[ref] = int32(n)
+		hits = append(hits, int(ref))
+	})
+	r.hits = hits
 	best := 0
-	for _, st := range r.order {
-		// A worker waiting for a resync is still a healthy member: it is routable,
-		// with no cache credited until its snapshot arrives.
-		if slices.Contains(m.GetExcludeWorkerIds(), st.w.ID) {
-			continue
-		}
-		c := candidate{st: st, cached: int(cached[st.ref])}
-		switch {
-		case st.w.decodes():
-			decoders = append(decoders, c)
-			best = max(best, c.cached)
-		case st.w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL:
-			prefillers = append(prefillers, c)
+	for _, ref := range hits {
+		if st := r.byRef[ref]; st != nil && st.kind&kindDecodes != 0 && st.excluded != r.requests {
+			best = max(best, int(cached[ref]))
 		}
 	}
-	if len(decoders) == 0 {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
-	}
-	effective := max(0, int(m.GetPromptTokens())-best*bs)
-
-	for i := range decoders {
-		c := &decoders[i]
-		l := c.st.load
-		c.prefill = p.PrefillWeight * float64(promptBlocks-c.cached)
-		c.decode = float64(l.GetActiveBlocks())
-		c.queue = p.QueueWeight * (float64(l.GetWaitingTokens())/float64(bs) + float64(c.st.pendingBlocks))
-		c.cost = c.prefill + c.decode + c.queue
-	}
-	class := r.gate(p, effective, decoders)
-	r.adapt(p, effective, decoders)
-	r.busyGate(decoders, promptBlocks)
-
-	chosen := r.pick(p, decoders)
-	if chosen < 0 {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker could be scored"))
-	}
-	win := &decoders[chosen]
-	win.st.pendingBlocks += promptBlocks - win.cached
-	r.metrics.routed.WithLabelValues(win.st.w.ID).Inc()
-	r.metrics.gate.WithLabelValues(class).Inc()
-	r.metrics.cachedBlocks.Observe(float64(win.cached))
-
-	resp := &routerv1.RouteResponse{
-		DecodeWorker:       workerProto(win.st.w),
-		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks),
-		DecodeCachedBlocks: uint32(win.cached),
-		Reason: fmt.Sprintf("cost %.1f (cached %d/%d blocks) lowest of %d scored, class %s, effective %d tokens",
-			win.cost, win.cached, promptBlocks, countScored(decoders), class, effective),
-	}
-	if m.GetExplain() {
-		resp.Explanation = r.explain(p, effective, class, decoders, chosen, promptBlocks)
-	}
-	r.metrics.latency.Observe(time.Since(start).Seconds())
-	return connect.NewResponse(resp), nil
+	return cached, best
 }
 
-// gate marks which candidates are scored, by class, and names the class used.
-func (r *Router) gate(p Params, effective int, cs []candidate) string {
-	if !p.ISLGate {
-		for i := range cs {
-			cs[i].scored = true
-		}
-		return "all"
+// terms are the parts of a decode candidate's cost.
+func terms(p Params, st *state, cached, promptBlocks, bs int) (prefill, decode, queue float64) {
+	prefill = p.PrefillWeight * float64(promptBlocks-cached)
+	decode = float64(st.active)
+	queue = p.QueueWeight * (float64(st.waiting)/float64(bs) + float64(st.pendingBlocks))
+	return prefill, decode, queue
+}
+
+func (r *Router) gateCounter(class int) prometheus.Counter {
+	if r.gateCount[class] == nil {
+		r.gateCount[class] = r.metrics.gate.WithLabelValues(classNames[class])
 	}
-	class, in := "disagg", Worker.Disaggregates
-	if effective < r.threshold {
-		class, in = "local", Worker.PrefillsLocally
-	}
-	n := 0
-	for i := range cs {
-		if in(cs[i].st.w) {
-			cs[i].scored = true
-			n++
-		} else {
-			cs[i].note = "gated out: not in class " + class
-		}
-	}
-	if n > 0 {
-		return class
-	}
-	for i := range cs {
-		cs[i].scored, cs[i].note = true, "class "+class+" is empty: scoring every worker"
-	}
-	return "fallback-all"
+	return r.gateCount[class]
 }
 
 // adapt moves the threshold when the class on the other side keeps offering a
 // clearly cheaper worker: consecutive agreeing requests (hysteresis) move it one
 // step, within [ISLMin, ISLMax].
-func (r *Router) adapt(p Params, effective int, cs []candidate) {
+func (r *Router) adapt(p Params, effective int, bestLocal, bestDisagg float64) {
 	if !p.ISLGate || !p.ISLAdaptive {
 		return
-	}
-	bestLocal, bestDisagg := math.Inf(1), math.Inf(1)
-	for _, c := range cs {
-		if c.st.w.PrefillsLocally() {
-			bestLocal = min(bestLocal, c.cost)
-		}
-		if c.st.w.Disaggregates() {
-			bestDisagg = min(bestDisagg, c.cost)
-		}
 	}
 	if math.IsInf(bestLocal, 1) || math.IsInf(bestDisagg, 1) {
 		return
@@ -200,46 +280,16 @@ func abs(x int) int {
 	return x
 }
 
-// busyGate unscores workers that lack free blocks for the request, unless that
-// would leave nobody.
-func (r *Router) busyGate(cs []candidate, promptBlocks int) {
-	fits := func(c candidate) bool {
-		l := c.st.load
-		if l == nil || l.GetTotalBlocks() == 0 {
-			return true // no report yet: nothing says it is full
-		}
-		return int(l.GetFreeBlocks())-c.st.pendingBlocks >= promptBlocks-c.cached
-	}
-	some := false
-	for _, c := range cs {
-		some = some || (c.scored && fits(c))
-	}
-	if !some {
-		r.metrics.busyFallback.Inc()
-		return
-	}
-	for i := range cs {
-		if cs[i].scored && !fits(cs[i]) {
-			cs[i].scored, cs[i].note = false, "busy: not enough free blocks"
-		}
-	}
-}
-
-// pick returns the index of the chosen candidate among the scored ones.
-func (r *Router) pick(p Params, cs []candidate) int {
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, c := range cs {
-		if c.scored {
-			lo, hi = min(lo, c.cost), max(hi, c.cost)
-		}
-	}
+// pick returns the index of the chosen candidate among those whose flags include
+// need, given their cost range.
+func (r *Router) pick(p Params, cs []candidate, need candFlags, lo, hi float64) int {
 	if math.IsInf(lo, 1) {
 		return -1
 	}
 	if p.Temperature == 0 || hi == lo {
 		n, chosen := 0, -1
 		for i, c := range cs {
-			if c.scored && c.cost == lo {
+			if c.flags&need == need && c.cost == lo {
 				// Reservoir sampling: each tied worker equally likely, one pass.
 				if n++; r.rng.IntN(n) == 0 {
 					chosen = i
@@ -251,9 +301,11 @@ func (r *Router) pick(p Params, cs []candidate) int {
 	// Costs normalised to [0, 1] so that the temperature means the same whatever
 	// the scale of the costs (as Dynamo does).
 	total := 0.0
-	weights := make([]float64, len(cs))
+	weights := slices.Grow(r.weights[:0], len(cs))[:len(cs)]
+	r.weights = weights
 	for i, c := range cs {
-		if c.scored {
+		weights[i] = 0
+		if c.flags&need == need {
 			weights[i] = math.Exp(-(c.cost - lo) / (hi - lo) / p.Temperature)
 			total += weights[i]
 		}
@@ -277,10 +329,10 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*rout
 	bs := float64(r.cfg.BlockSize)
 	out := make([]*routerv1.RankedWorker, 0, len(ps))
 	for _, c := range ps {
-		q := c.st.load.GetWaitingTokens()
+		q := c.st.waiting
 		out = append(out, &routerv1.RankedWorker{
 			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), QueuedTokens: q,
-			Cost: p.PrefillWeight*float64(promptBlocks-c.cached) + p.QueueWeight*(float64(q)/bs+float64(c.st.pendingBlocks)),
+			Cost: p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(float64(q)/bs+float64(c.st.pendingBlocks)),
 		})
 	}
 	slices.SortStableFunc(out, func(a, b *routerv1.RankedWorker) int {
@@ -289,24 +341,47 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*rout
 	return out
 }
 
-func countScored(cs []candidate) int {
-	n := 0
-	for _, c := range cs {
-		if c.scored {
-			n++
-		}
-	}
-	return n
+// reasonFor is the decision in a line. It is built by hand: fmt.Sprintf was a
+// measurable part of every decision.
+func (r *Router) reasonFor(win *candidate, promptBlocks, scored int, class string, effective int) string {
+	b := append(r.reason[:0], "cost "...)
+	b = strconv.AppendFloat(b, win.cost, 'f', 1, 64)
+	b = append(b, " (cached "...)
+	b = strconv.AppendInt(b, int64(win.cached), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(promptBlocks), 10)
+	b = append(b, " blocks) lowest of "...)
+	b = strconv.AppendInt(b, int64(scored), 10)
+	b = append(b, " scored, class "...)
+	b = append(b, class...)
+	b = append(b, ", effective "...)
+	b = strconv.AppendInt(b, int64(effective), 10)
+	b = append(b, " tokens"...)
+	r.reason = b
+	return string(b)
 }
 
-func (r *Router) explain(p Params, effective int, class string, cs []candidate, chosen, promptBlocks int) *routerv1.Explanation {
+// explain lists every decode candidate with its terms and why it was or was not
+// scored: gateClass is the class the prompt length chose, class the one used.
+func (r *Router) explain(p Params, effective, gateClass, class int, need candFlags, cs []candidate, chosen, promptBlocks int) *routerv1.Explanation {
 	e := &routerv1.Explanation{
-		EffectiveTokens: uint32(effective), IslThreshold: uint32(r.threshold), GateClass: class, Temperature: p.Temperature,
+		EffectiveTokens: uint32(effective), IslThreshold: uint32(r.threshold), GateClass: classNames[class], Temperature: p.Temperature,
 	}
 	for i, c := range cs {
+		pre, dec, q := terms(p, c.st, int(c.cached), promptBlocks, r.cfg.BlockSize)
+		var note string
+		switch {
+		case class == classFallback:
+			note = "class " + classNames[gateClass] + " is empty: scoring every worker"
+		case c.flags&inClass == 0:
+			note = "gated out: not in class " + classNames[gateClass]
+		}
+		if need&fits != 0 && c.flags&(need&^fits) == need&^fits && c.flags&fits == 0 {
+			note = "busy: not enough free blocks"
+		}
 		e.Candidates = append(e.Candidates, &routerv1.CandidateCost{
-			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), UncachedBlocks: uint32(promptBlocks - c.cached),
-			PrefillTerm: c.prefill, DecodeTerm: c.decode, QueueTerm: c.queue, Cost: c.cost, Note: c.note, Chosen: i == chosen,
+			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), UncachedBlocks: uint32(promptBlocks - int(c.cached)),
+			PrefillTerm: pre, DecodeTerm: dec, QueueTerm: q, Cost: c.cost, Note: note, Chosen: i == chosen,
 		})
 	}
 	return e

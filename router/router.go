@@ -24,7 +24,9 @@ import (
 type Worker struct {
 	ID      string
 	Address string
-	Mode    workerv1.WorkerMode
+	// KVAddress is where a prefill worker serves KV transfers; empty: Address.
+	KVAddress string
+	Mode      workerv1.WorkerMode
 	// Policy is a decode worker's prefill policy ("threshold", "cost",
 	// "always-local", "always-remote"); it decides the worker's gating classes.
 	Policy string
@@ -55,15 +57,56 @@ type Config struct {
 
 // state is what the router knows of one worker.
 type state struct {
+	// The fields every request reads for every candidate come first, copied out of
+	// w and load when those change, so that scoring a worker touches one cache line.
+	ref  workerRef
+	kind workerKind
+	// excluded is the number of the request that excluded the worker, so that no
+	// marks need clearing after it.
+	excluded uint64
+	// pendingBlocks were routed here since the worker's last load report, so a
+	// burst between reports does not all land on one worker.
+	pendingBlocks       int
+	waiting             uint64 // tokens; this and the next from load, zero without a report
+	active, free, total uint32 // blocks
+
 	w           Worker
-	ref         workerRef
 	load        *workerv1.Load
 	incarnation string
 	lastEvent   uint64
-	synced      bool // a snapshot has been applied
-	// pendingBlocks were routed here since the worker's last load report, so a
-	// burst between reports does not all land on one worker.
-	pendingBlocks int
+	synced      bool               // a snapshot has been applied
+	routed      prometheus.Counter // once it has been chosen
+}
+
+type workerKind uint8
+
+const (
+	kindDecodes workerKind = 1 << iota
+	kindPrefill
+	kindLocal  // Worker.PrefillsLocally
+	kindDisagg // Worker.Disaggregates
+)
+
+func kindOf(w Worker) workerKind {
+	var k workerKind
+	if w.decodes() {
+		k |= kindDecodes
+	}
+	if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL {
+		k |= kindPrefill
+	}
+	if w.PrefillsLocally() {
+		k |= kindLocal
+	}
+	if w.Disaggregates() {
+		k |= kindDisagg
+	}
+	return k
+}
+
+func (st *state) setLoad(l *workerv1.Load) {
+	st.load, st.pendingBlocks = l, 0
+	st.active, st.waiting, st.free, st.total = l.GetActiveBlocks(), l.GetWaitingTokens(), l.GetFreeBlocks(), l.GetTotalBlocks()
 }
 
 // Router implements RouterService.
@@ -79,9 +122,16 @@ type Router struct {
 	order     []*state // workers sorted by id: a fixed order makes seeded runs repeatable
 	threshold int      // the adaptive ISL threshold in force
 	evidence  int      // signed count of consecutive adaptive signals
-	scratch   []int32
-	decoders  []candidate
-	prefills  []candidate
+	byRef     []*state // by index slot
+	requests  uint64   // numbers requests, for state.excluded
+	gateCount [numClasses]prometheus.Counter
+	// Scratch reused by every request.
+	scratch  []int32
+	hits     []int
+	decoders []candidate
+	prefills []candidate
+	weights  []float64
+	reason   []byte
 }
 
 var _ routerv1connect.RouterServiceHandler = (*Router)(nil)
@@ -140,12 +190,16 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		}
 		st = &state{w: w, ref: r.ix.Add(limit)}
 		r.workers[w.ID] = st
+		for int(st.ref) >= len(r.byRef) {
+			r.byRef = append(r.byRef, nil)
+		}
+		r.byRef[st.ref] = st
 		i, _ := slices.BinarySearchFunc(r.order, w.ID, func(s *state, id string) int { return strings.Compare(s.w.ID, id) })
 		r.order = slices.Insert(r.order, i, st)
 	}
-	st.w = w
+	st.w, st.kind = w, kindOf(w)
 	if l := msg.GetLoad(); l != nil {
-		st.load, st.pendingBlocks = l, 0
+		st.setLoad(l)
 	}
 	resync := func(reason string) error {
 		r.ix.Clear(st.ref)
@@ -194,6 +248,7 @@ func (r *Router) Leave(w Worker) {
 	defer r.mu.Unlock()
 	if st := r.workers[w.ID]; st != nil {
 		r.ix.Remove(st.ref)
+		r.byRef[st.ref] = nil
 		delete(r.workers, w.ID)
 		r.order = slices.DeleteFunc(r.order, func(s *state) bool { return s == st })
 		r.metrics.indexBlocks.Set(float64(r.ix.Blocks()))
