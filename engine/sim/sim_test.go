@@ -253,8 +253,14 @@ func TestBlocksAccounting(t *testing.T) {
 	if st := e.Stats(); st.ActiveBlocks != 3 || st.FreeBlocks != 7 || st.TotalBlocks != 10 {
 		t.Errorf("stats with one 3-block sequence: %+v", st)
 	}
-	// What does not fit is refused, not queued forever.
-	if _, err := e.Generate(testContext(t), engine.Request{Prompt: prompt(100), MaxTokens: 20}); !errors.Is(err, engine.ErrNoBlocks) {
+	// What does not fit is refused, not queued forever. (A prompt sharing no prefix
+	// with the first: once that one's prefill registered its blocks, a shared prefix
+	// would need fewer new ones, and whether it had yet would decide the outcome.)
+	other := prompt(100)
+	for i := range other {
+		other[i] += 7
+	}
+	if _, err := e.Generate(testContext(t), engine.Request{Prompt: other, MaxTokens: 20}); !errors.Is(err, engine.ErrNoBlocks) {
 		t.Errorf("8 blocks with 7 free: %v, want ErrNoBlocks", err)
 	}
 	// Closing a stream mid-way frees its blocks at once.
