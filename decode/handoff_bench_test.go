@@ -32,6 +32,7 @@ import (
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/services/kvport"
 	"github.com/tandem-serve/tandem/wire"
 )
 
@@ -44,12 +45,8 @@ import (
 //	go test -run '^$' -bench 'Handoff$|RawTCP' -benchtime 20x -count 3 ./decode/
 //	go test -run '^$' -bench HandoffTuning -benchtime 15x ./decode/
 
-// The handoff's settings: the services' chunk size, and static HTTP/2 windows that
-// BenchmarkHandoffTuning found as fast as grpc-go's default (see docs/BENCHMARKS.md).
-const (
-	handoffChunkBytes = 1 << 20
-	handoffWindow     = 16 << 20 // grpc.WithInitialWindowSize / WithInitialConnWindowSize
-)
+// handoffChunkBytes is the chunk size a prefill worker sends (services/workersvc).
+const handoffChunkBytes = 1 << 20
 
 var handoffTokens = []int{1024, 4096, 16384, 32768}
 
@@ -213,9 +210,10 @@ type handoffRig struct {
 }
 
 // startHandoffRig serves pe as a prefill worker with the given chunk size and de as
-// an always-remote decode worker whose grpc-go client to the prefill worker is
-// dialled with dialOpts.
-func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, dialOpts ...grpc.DialOption) *handoffRig {
+// an always-remote decode worker. With kvPort, Prefill is served on a KV transfer
+// port and dialled with its options, as workers do; otherwise by the Connect handler
+// of the main port, dialled with grpc-go's defaults. dialOpts come last.
+func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort bool, dialOpts ...grpc.DialOption) *handoffRig {
 	tb.Helper()
 	var closers []func()
 	closeAll := func() {
@@ -231,11 +229,29 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, dialOp
 	if err != nil {
 		fail(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
-	psrv := h2cServerTB(mux)
-	closers = append(closers, psrv.Close)
-	cc, err := grpc.NewClient(psrv.Listener.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
+	var addr string
+	if kvPort {
+		// As a prefill worker serves it (services/workersvc): the KV transfer port.
+		ks, err := kvport.New(kvport.Config{Addr: "127.0.0.1:0", Logger: quietLog()}, func(r grpc.ServiceRegistrar) {
+			prefillv1.RegisterPrefillServiceServer(r, psvc.GRPC())
+		})
+		if err != nil {
+			fail(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = ks.Serve(ctx); close(done) }()
+		closers = append(closers, func() { cancel(); <-done })
+		addr = ks.Addr()
+		dialOpts = append(kvport.DialOptions(), dialOpts...)
+	} else {
+		mux := http.NewServeMux()
+		mux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
+		psrv := h2cServerTB(mux)
+		closers = append(closers, psrv.Close)
+		addr = psrv.Listener.Addr().String()
+	}
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOpts...)...)
 	if err != nil {
 		fail(err)
 	}
@@ -353,26 +369,31 @@ func cpuTime() time.Duration {
 
 func windowOpts(window int) []grpc.DialOption {
 	if window == 0 {
-		return nil // grpc-go's default: 64 KiB, grown by its BDP estimator
+		return nil
 	}
 	return []grpc.DialOption{grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(window))}
 }
 
 // BenchmarkHandoff moves a prompt's KV from a prefill worker's pool into a decode
-// worker's. "pool" feeds it from blocks already cached in a pool of the small
-// model's layout (no compute on either side beyond the copies an engine makes);
-// "native-small" uses real native small engines, the prompt already in the prefill
-// engine's prefix cache (its last block is recomputed), up to the model's 8k context.
+// worker's. "kvport" is the path workers use, the prefill worker's KV transfer
+// port (services/kvport); "mainport" is Prefill on the main port's Connect handler
+// (net/http), kept for comparison. "pool" feeds it from blocks already cached in a
+// pool of the small model's layout (no compute on either side beyond the copies an
+// engine makes); "native-small" uses real native small engines, the prompt already
+// in the prefill engine's prefix cache (its last block is recomputed), up to the
+// model's 8k context.
 func BenchmarkHandoff(b *testing.B) {
 	layout := smallLayout(b)
 	maxBlocks := slices.Max(handoffTokens) / layout.BlockSize
 	pe, de := newPoolEngine(layout, maxBlocks), newPoolEngine(layout, maxBlocks)
-	rig := startHandoffRig(b, pe, de, handoffChunkBytes, windowOpts(handoffWindow)...)
-	defer rig.close()
-	for _, n := range handoffTokens {
-		b.Run(fmt.Sprintf("pool/tokens=%d", n), func(b *testing.B) {
-			runHandoff(b, rig, prompt(1, n), n/layout.BlockSize*layout.BlockBytes)
-		})
+	for _, port := range []string{"kvport", "mainport"} {
+		rig := startHandoffRig(b, pe, de, handoffChunkBytes, port == "kvport")
+		for _, n := range handoffTokens {
+			b.Run(fmt.Sprintf("%s/pool/tokens=%d", port, n), func(b *testing.B) {
+				runHandoff(b, rig, prompt(1, n), n/layout.BlockSize*layout.BlockBytes)
+			})
+		}
+		rig.close()
 	}
 
 	npe, err := native.New(native.Config{Model: "small", Seed: 7, NumBlocks: 600, Logger: quietLog()})
@@ -385,10 +406,10 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer nde.Close()
-	nrig := startHandoffRig(b, npe, noLocalCache{nde}, handoffChunkBytes, windowOpts(handoffWindow)...)
+	nrig := startHandoffRig(b, npe, noLocalCache{nde}, handoffChunkBytes, true)
 	defer nrig.close()
 	for _, n := range []int{1024, 4096} {
-		b.Run(fmt.Sprintf("native-small/tokens=%d", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("kvport/native-small/tokens=%d", n), func(b *testing.B) {
 			p := prompt(2, n)
 			// The first handoff computes the prompt; it stays in the prefill engine's
 			// prefix cache for the timed ones.
@@ -402,18 +423,19 @@ func BenchmarkHandoff(b *testing.B) {
 }
 
 // BenchmarkHandoffTuning sweeps the chunk size and the decode side's HTTP/2 windows
-// for a 16k-token prompt of the small model (96 MiB).
+// on the KV transfer port, for a 16k-token prompt of the small model (96 MiB).
+// window=default is kvport.WindowBytes.
 func BenchmarkHandoffTuning(b *testing.B) {
 	layout := smallLayout(b)
 	const n = 16384
 	pe, de := newPoolEngine(layout, n/layout.BlockSize), newPoolEngine(layout, n/layout.BlockSize)
 	// Chunks stop short of 4 MiB: grpc-go refuses messages over 4 MiB unless the
 	// client raises grpc.MaxCallRecvMsgSize.
-	for _, window := range []int{0, 1 << 20, 16 << 20, 64 << 20} {
-		for _, chunk := range []int{64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4<<20 - 64<<10} {
+	for _, window := range []int{0, 1 << 20, 16 << 20} {
+		for _, chunk := range []int{256 << 10, 1 << 20, 4<<20 - 64<<10} {
 			name := fmt.Sprintf("window=%s/chunk=%s", sizeName(window), sizeName(chunk))
 			b.Run(name, func(b *testing.B) {
-				rig := startHandoffRig(b, pe, de, chunk, windowOpts(window)...)
+				rig := startHandoffRig(b, pe, de, chunk, true, windowOpts(window)...)
 				defer rig.close()
 				runHandoff(b, rig, prompt(1, n), n/layout.BlockSize*layout.BlockBytes)
 			})

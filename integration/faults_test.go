@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -211,7 +212,13 @@ func TestDecodeKilled(t *testing.T) {
 // A slow or partitioned link between decode and prefill: the deadline fires and
 // the request falls back to local prefill.
 func TestSlowAndPartitionedPrefillLink(t *testing.T) {
-	pre := runService(t, "prefill", "--listen", "127.0.0.1:0", "--id", "prefill-p")
+	// Both of the prefill worker's ports sit behind fault proxies: the main one, which
+	// the decode worker discovers it by, and the KV transfer port, which it learns
+	// from WorkerInfo (told the proxy's port by --kv-advertise-port).
+	kvPort := freePort(t)
+	kvProxy := newFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", kvPort))
+	pre := runService(t, "prefill", "--listen", "127.0.0.1:0", "--id", "prefill-p",
+		"--kv-listen", fmt.Sprintf("127.0.0.1:%d", kvPort), "--kv-advertise-port", fmt.Sprint(kvProxy.ln.Addr().(*net.TCPAddr).Port))
 	proxy := newFaultProxy(t, pre.addr)
 	dec := runService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-p", "--prefill-workers", proxy.Addr(),
 		"--short-prefill-threshold", "16", "--remote-deadline-min", "1s", "--remote-deadline-max", "1500ms")
@@ -223,18 +230,25 @@ func TestSlowAndPartitionedPrefillLink(t *testing.T) {
 		return chatFull(ctx, fe, longPrompt(int(time.Now().UnixNano()%1e6), 300), 4).path == "remote"
 	})
 
+	if v, _ := metricValue(pre.addr, `tandem_prefill_sent_bytes_total{port="kv"}`); v == 0 {
+		t.Fatalf("the remote prefill moved no bytes through the KV transfer port")
+	}
+
 	proxy.delay.Store(int64(3 * time.Second))
+	kvProxy.delay.Store(int64(3 * time.Second))
 	r := chatFull(ctx, fe, longPrompt(1, 300), 4)
 	if r.status != 200 || r.path != "fallback" || r.reason != "remote_timeout" {
 		t.Errorf("slow link: status %d path %q reason %q, want fallback remote_timeout", r.status, r.path, r.reason)
 	}
 	proxy.delay.Store(0)
-	proxy.blackhole.Store(true)
+	kvProxy.delay.Store(0)
+	// A partition of the data path alone: the worker still looks healthy.
+	kvProxy.blackhole.Store(true)
 	r = chatFull(ctx, fe, longPrompt(2, 300), 4)
 	if r.status != 200 || r.path != "fallback" || r.reason != "remote_timeout" {
 		t.Errorf("partition: status %d path %q reason %q, want fallback remote_timeout", r.status, r.path, r.reason)
 	}
-	proxy.blackhole.Store(false)
+	kvProxy.blackhole.Store(false)
 }
 
 // A client that disconnects mid-stream frees the blocks its request held, on the

@@ -200,4 +200,11 @@ func TestSeparateProcesses(t *testing.T) {
 			t.Errorf("completion_tokens %d, want 6", out.Usage.CompletionTokens)
 		}
 	}
+	// The remote prefill's KV went through the prefill worker's KV transfer port.
+	if v, _ := metricValue(pre, `tandem_prefill_sent_bytes_total{port="kv"}`); v == 0 {
+		t.Errorf("no KV bytes sent through the KV transfer port")
+	}
+	if v, _ := metricValue(pre, `tandem_prefill_sent_bytes_total{port="main"}`); v != 0 {
+		t.Errorf("%v KV bytes sent through the main port, want all on the KV transfer port", v)
+	}
 }

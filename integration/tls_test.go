@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -127,5 +129,39 @@ func TestMutualTLS(t *testing.T) {
 	defer cancel()
 	if _, err := workerv1.NewWorkerServiceClient(cc).Info(ctx, &workerv1.InfoRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("Info without a client certificate: %v, want Unauthenticated", err)
+	}
+
+	// The prefill worker's KV transfer port takes only callers with a certificate.
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert, err := grpc.NewClient(pre, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer withCert.Close()
+	info, err := workerv1.NewWorkerServiceClient(withCert).Info(ctx, &workerv1.InfoRequest{})
+	if err != nil || info.GetInfo().GetKvTransferPort() == 0 {
+		t.Fatalf("prefill worker Info: %v, %v; want a KV transfer port", info, err)
+	}
+	kvAddr := fmt.Sprintf("127.0.0.1:%d", info.GetInfo().GetKvTransferPort())
+	for _, tc := range []struct {
+		name  string
+		creds *tls.Config
+		ok    bool
+	}{
+		{"with a client certificate", &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}, true},
+		{"without one", &tls.Config{RootCAs: pool}, false},
+	} {
+		kc, err := grpc.NewClient(kvAddr, grpc.WithTransportCredentials(credentials.NewTLS(tc.creds)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = healthpb.NewHealthClient(kc).Check(ctx, &healthpb.HealthCheckRequest{})
+		kc.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("health of the KV transfer port %s: %v", tc.name, err)
+		}
 	}
 }

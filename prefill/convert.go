@@ -6,7 +6,7 @@ import (
 
 type metrics struct {
 	requests *prometheus.CounterVec
-	bytes    prometheus.Counter
+	bytes    *prometheus.CounterVec
 	queue    prometheus.Histogram
 	compute  prometheus.Histogram
 }
@@ -16,9 +16,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_prefill_requests_total", Help: "Remote prefills served, by outcome.",
 		}, []string{"outcome"}),
-		bytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tandem_prefill_sent_bytes_total", Help: "KV bytes streamed to decode workers.",
-		}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_prefill_sent_bytes_total", Help: "KV bytes streamed to decode workers, by port: kv (the KV transfer port) or main.",
+		}, []string{"port"}),
 		queue: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tandem_prefill_queue_seconds", Help: "Time a prefill waited for the engine.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),

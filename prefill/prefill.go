@@ -69,7 +69,18 @@ func New(cfg Config, eng engine.Engine, log *slog.Logger, reg prometheus.Registe
 // soon as the last chunk is sent, when the receiver goes away, or when a send stalls
 // past the lease; HTTP/2 flow control keeps only a window's worth of chunks in flight.
 func (s *Service) Prefill(ctx context.Context, req *connect.Request[prefillv1.PrefillRequest], stream *connect.ServerStream[prefillv1.PrefillResponse]) error {
-	m := req.Msg
+	return s.serve(ctx, req.Msg, stream.Send, PortMain)
+}
+
+// Ports a prefill is served on, as metrics and logs name them.
+const (
+	PortMain = "main" // the Connect handler on the service's one port
+	PortKV   = "kv"   // the KV transfer port (GRPC)
+)
+
+// serve is Prefill for any transport: sendMsg delivers one message to the
+// receiver, blocking while flow control holds it back.
+func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMsg func(*prefillv1.PrefillResponse) error, port string) error {
 	if len(m.GetPromptTokenIds()) == 0 {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_token_ids: empty"))
 	}
@@ -121,7 +132,7 @@ func (s *Service) Prefill(ctx context.Context, req *connect.Request[prefillv1.Pr
 			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("receiver stalled past the %s lease", lease))
 		}
 		errc := make(chan error, 1)
-		go func() { errc <- stream.Send(r) }()
+		go func() { errc <- sendMsg(r) }()
 		select {
 		case err := <-errc:
 			return err
@@ -163,10 +174,10 @@ func (s *Service) Prefill(ctx context.Context, req *connect.Request[prefillv1.Pr
 		sentBytes += len(buf)
 	}
 	transfer := time.Since(sendStart)
-	s.metrics.bytes.Add(float64(sentBytes))
+	s.metrics.bytes.WithLabelValues(port).Add(float64(sentBytes))
 	s.metrics.requests.WithLabelValues("ok").Inc()
 	s.log.InfoContext(ctx, "prefill sent", "request_id", m.GetRequestId(), "prompt_tokens", len(m.GetPromptTokenIds()),
-		"blocks", sentBlocks, "skipped", skip, "bytes", sentBytes, "prefill", exp.PrefillTime(), "transfer", transfer, "total", time.Since(start))
+		"blocks", sentBlocks, "skipped", skip, "bytes", sentBytes, "port", port, "prefill", exp.PrefillTime(), "transfer", transfer, "total", time.Since(start))
 	return send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
 		BlocksSent: uint32(sentBlocks), BytesSent: uint64(sentBytes), PrefillTime: durationpb.New(exp.PrefillTime()),
 		QueueTime: durationpb.New(exp.QueueTime()), TransferTime: durationpb.New(transfer),

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -128,24 +129,50 @@ func startPrefill(t *testing.T) ([]client, *sim.Engine) {
 			}
 			return out, stream.Err()
 		}},
-		{name: "grpc", prefill: func(ctx context.Context, req *prefillv1.PrefillRequest) ([]*prefillv1.PrefillResponse, error) {
-			stream, err := gc.Prefill(ctx, req)
-			if err != nil {
-				return nil, err
-			}
-			var out []*prefillv1.PrefillResponse
-			for {
-				msg, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					return out, nil
-				}
-				if err != nil {
-					return out, err
-				}
-				out = append(out, msg)
-			}
-		}},
+		{name: "grpc", prefill: grpcPrefill(gc)},
+		// The KV transfer port's face: the same service on a grpc-go server.
+		{name: "grpc-server", prefill: grpcPrefill(prefillv1.NewPrefillServiceClient(grpcServe(t, svc)))},
 	}, eng
+}
+
+func grpcPrefill(gc prefillv1.PrefillServiceClient) prefillFunc {
+	return func(ctx context.Context, req *prefillv1.PrefillRequest) ([]*prefillv1.PrefillResponse, error) {
+		stream, err := gc.Prefill(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		var out []*prefillv1.PrefillResponse
+		for {
+			msg, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			if err != nil {
+				return out, err
+			}
+			out = append(out, msg)
+		}
+	}
+}
+
+// grpcServe serves svc.GRPC() on a grpc-go server over loopback and returns a
+// client connection to it.
+func grpcServe(t *testing.T, svc *prefill.Service) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	prefillv1.RegisterPrefillServiceServer(gs, svc.GRPC())
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 // localGenerate runs the same prompt through the decode service (over Connect) on

@@ -28,6 +28,7 @@ type Service struct {
 	// policy reports a decode worker's prefill policy now; nil for other modes.
 	policy     func() string
 	setServing func(bool)
+	kvPort     int
 	// Heartbeat is the longest gap between WatchEvents messages.
 	Heartbeat time.Duration
 	stopping  chan struct{}
@@ -60,6 +61,10 @@ func (s *Service) Drain(_ context.Context, req *connect.Request[workerv1.DrainRe
 	return connect.NewResponse(&workerv1.DrainResponse{}), nil
 }
 
+// SetKVTransferPort makes Info report the port a prefill worker serves KV
+// transfers on.
+func (s *Service) SetKVTransferPort(port int) { s.kvPort = port }
+
 // SetPolicy makes Info report a decode worker's prefill policy.
 func (s *Service) SetPolicy(policy func() string) { s.policy = policy }
 
@@ -69,6 +74,7 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	wi := &workerv1.WorkerInfo{
 		Id: s.id, Mode: s.mode, Model: info.Model, Engine: info.Engine,
 		Layout: wire.LayoutProto(info.Layout), TotalBlocks: uint32(info.TotalBlocks), Version: s.version,
+		KvTransferPort: uint32(s.kvPort),
 	}
 	if s.policy != nil {
 		wi.PrefillPolicy = s.policy()

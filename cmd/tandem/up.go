@@ -42,7 +42,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	worker.RegisterFlags(wfs, "decode")
 	// Consul and TLS are for deployments across hosts; up runs on loopback.
 	consulFlags := []string{"consul", "advertise", "check-interval", "check-timeout", "deregister-after", "tags", "tls-cert", "tls-key", "tls-ca"}
-	merge(fs, wfs, append([]string{"listen", "id", "prefill-workers"}, consulFlags...)...)
+	merge(fs, wfs, append([]string{"listen", "id", "prefill-workers", "kv-listen", "kv-advertise-port"}, consulFlags...)...)
 	var front frontendsvc.Config
 	ffs := newFlagSet("frontend", "", stderr)
 	front.RegisterFlags(ffs)

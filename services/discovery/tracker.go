@@ -15,6 +15,7 @@ import (
 
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
+	"github.com/tandem-serve/tandem/services/kvport"
 )
 
 // Observer hears what the tracker learns. Calls for one worker are serialized.
@@ -142,6 +143,11 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 	}
 	wi := info.GetInfo()
 	w := router.Worker{ID: wi.GetId(), Address: addr, Mode: wi.GetMode(), Policy: wi.GetPrefillPolicy(), TotalBlocks: int(wi.GetTotalBlocks())}
+	if port := wi.GetKvTransferPort(); port != 0 {
+		if w.KVAddress, err = kvport.Address(addr, port); err != nil {
+			return err
+		}
+	}
 	stream, err := client.WatchEvents(ctx, &workerv1.WatchEventsRequest{})
 	if err != nil {
 		return err

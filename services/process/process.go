@@ -4,7 +4,9 @@ package process
 
 import (
 	"flag"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -13,6 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"google.golang.org/grpc"
+
+	"github.com/tandem-serve/tandem/services/kvport"
 	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
 	"github.com/tandem-serve/tandem/services/tlsconf"
@@ -76,4 +81,30 @@ func (e *Env) NewServer(s Serve, handlers []server.Handler, extra http.Handler) 
 // HandlerOptions are the options for every Connect handler of this service.
 func (e *Env) HandlerOptions() []connect.HandlerOption {
 	return server.HandlerOptions(e.Logger, &rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics})
+}
+
+// KVListenOff turns a prefill worker's KV transfer port off.
+const KVListenOff = "off"
+
+// NewKVPort opens a prefill worker's KV transfer port, with the same TLS and
+// interceptors as its main port. listen "" is the main listen address's host on a
+// free port (the port is found through WorkerInfo); KVListenOff means none, and
+// returns nil.
+func (e *Env) NewKVPort(s Serve, listen string, register func(grpc.ServiceRegistrar)) (*kvport.Server, error) {
+	if listen == KVListenOff {
+		return nil, nil
+	}
+	if listen == "" {
+		host, _, err := net.SplitHostPort(s.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("--listen %q: %w", s.Listen, err)
+		}
+		listen = net.JoinHostPort(host, "0")
+	}
+	serverTLS, err := s.TLS.Server(true)
+	if err != nil {
+		return nil, err
+	}
+	i := &rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}
+	return kvport.New(kvport.Config{Addr: listen, Grace: s.Grace, Logger: e.Logger, TLS: serverTLS, Options: i.GRPCServerOptions()}, register)
 }

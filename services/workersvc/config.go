@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/tandem-serve/tandem/decode"
@@ -50,6 +51,12 @@ type Config struct {
 	MaxPrefillQueueTokens int
 	MaxQueuedTokens       int
 
+	// KVListen is a prefill worker's KV transfer port (process.NewKVPort), and
+	// KVAdvertisePort the port decode workers are told to dial for it (0: the one
+	// it listens on).
+	KVListen        string
+	KVAdvertisePort int
+
 	Consul consul.Config
 }
 
@@ -77,6 +84,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.IntVar(&c.MaxRunning, "max-running-requests", 0, "decode mode: requests served at once (0: unbounded); past it new ones get ResourceExhausted and go elsewhere")
 	fs.IntVar(&c.MaxPrefillQueueTokens, "max-prefill-queue-tokens", 0, "decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
 	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); past it requests are refused so decode workers prefill locally")
+	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode: address of the KV transfer port, Prefill on grpc-go's transport for bulk data (default: --listen's host on a free port; \"off\": Prefill on the main port only)")
+	fs.IntVar(&c.KVAdvertisePort, "kv-advertise-port", 0, "prefill mode: the KV transfer port decode workers reach, when a port mapping or proxy makes it differ from --kv-listen's (0: the same)")
 	c.Consul.RegisterFlags(fs)
 	fs.DurationVar(&c.RemoteDeadlineMax, "remote-deadline-max", 60*time.Second, "decode mode: most time a remote prefill is given before falling back")
 }
@@ -122,6 +131,14 @@ func (c *Config) Validate() error {
 	}
 	if c.BlockSize <= 0 {
 		return errors.New("--block-size must be positive")
+	}
+	if c.KVAdvertisePort < 0 || c.KVAdvertisePort > 65535 {
+		return fmt.Errorf("--kv-advertise-port %d: want a port number, or 0", c.KVAdvertisePort)
+	}
+	if c.KVListen != "" && c.KVListen != process.KVListenOff {
+		if _, _, err := net.SplitHostPort(c.KVListen); err != nil {
+			return fmt.Errorf("--kv-listen %q: want host:port or %q: %v", c.KVListen, process.KVListenOff, err)
+		}
 	}
 	if c.NumBlocks < 0 {
 		return errors.New("--kv-blocks must not be negative")

@@ -12,10 +12,11 @@ import (
 )
 
 // prefillers resolves prefill worker ids through the tracker, dialling each known
-// address once.
+// address once: a worker's KV transfer port when it has one, else its main port.
 type prefillers struct {
 	tracker *discovery.Tracker
-	dial    discovery.Dialer
+	dial    discovery.Dialer // main ports
+	dialKV  discovery.Dialer // KV transfer ports
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -30,13 +31,17 @@ func (p *prefillers) Client(id string) (prefillv1.PrefillServiceClient, bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cc, ok := p.conns[w.Address]
+	addr, dial := w.Address, p.dial
+	if w.KVAddress != "" {
+		addr, dial = w.KVAddress, p.dialKV
+	}
+	cc, ok := p.conns[addr]
 	if !ok {
 		var err error
-		if cc, err = p.dial(w.Address); err != nil {
+		if cc, err = dial(addr); err != nil {
 			return nil, false
 		}
-		p.conns[w.Address] = cc
+		p.conns[addr] = cc
 	}
 	return prefillv1.NewPrefillServiceClient(cc), true
 }

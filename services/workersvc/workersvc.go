@@ -12,11 +12,13 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/prefill"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
+	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
 	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/discovery"
+	"github.com/tandem-serve/tandem/services/kvport"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
 	"github.com/tandem-serve/tandem/services/telemetry"
@@ -35,6 +37,8 @@ type Service struct {
 	eng    engine.Engine
 	worker *worker.Service
 	member *consul.Member // nil without Consul
+	// Prefill mode: the KV transfer port (nil when --kv-listen is off).
+	kv *kvport.Server
 	// Decode mode: the decision service, and the prefill workers it may call.
 	decode  *decode.Service
 	tracker *discovery.Tracker
@@ -65,6 +69,11 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng}
 	s.worker = worker.New(id, telemetry.NewRequestID(), mode, Version, eng)
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
+	defer func() {
+		if err != nil && s.kv != nil {
+			_ = s.kv.Close()
+		}
+	}()
 	name := consul.DecodeService
 	switch mode {
 	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
@@ -74,9 +83,22 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 			return nil, err
 		}
 		handlers = append(handlers, server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, opts...)))
+		if s.kv, err = env.NewKVPort(cfg.Serve, cfg.KVListen, func(r grpc.ServiceRegistrar) { prefillv1.RegisterPrefillServiceServer(r, ps.GRPC()) }); err != nil {
+			return nil, err
+		}
+		if s.kv != nil {
+			port := s.kv.Port()
+			if cfg.KVAdvertisePort != 0 {
+				port = cfg.KVAdvertisePort
+			}
+			s.worker.SetKVTransferPort(port)
+		}
 	default:
 		s.tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
-		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}}
+		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{},
+			dialKV: func(addr string) (*grpc.ClientConn, error) {
+				return env.Clients.DialWith(addr, kvport.DialOptions()...)
+			}}
 		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err
 		}
@@ -131,8 +153,18 @@ func (s *Service) Run(ctx context.Context) error {
 			})
 		}
 	}
+	kvDone := make(chan error, 1)
+	if s.kv != nil {
+		s.kv.SetServing(true)
+		go func() { kvDone <- s.kv.Serve(ctx) }()
+	} else {
+		kvDone <- nil
+	}
 	s.srv.SetServing(true)
 	err := s.srv.Serve(ctx)
+	if kerr := <-kvDone; err == nil {
+		err = kerr
+	}
 	_ = s.eng.Close()
 	return err
 }

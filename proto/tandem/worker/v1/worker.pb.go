@@ -317,8 +317,12 @@ type WorkerInfo struct {
 	// "always-remote"): whether it prefills locally, disaggregates, or both decides
 	// which gating classes the router puts it in.
 	PrefillPolicy string `protobuf:"bytes,8,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// A prefill worker's KV transfer port: PrefillService.Prefill served by a
+	// transport tuned for bulk data, on the same host as the address this worker was
+	// reached at. 0: call Prefill on the main port.
+	KvTransferPort uint32 `protobuf:"varint,9,opt,name=kv_transfer_port,json=kvTransferPort,proto3" json:"kv_transfer_port,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -405,6 +409,13 @@ func (x *WorkerInfo) GetPrefillPolicy() string {
 		return x.PrefillPolicy
 	}
 	return ""
+}
+
+func (x *WorkerInfo) GetKvTransferPort() uint32 {
+	if x != nil {
+		return x.KvTransferPort
+	}
+	return 0
 }
 
 // Load is a worker's instantaneous load.
@@ -1095,7 +1106,7 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"block_size\x18\x05 \x01(\rR\tblockSize\x12\x1f\n" +
 	"\vblock_bytes\x18\x06 \x01(\x04R\n" +
 	"blockBytes\x12+\n" +
-	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\x94\x02\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xbe\x02\n" +
 	"\n" +
 	"WorkerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
@@ -1105,7 +1116,8 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x06layout\x18\x05 \x01(\v2\x1a.tandem.worker.v1.KVLayoutR\x06layout\x12!\n" +
 	"\ftotal_blocks\x18\x06 \x01(\rR\vtotalBlocks\x12\x18\n" +
 	"\aversion\x18\a \x01(\tR\aversion\x12%\n" +
-	"\x0eprefill_policy\x18\b \x01(\tR\rprefillPolicy\"\xf0\x01\n" +
+	"\x0eprefill_policy\x18\b \x01(\tR\rprefillPolicy\x12(\n" +
+	"\x10kv_transfer_port\x18\t \x01(\rR\x0ekvTransferPort\"\xf0\x01\n" +
 	"\x04Load\x12+\n" +
 	"\x11running_sequences\x18\x01 \x01(\rR\x10runningSequences\x12+\n" +
 	"\x11waiting_sequences\x18\x02 \x01(\rR\x10waitingSequences\x12%\n" +

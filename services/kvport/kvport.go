@@ -1,0 +1,165 @@
+// Package kvport serves a prefill worker's KV transfers on a port of their own,
+// with grpc-go's server rather than net/http's.
+//
+// The main port (services/server) serves every protocol on net/http, whose HTTP/2
+// server writes each DATA frame to the socket on its own: 16 KiB per write, as
+// grpc-go clients accept no larger frames. grpc-go's server gathers frames in a
+// write buffer and flushes it whole, which on loopback moves a handoff about 1.7x
+// faster for the same CPU (docs/BENCHMARKS.md, "KV handoff throughput"). Only the
+// bulk path moves here; the main port still serves Prefill for Connect, gRPC-Web
+// and older decode workers.
+package kvport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// WriteBufferBytes is the server's per-connection write buffer: a flush moves up to
+// this much in one write. The buffer is shared across idle connections
+// (grpc.SharedWriteBuffer), so an idle connection holds none of it.
+const WriteBufferBytes = 1 << 20
+
+// Config is what a Server needs.
+type Config struct {
+	// Addr to listen on; a port of 0 picks a free one.
+	Addr string
+	// Grace bounds how long in-flight transfers may run after shutdown begins.
+	Grace  time.Duration
+	Logger *slog.Logger
+	// TLS, when set, is the main port's server config; when it has client CAs, a
+	// client certificate is required, as for every service-to-service call.
+	TLS *tls.Config
+	// Options add interceptors (rpc.ServerInterceptor.GRPCServerOptions).
+	Options []grpc.ServerOption
+}
+
+// Server is a listening grpc-go server.
+type Server struct {
+	cfg    Config
+	ln     net.Listener
+	grpc   *grpc.Server
+	health *health.Server
+}
+
+// New opens the listener and registers the services with register. Health reports
+// NOT_SERVING until SetServing(true).
+func New(cfg Config, register func(grpc.ServiceRegistrar)) (*Server, error) {
+	if cfg.Logger == nil {
+		return nil, errors.New("kvport: Logger is required")
+	}
+	opts := append([]grpc.ServerOption{
+		grpc.WriteBufferSize(WriteBufferBytes),
+		grpc.SharedWriteBuffer(true),
+	}, cfg.Options...)
+	if cfg.TLS != nil {
+		t := cfg.TLS.Clone()
+		if t.ClientCAs != nil {
+			// No health checker needs in without a certificate here, unlike the
+			// main port.
+			t.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(t)))
+	}
+	gs := grpc.NewServer(opts...)
+	register(gs)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s for KV transfers: %w", cfg.Addr, err)
+	}
+	return &Server{cfg: cfg, ln: ln, grpc: gs, health: hs}, nil
+}
+
+// Port is the port the server listens on.
+func (s *Server) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// SetServing sets the health status of the port.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+}
+
+// Serve serves until ctx ends, then lets in-flight transfers finish for up to Grace
+// before cutting them.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.SetServing(false)
+	grace := s.cfg.Grace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.cfg.Logger.Warn("grace period over, cutting remaining KV transfers", "grace", grace)
+		s.grpc.Stop()
+		<-done
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// Close releases the listener of a server that will not Serve.
+func (s *Server) Close() error { return s.ln.Close() }
+
+// Client-side settings for a connection to a KV transfer port. The windows let a
+// transfer run without waiting for window updates while still bounding what is in
+// flight (a few 1 MiB chunks); the read buffer lets one read take in many frames.
+const (
+	WindowBytes     = 4 << 20
+	ReadBufferBytes = 1 << 20
+)
+
+// DialOptions are added to the usual client options (rpc.Clients) when dialling a
+// KV transfer port.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(WindowBytes),
+		grpc.WithInitialConnWindowSize(WindowBytes),
+		grpc.WithReadBufferSize(ReadBufferBytes),
+	}
+}
+
+// Address is where the KV transfer port of the worker reached at addr listens: the
+// same host (as the caller knows it), on port.
+func Address(addr string, port uint32) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(host, fmt.Sprint(port)), nil
+}
