@@ -26,6 +26,7 @@ type Index struct {
 	// place instead of allocating at every bisection step.
 	set, tmp   []workerRef
 	work, next []matchGroup
+	bits       []uint64 // by ref; all zero between partitions
 }
 
 // ErrOverLimit says a worker reported more cached blocks than its pool can hold.
@@ -114,9 +115,11 @@ func (ix *Index) Clear(ref workerRef) {
 // workers, and allocates nothing once its scratch has grown. Not safe for
 // concurrent use (nothing about an Index is).
 //
-// The bisections of the groups of workers that part ways run side by side, a step
-// of each per round, so that the lookups of a round, which miss cache, are in
-// flight together instead of one after another.
+// Its time goes in cache misses, each lookup's result deciding the next lookup. So
+// the bisections of the groups of workers that part ways run side by side, a step
+// of each per round, and a round first loads every slot it will probe, then their
+// holder lists, so that those misses are in flight together. (Loading the slots of
+// two or three steps ahead as well was slower: more work than misses saved.)
 func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 	if len(hashes) == 0 {
 		return
@@ -126,12 +129,20 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 		return
 	}
 	ix.set = append(ix.set[:0], first...)
+	if n := len(ix.owned)/64 + 1; len(ix.bits) < n {
+		ix.bits = make([]uint64, n)
+	}
 	work := append(ix.work[:0], matchGroup{0, int32(len(ix.set)), 1, int32(len(hashes))})
 	next := ix.next[:0]
 	for len(work) > 0 {
 		for _, g := range work {
 			if g.lo < g.hi {
 				ix.holders.touch(hashes[(g.lo+g.hi+1)/2-1])
+			}
+		}
+		for _, g := range work {
+			if g.lo < g.hi {
+				ix.holders.touchList(hashes[(g.lo+g.hi+1)/2-1])
 			}
 		}
 		next = next[:0]
@@ -161,15 +172,14 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 type matchGroup struct{ a, b, lo, hi int32 }
 
 // partition reorders the sorted set in place into the members not in the sorted
-// other, then those in it, both still sorted, and returns the two parts. Members are
-// found by galloping through other, so a small set costs little against a large one.
+// other, then those in it, both still sorted, and returns the two parts.
 func (ix *Index) partition(set, other []workerRef) (out, in []workerRef) {
-	switch len(other) {
-	case 0:
+	switch {
+	case len(other) == 0:
 		return set, set[len(set):]
-	case 1:
+	case len(other) == 1:
 		// Most blocks have one holder (the tails of conversations): one search
-		// and a shift instead of a gallop per member.
+		// and a shift.
 		i, ok := slices.BinarySearch(set, other[0])
 		if !ok {
 			return set, set[len(set):]
@@ -178,7 +188,36 @@ func (ix *Index) partition(set, other []workerRef) (out, in []workerRef) {
 		copy(set[i:], set[i+1:])
 		set[len(set)-1] = r
 		return set[:len(set)-1], set[len(set)-1:]
+	case len(other) > 16*len(set):
+		// A few workers against a block that many hold, such as a shared
+		// system prompt's: gallop through it.
+		return ix.gallopPartition(set, other)
 	}
+	// Otherwise mark other in a bitset and test each member without a branch:
+	// which way a member goes is as good as random, and mispredicted branches
+	// were most of the cost.
+	bits := ix.bits
+	for _, r := range other {
+		bits[uint32(r)>>6] |= 1 << (uint32(r) & 63)
+	}
+	tmp := slices.Grow(ix.tmp[:0], len(set))[:len(set)]
+	k, m := 0, 0
+	for _, r := range set {
+		b := int(bits[uint32(r)>>6] >> (uint32(r) & 63) & 1)
+		set[k], tmp[m] = r, r
+		k, m = k+1-b, m+b
+	}
+	copy(set[k:], tmp[:m])
+	for _, r := range other {
+		bits[uint32(r)>>6] = 0
+	}
+	ix.tmp = tmp
+	return set[:k], set[k:]
+}
+
+// gallopPartition partitions as partition does, finding each member by galloping
+// through other, so that a small set costs little against a large one.
+func (ix *Index) gallopPartition(set, other []workerRef) (out, in []workerRef) {
 	tmp := ix.tmp[:0]
 	k, j := 0, 0
 	for _, r := range set {

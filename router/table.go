@@ -3,7 +3,6 @@ package router
 import (
 	"math/bits"
 	"math/rand/v2"
-	"slices"
 )
 
 // holderTable maps a block hash to the sorted workers holding it.
@@ -13,23 +12,23 @@ import (
 // missed cache twice, once for the map group and once for the slice's array. Here a
 // slot is 16 bytes and, for the great majority of blocks that only one worker holds
 // (the tails of conversations), carries that worker itself, so a lookup touches one
-// cache line. The slots hold no pointers, so the GC does not scan them either.
+// cache line. The holder lists of the other blocks share one array, so that one
+// costs a single miss after its slot (a slice per list cost two, its header and its
+// array). Nothing in the table is a pointer, so the GC does not scan it either.
 type holderTable struct {
 	slots []slot // open addressing with linear probing; the length is a power of two
 	shift uint   // 64 - log2(len(slots)): home takes the top bits of the mixed hash
 	live  int    // occupied slots
 	seed  uint64
-	// Holder lists of blocks held by two workers or more, indexed from slot.hold.
-	spill     [][]workerRef
-	freeSpill []uint32
-	one       [1]workerRef // get's answer for a single holder, to allocate nothing
-	sink      uint64       // what touch loads, so that the load is not dropped
+	lists holderLists
+	one   [1]workerRef // get's answer for a single holder, to allocate nothing
+	sink  uint64       // what touch loads, so that the load is not dropped
 }
 
 type slot struct {
 	key uint64
 	// 0: empty (an occupied slot has a holder); ref+1: the one holder;
-	// spilled|i: the holders are spill[i].
+	// spilled|o: the holders are the list at o in lists.
 	hold uint32
 }
 
@@ -71,6 +70,16 @@ func (t *holderTable) touch(key uint64) {
 	t.sink += t.slots[t.home(key)].key
 }
 
+// touchList, once touch's loads are done, loads the holder list of key if it has
+// one. (Loading every cache line of a long list, not just its first, was no faster.)
+func (t *holderTable) touchList(key uint64) {
+	if i, ok := t.find(key); ok {
+		if h := t.slots[i].hold; h&spilled != 0 {
+			t.sink += uint64(t.lists.a[h&^spilled])
+		}
+	}
+}
+
 // get returns the holders of key, sorted; the slice is only valid until the next call.
 func (t *holderTable) get(key uint64) []workerRef {
 	i, ok := t.find(key)
@@ -79,7 +88,7 @@ func (t *holderTable) get(key uint64) []workerRef {
 	}
 	h := t.slots[i].hold
 	if h&spilled != 0 {
-		return t.spill[h&^spilled]
+		return t.lists.get(int(h &^ spilled))
 	}
 	t.one[0] = workerRef(h - 1)
 	return t.one[:]
@@ -103,18 +112,14 @@ func (t *holderTable) add(key uint64, ref workerRef) bool {
 		if one == ref {
 			return false
 		}
-		l := t.newSpill()
-		t.spill[l] = append(t.spill[l], min(one, ref), max(one, ref))
-		s.hold = spilled | l
+		o := t.lists.alloc(1)
+		t.lists.a[o], t.lists.a[o+2], t.lists.a[o+3] = 2, min(one, ref), max(one, ref)
+		t.slots[i].hold = spilled | uint32(o)
 		return true
 	}
-	hs := t.spill[s.hold&^spilled]
-	j, found := slices.BinarySearch(hs, ref)
-	if found {
-		return false
-	}
-	t.spill[s.hold&^spilled] = slices.Insert(hs, j, ref)
-	return true
+	o, ok := t.lists.insert(int(s.hold&^spilled), ref)
+	t.slots[i].hold = spilled | uint32(o)
+	return ok
 }
 
 // remove drops ref from key's holders and says whether it was one.
@@ -131,31 +136,36 @@ func (t *holderTable) remove(key uint64, ref workerRef) bool {
 		t.deleteAt(i)
 		return true
 	}
-	l := s.hold &^ spilled
-	hs := t.spill[l]
-	j, found := slices.BinarySearch(hs, ref)
-	if !found {
+	o, ok := t.lists.delete(int(s.hold&^spilled), ref)
+	if !ok {
 		return false
 	}
-	hs = slices.Delete(hs, j, j+1)
-	if len(hs) > 1 {
-		t.spill[l] = hs
-		return true
+	if t.lists.a[o] == 1 {
+		s.hold = uint32(t.lists.a[o+2]) + 1
+		t.lists.release(o)
+	} else {
+		s.hold = spilled | uint32(o)
 	}
-	s.hold = uint32(hs[0]) + 1
-	t.spill[l] = nil
-	t.freeSpill = append(t.freeSpill, l)
+	if t.lists.sparse() {
+		t.compactLists()
+	}
 	return true
 }
 
-func (t *holderTable) newSpill() uint32 {
-	if n := len(t.freeSpill); n > 0 {
-		l := t.freeSpill[n-1]
-		t.freeSpill = t.freeSpill[:n-1]
-		return l
+// compactLists moves every holder list to a fresh array, leaving out the room that
+// lists freed.
+func (t *holderTable) compactLists() {
+	old := t.lists
+	t.lists = holderLists{}
+	for i, s := range t.slots {
+		if s.hold&spilled != 0 {
+			hs := old.get(int(s.hold &^ spilled))
+			o := t.lists.alloc(roomFor(len(hs)))
+			t.lists.a[o] = workerRef(len(hs))
+			copy(t.lists.a[o+2:], hs)
+			t.slots[i].hold = spilled | uint32(o)
+		}
 	}
-	t.spill = append(t.spill, nil)
-	return uint32(len(t.spill) - 1)
 }
 
 // deleteAt empties slot i, shifting back the entries after it that probed past it,

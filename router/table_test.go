@@ -9,25 +9,31 @@ import (
 
 // The table agrees with a map of sets through adds and removes that keep it near
 // its growth point, spill holder lists and fold them back, and shift clusters back
-// on deletion.
+// on deletion; with few holders per block and with many, which moves lists between
+// sizes and compacts them.
 func TestHolderTableEqualsMap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 7))
+	t.Run("few", func(t *testing.T) { testHolderTable(t, 900, 6) }) // up to 900 keys in 1024 or 2048 slots
+	t.Run("many", func(t *testing.T) { testHolderTable(t, 200, 70) })
+}
+
+func testHolderTable(t *testing.T, nkeys, refs int) {
+	rng := rand.New(rand.NewPCG(7, uint64(refs)))
 	tb := newHolderTable()
 	want := map[uint64]map[workerRef]bool{}
-	keys := make([]uint64, 900) // at most 900 live keys in 1024 or 2048 slots
+	keys := make([]uint64, nkeys)
 	for i := range keys {
 		keys[i] = rng.Uint64()
 	}
 	check := func(step int) {
 		t.Helper()
-		spilled := 0
+		multi := 0
 		for _, k := range keys {
 			w := slices.Sorted(maps.Keys(want[k]))
 			if got := tb.get(k); !slices.Equal(got, w) {
 				t.Fatalf("step %d: key %x holders %v, want %v", step, k, got, w)
 			}
 			if len(w) > 1 {
-				spilled++
+				multi++
 			}
 		}
 		live := 0
@@ -36,13 +42,20 @@ func TestHolderTableEqualsMap(t *testing.T) {
 				live++
 			}
 		}
-		if tb.live != live || len(tb.spill)-len(tb.freeSpill) != spilled {
-			t.Fatalf("step %d: %d live, %d spilled; want %d, %d", step, tb.live, len(tb.spill)-len(tb.freeSpill), live, spilled)
+		lists, words := 0, 0
+		for _, s := range tb.slots {
+			if s.hold&spilled != 0 {
+				lists++
+				words += 2 + 1<<tb.lists.a[s.hold&^spilled+1]
+			}
+		}
+		if tb.live != live || lists != multi || words != tb.lists.used {
+			t.Fatalf("step %d: %d live, %d lists in %d words; want %d, %d, %d", step, tb.live, lists, tb.lists.used, live, multi, words)
 		}
 	}
 	for step := range 200_000 {
 		k := keys[rng.IntN(len(keys))]
-		ref := workerRef(rng.IntN(6))
+		ref := workerRef(rng.IntN(refs))
 		if want[k] == nil {
 			want[k] = map[workerRef]bool{}
 		}
@@ -89,18 +102,15 @@ func TestHolderTableShrinks(t *testing.T) {
 			t.Fatalf("key %d not held", i)
 		}
 	}
-	if tb.live != 0 || len(tb.slots) != minSlots || len(tb.spill) != len(tb.freeSpill) {
-		t.Fatalf("emptied: %d live, %d slots, %d spill lists for %d free", tb.live, len(tb.slots), len(tb.spill), len(tb.freeSpill))
-	}
-	for _, l := range tb.spill {
-		if l != nil {
-			t.Fatalf("a freed spill list keeps its memory: %v", l)
-		}
+	if tb.live != 0 || len(tb.slots) != minSlots || tb.lists.used != 0 || len(tb.lists.a) > 1<<12 {
+		t.Fatalf("emptied: %d live, %d slots, lists use %d of %d words", tb.live, len(tb.slots), tb.lists.used, len(tb.lists.a))
 	}
 }
 
 // Match agrees with a block-by-block walk while workers store, evict their cached
-// prefixes' tails, clear, leave and have their slots reused by newcomers.
+// prefixes' tails, clear, leave and have their slots reused by newcomers. Every
+// worker also holds some of one "system prompt", so that small groups of workers
+// are partitioned against blocks that most of the fleet holds.
 func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 9))
 	all := chains(rng, 60, 40)
@@ -114,11 +124,22 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 	}
 	ix := NewIndex()
 	held := map[workerRef]map[uint64]bool{}
-	for range 48 {
-		held[ix.Add(1<<20)] = map[uint64]bool{}
+	join := func() {
+		ref := ix.Add(1 << 20)
+		system := all[0][:1+rng.IntN(len(all[0]))]
+		if err := ix.Store(ref, system); err != nil {
+			t.Fatal(err)
+		}
+		held[ref] = map[uint64]bool{}
+		for _, h := range system {
+			held[ref][h] = true
+		}
+	}
+	for range 100 {
+		join()
 	}
 	refs := func() []workerRef { return slices.Sorted(maps.Keys(held)) }
-	for round := range 30 {
+	for round := range 20 {
 		for _, ref := range refs() {
 			switch k := rng.IntN(20); {
 			case k == 0:
@@ -127,7 +148,7 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 			case k == 1:
 				ix.Remove(ref)
 				delete(held, ref)
-				held[ix.Add(1<<20)] = map[uint64]bool{}
+				join()
 			case k < 10:
 				c := all[rng.IntN(len(all))]
 				n := rng.IntN(len(c) + 1)
