@@ -46,42 +46,24 @@ var classNames = [numClasses]string{"all", "local", "disagg", "fallback-all"}
 // tally is what the scoring pass learns of the decode candidates, kept by their
 // candFlags, so that gating, the busy check and the argmin each need no pass of
 // their own: the workers scored are those whose flags include a mask decided
-// afterwards.
+// afterwards. The pass runs once per candidate per request, so it counts in
+// registers and stores a minimum only when it falls. (Costs are finite: the
+// parameters are validated and the loads are counts.)
 type tally struct {
 	n                     [4]int
-	lo, hi                [4]float64
+	lo                    [4]float64
 	bestLocal, bestDisagg float64
 }
 
-func newTally() tally {
-	inf := math.Inf(1)
-	return tally{
-		lo: [4]float64{inf, inf, inf, inf}, hi: [4]float64{-inf, -inf, -inf, -inf},
-		bestLocal: inf, bestDisagg: inf,
-	}
-}
-
-func (t *tally) add(c *candidate, k workerKind) {
-	t.n[c.flags]++
-	t.lo[c.flags] = min(t.lo[c.flags], c.cost)
-	t.hi[c.flags] = max(t.hi[c.flags], c.cost)
-	if k&kindLocal != 0 {
-		t.bestLocal = min(t.bestLocal, c.cost)
-	}
-	if k&kindDisagg != 0 {
-		t.bestDisagg = min(t.bestDisagg, c.cost)
-	}
-}
-
-// among returns how many candidates have every flag in need, and their cost range.
-func (t *tally) among(need candFlags) (n int, lo, hi float64) {
-	lo, hi = math.Inf(1), math.Inf(-1)
+// among returns how many candidates have every flag in need, and their least cost.
+func (t *tally) among(need candFlags) (n int, lo float64) {
+	lo = math.Inf(1)
 	for f := range candFlags(len(t.n)) {
 		if f&need == need {
-			n, lo, hi = n+t.n[f], min(lo, t.lo[f]), max(hi, t.hi[f])
+			n, lo = n+t.n[f], min(lo, t.lo[f])
 		}
 	}
-	return n, lo, hi
+	return n, lo
 }
 
 // Route picks the decode worker for a request and ranks the prefill workers.
@@ -131,7 +113,9 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	// from all of them at once is settled from the tally afterwards.
 	decoders, prefillers := r.decoders[:0], r.prefills[:0]
 	defer func() { r.decoders, r.prefills = decoders[:0], prefillers[:0] }()
-	t := newTally()
+	inf := math.Inf(1)
+	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf}
+	nIn, nFits, nBoth := 0, 0, 0
 	for _, st := range r.order {
 		// A worker waiting for a resync is still a healthy member: it is routable,
 		// with no cache credited until its snapshot arrives.
@@ -147,35 +131,47 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		}
 		pre, dec, q := terms(p, st, int(c.cached), promptBlocks, bs)
 		c.cost = pre + dec + q
+		in, fit := 0, 0
 		if st.kind&want != 0 {
-			c.flags |= inClass
+			in = 1
 		}
 		if st.total == 0 || int(st.free)-st.pendingBlocks >= promptBlocks-int(c.cached) {
-			c.flags |= fits
+			fit = 1
 		}
-		t.add(&c, st.kind)
+		nIn, nFits, nBoth = nIn+in, nFits+fit, nBoth+in&fit
+		c.flags = candFlags(in) | candFlags(fit)<<1
+		if c.cost < t.lo[c.flags] {
+			t.lo[c.flags] = c.cost
+		}
+		if st.kind&kindLocal != 0 && c.cost < t.bestLocal {
+			t.bestLocal = c.cost
+		}
+		if st.kind&kindDisagg != 0 && c.cost < t.bestDisagg {
+			t.bestDisagg = c.cost
+		}
 		decoders = append(decoders, c)
 	}
+	t.n = [4]int{len(decoders) - nIn - nFits + nBoth, nIn - nBoth, nFits - nBoth, nBoth}
 	if len(decoders) == 0 {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
 	}
 
 	class, need := gateClass, candFlags(0)
 	if p.ISLGate {
-		if n, _, _ := t.among(inClass); n > 0 {
+		if n, _ := t.among(inClass); n > 0 {
 			need = inClass
 		} else {
 			class = classFallback
 		}
 	}
 	r.adapt(p, effective, t.bestLocal, t.bestDisagg)
-	if n, _, _ := t.among(need | fits); n > 0 {
+	if n, _ := t.among(need | fits); n > 0 {
 		need |= fits
 	} else {
 		r.metrics.busyFallback.Inc()
 	}
-	scored, lo, hi := t.among(need)
-	chosen := r.pick(p, decoders, need, lo, hi)
+	scored, lo := t.among(need)
+	chosen := r.pick(p, decoders, need, lo)
 	if chosen < 0 {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker could be scored"))
 	}
@@ -281,10 +277,18 @@ func abs(x int) int {
 }
 
 // pick returns the index of the chosen candidate among those whose flags include
-// need, given their cost range.
-func (r *Router) pick(p Params, cs []candidate, need candFlags, lo, hi float64) int {
+// need, given their least cost.
+func (r *Router) pick(p Params, cs []candidate, need candFlags, lo float64) int {
 	if math.IsInf(lo, 1) {
 		return -1
+	}
+	hi := lo
+	if p.Temperature != 0 {
+		for _, c := range cs {
+			if c.flags&need == need {
+				hi = max(hi, c.cost)
+			}
+		}
 	}
 	if p.Temperature == 0 || hi == lo {
 		n, chosen := 0, -1
