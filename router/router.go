@@ -32,6 +32,9 @@ type Worker struct {
 	Policy string
 	// TotalBlocks bounds what the index keeps for the worker.
 	TotalBlocks int
+	// Draining: the worker asked for nothing new (tandem drain) and finishes what
+	// it has; its event stream says so.
+	Draining bool
 }
 
 // PrefillsLocally: an aggregated worker, or a decode worker that may prefill itself.

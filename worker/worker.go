@@ -33,6 +33,10 @@ type Service struct {
 	Heartbeat time.Duration
 	stopping  chan struct{}
 	stopOnce  sync.Once
+
+	mu       sync.Mutex
+	draining bool
+	changed  chan struct{} // closed and replaced when draining changes
 }
 
 var _ workerv1connect.WorkerServiceHandler = (*Service)(nil)
@@ -40,7 +44,8 @@ var _ workerv1connect.WorkerServiceHandler = (*Service)(nil)
 // New returns the service for the worker id running eng in mode. incarnation must
 // change whenever the engine's cache starts over (a new process).
 func New(id, incarnation string, mode workerv1.WorkerMode, version string, eng engine.Engine) *Service {
-	return &Service{id: id, incarnation: incarnation, mode: mode, version: version, eng: eng, Heartbeat: time.Second, stopping: make(chan struct{})}
+	return &Service{id: id, incarnation: incarnation, mode: mode, version: version, eng: eng, Heartbeat: time.Second,
+		stopping: make(chan struct{}), changed: make(chan struct{})}
 }
 
 // Stop ends every WatchEvents stream, so that a draining worker's subscribers
@@ -53,12 +58,28 @@ func (s *Service) SetServingHook(f func(serving bool)) { s.setServing = f }
 
 // Drain turns the worker's health NOT_SERVING (or back to SERVING) without
 // stopping it: Consul's check fails, discovery drops it, in-flight work finishes.
+// Event subscribers (the router, decode workers) are told at once in the stream, so
+// static discovery stops sending work too.
 func (s *Service) Drain(_ context.Context, req *connect.Request[workerv1.DrainRequest]) (*connect.Response[workerv1.DrainResponse], error) {
 	if s.setServing == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this worker cannot be drained"))
 	}
 	s.setServing(req.Msg.GetServing())
+	s.mu.Lock()
+	if s.draining != !req.Msg.GetServing() {
+		s.draining = !req.Msg.GetServing()
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	s.mu.Unlock()
 	return connect.NewResponse(&workerv1.DrainResponse{}), nil
+}
+
+// drainState is whether the worker drains, and a channel closed when that changes.
+func (s *Service) drainState() (bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining, s.changed
 }
 
 // SetKVTransferPort makes Info report the port a prefill worker serves KV
@@ -115,6 +136,8 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 			after = ev.ID
 		}
 		msg.Load = wire.Load(s.eng.Stats())
+		var drainChanged <-chan struct{}
+		msg.Draining, drainChanged = s.drainState()
 		if err := stream.Send(msg); err != nil {
 			return err
 		}
@@ -123,6 +146,7 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 			return nil
 		case <-s.stopping:
 			return nil
+		case <-drainChanged:
 		case <-changed:
 		case <-tick.C:
 		}

@@ -156,10 +156,16 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 	if err != nil {
 		return err
 	}
+	w.Draining = first.GetDraining()
 	t.join(w, counted)
-	t.log.Info("worker joined", "addr", addr, "worker_id", w.ID, "mode", w.Mode.String())
+	t.log.Info("worker joined", "addr", addr, "worker_id", w.ID, "mode", w.Mode.String(), "draining", w.Draining)
 	defer t.leave(addr, w)
 	for msg := first; ; {
+		if msg.GetDraining() != w.Draining {
+			w.Draining = msg.GetDraining()
+			t.setDraining(addr, w.Draining)
+			t.log.Info("worker draining changed", "addr", addr, "worker_id", w.ID, "draining", w.Draining)
+		}
 		if t.observer != nil {
 			if err := t.observer.Update(w, msg); err != nil {
 				// The observer lost sync: a new subscription starts with a snapshot.
@@ -187,6 +193,15 @@ func (t *Tracker) join(w router.Worker, counted *bool) {
 		if t.pending == 0 {
 			t.closeReady()
 		}
+	}
+}
+
+func (t *Tracker) setDraining(addr string, draining bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m, ok := t.members[addr]; ok {
+		m.Draining = draining
+		t.members[addr] = m
 	}
 }
 

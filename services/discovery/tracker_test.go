@@ -1,7 +1,9 @@
 package discovery_test
 
 import (
+	"connectrpc.com/connect"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -23,8 +25,9 @@ import (
 var logger = slog.New(slog.DiscardHandler)
 
 type workerProc struct {
-	addr string
-	stop func()
+	addr   string
+	stop   func()
+	worker *worker.Service
 }
 
 // startWorker serves a worker.Service over a sim engine with server.New, as a
@@ -47,6 +50,7 @@ func startWorker(t *testing.T, id string, mode workerv1.WorkerMode) workerProc {
 		t.Fatal(err)
 	}
 	srv.SetServing(true)
+	ws.SetServingHook(srv.SetServing)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -66,7 +70,7 @@ func startWorker(t *testing.T, id string, mode workerv1.WorkerMode) workerProc {
 		})
 	}
 	t.Cleanup(stop)
-	return workerProc{addr: srv.Addr(), stop: stop}
+	return workerProc{addr: srv.Addr(), stop: stop, worker: ws}
 }
 
 // observer records what the tracker reports.
@@ -208,4 +212,24 @@ func TestTrackerSet(t *testing.T) {
 	}
 	tr.Set(ctx, nil)
 	eventually(t, "the membership emptied", func() bool { return len(tr.Workers()) == 0 })
+}
+
+// A drained worker stays a member, marked draining, until it is undrained: static
+// discovery has no health check to drop it, so the mark is what keeps work away.
+func TestTrackerDraining(t *testing.T) {
+	pre := startWorker(t, "prefill-d", workerv1.WorkerMode_WORKER_MODE_PREFILL)
+	tr := discovery.NewTracker(dial, nil, logger)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	tr.Set(ctx, []string{pre.addr})
+	eventually(t, "prefill-d joined", func() bool { return len(tr.Workers()) == 1 })
+	for _, serving := range []bool{false, true} {
+		if _, err := pre.worker.Drain(ctx, connect.NewRequest(&workerv1.DrainRequest{Serving: serving})); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, fmt.Sprintf("draining=%v seen", !serving), func() bool {
+			w, ok := tr.ByID("prefill-d")
+			return ok && w.Draining == !serving
+		})
+	}
 }

@@ -49,7 +49,9 @@ func (p *prefillers) Client(id string) (prefillv1.PrefillServiceClient, bool) {
 func (p *prefillers) IDs() []string {
 	var ids []string
 	for _, w := range p.tracker.Workers() {
-		if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL {
+		// A draining worker still answers a router that suggests it; it is just not
+		// picked here.
+		if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL && !w.Draining {
 			ids = append(ids, w.ID)
 		}
 	}

@@ -939,10 +939,13 @@ func (x *WatchEventsRequest) GetAfterEventId() uint64 {
 type WatchEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Identifies the worker's incarnation; a change means its cache started over.
-	Incarnation   string     `protobuf:"bytes,1,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Snapshot      *Snapshot  `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Events        []*KVEvent `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
-	Load          *Load      `protobuf:"bytes,4,opt,name=load,proto3" json:"load,omitempty"`
+	Incarnation string     `protobuf:"bytes,1,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Snapshot    *Snapshot  `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Events      []*KVEvent `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	Load        *Load      `protobuf:"bytes,4,opt,name=load,proto3" json:"load,omitempty"`
+	// The worker is draining (tandem drain): it finishes what it has and should be
+	// sent nothing new. Subscribers learn it at once, whatever discovery they use.
+	Draining      bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1003,6 +1006,13 @@ func (x *WatchEventsResponse) GetLoad() *Load {
 		return x.Load
 	}
 	return nil
+}
+
+func (x *WatchEventsResponse) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 type DrainRequest struct {
@@ -1147,12 +1157,13 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x1c.tandem.worker.v1.WorkerInfoR\x04info\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\":\n" +
 	"\x12WatchEventsRequest\x12$\n" +
-	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xce\x01\n" +
+	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xea\x01\n" +
 	"\x13WatchEventsResponse\x12 \n" +
 	"\vincarnation\x18\x01 \x01(\tR\vincarnation\x126\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1a.tandem.worker.v1.SnapshotR\bsnapshot\x121\n" +
 	"\x06events\x18\x03 \x03(\v2\x19.tandem.worker.v1.KVEventR\x06events\x12*\n" +
-	"\x04load\x18\x04 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\"(\n" +
+	"\x04load\x18\x04 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12\x1a\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\"(\n" +
 	"\fDrainRequest\x12\x18\n" +
 	"\aserving\x18\x01 \x01(\bR\aserving\"\x0f\n" +
 	"\rDrainResponse*v\n" +
