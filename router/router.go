@@ -201,6 +201,11 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		r.order = slices.Insert(r.order, i, st)
 	}
 	st.w, st.kind = w, kindOf(w)
+	if msg.GetDraining() {
+		// A draining worker keeps its index entries (it may be undrained) but is
+		// no candidate for anything, as if discovery had dropped it.
+		st.w.Draining, st.kind = true, 0
+	}
 	if l := msg.GetLoad(); l != nil {
 		st.setLoad(l)
 	}
