@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -207,4 +208,40 @@ func TestSeparateProcesses(t *testing.T) {
 	if v, _ := metricValue(pre, `tandem_prefill_sent_bytes_total{port="main"}`); v != 0 {
 		t.Errorf("%v KV bytes sent through the main port, want all on the KV transfer port", v)
 	}
+}
+
+// tandem drain works without Consul too: the drained worker says so in its event
+// stream, the router stops sending it requests, and --undo brings it back.
+func TestDrainWithStaticDiscovery(t *testing.T) {
+	da := startService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-s1")
+	db := startService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-s2")
+	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", da+","+db)
+	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
+	waitHealthy(t, fe)
+	seen := map[string]bool{}
+	eventually(t, 30*time.Second, "both decode workers get requests", func() bool {
+		w, _ := chat(t, fe, fmt.Sprintf("hello %d", len(seen)))
+		seen[w] = true
+		return seen["decode-s1"] && seen["decode-s2"]
+	})
+	if out, err := exec.Command(tandemBin, "drain", db).CombinedOutput(); err != nil {
+		t.Fatalf("tandem drain: %v %s", err, out)
+	}
+	eventually(t, 10*time.Second, "requests stop reaching the drained worker", func() bool {
+		for i := range 10 {
+			if w, _ := chat(t, fe, fmt.Sprintf("who serves %d?", i)); w != "decode-s1" {
+				return false
+			}
+		}
+		return true
+	})
+	if out, err := exec.Command(tandemBin, "drain", db, "--undo").CombinedOutput(); err != nil {
+		t.Fatalf("tandem drain --undo: %v %s", err, out)
+	}
+	clear(seen)
+	eventually(t, 30*time.Second, "the undrained worker gets requests again", func() bool {
+		w, _ := chat(t, fe, fmt.Sprintf("back %d", len(seen)))
+		seen[w] = true
+		return seen["decode-s2"]
+	})
 }
