@@ -30,6 +30,7 @@ type slot struct {
 	// 0: empty (an occupied slot has a holder); ref+1: the one holder;
 	// spilled|o: the holders are the list at o in lists.
 	hold uint32
+	n    uint32 // holders: Match can often decide from the count alone
 }
 
 const (
@@ -81,7 +82,11 @@ func (t *holderTable) touchList(key uint64) {
 }
 
 // get returns the holders of key, sorted; the slice is only valid until the next call.
-func (t *holderTable) get(key uint64) []workerRef {
+func (t *holderTable) get(key uint64) []workerRef { return t.getInto(key, &t.one) }
+
+// getInto is get returning a single holder in one, so that two answers can be used
+// together; the slice is valid until the table changes.
+func (t *holderTable) getInto(key uint64, one *[1]workerRef) []workerRef {
 	i, ok := t.find(key)
 	if !ok {
 		return nil
@@ -90,8 +95,16 @@ func (t *holderTable) get(key uint64) []workerRef {
 	if h&spilled != 0 {
 		return t.lists.get(int(h &^ spilled))
 	}
-	t.one[0] = workerRef(h - 1)
-	return t.one[:]
+	one[0] = workerRef(h - 1)
+	return one[:]
+}
+
+// count returns how many workers hold key.
+func (t *holderTable) count(key uint64) int {
+	if i, ok := t.find(key); ok {
+		return int(t.slots[i].n)
+	}
+	return 0
 }
 
 // add records ref as a holder of key and says whether it was not one already.
@@ -102,7 +115,7 @@ func (t *holderTable) add(key uint64, ref workerRef) bool {
 			t.resize(len(t.slots) * 2)
 			i, _ = t.find(key)
 		}
-		t.slots[i] = slot{key: key, hold: uint32(ref) + 1}
+		t.slots[i] = slot{key: key, hold: uint32(ref) + 1, n: 1}
 		t.live++
 		return true
 	}
@@ -114,11 +127,11 @@ func (t *holderTable) add(key uint64, ref workerRef) bool {
 		}
 		o := t.lists.alloc(1)
 		t.lists.a[o], t.lists.a[o+2], t.lists.a[o+3] = 2, min(one, ref), max(one, ref)
-		t.slots[i].hold = spilled | uint32(o)
+		t.slots[i].hold, t.slots[i].n = spilled|uint32(o), 2
 		return true
 	}
 	o, ok := t.lists.insert(int(s.hold&^spilled), ref)
-	t.slots[i].hold = spilled | uint32(o)
+	t.slots[i].hold, t.slots[i].n = spilled|uint32(o), uint32(t.lists.a[o])
 	return ok
 }
 
@@ -140,7 +153,8 @@ func (t *holderTable) remove(key uint64, ref workerRef) bool {
 	if !ok {
 		return false
 	}
-	if t.lists.a[o] == 1 {
+	s.n = uint32(t.lists.a[o])
+	if s.n == 1 {
 		s.hold = uint32(t.lists.a[o+2]) + 1
 		t.lists.release(o)
 	} else {

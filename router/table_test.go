@@ -29,8 +29,8 @@ func testHolderTable(t *testing.T, nkeys, refs int) {
 		multi := 0
 		for _, k := range keys {
 			w := slices.Sorted(maps.Keys(want[k]))
-			if got := tb.get(k); !slices.Equal(got, w) {
-				t.Fatalf("step %d: key %x holders %v, want %v", step, k, got, w)
+			if got := tb.get(k); !slices.Equal(got, w) || tb.count(k) != len(w) {
+				t.Fatalf("step %d: key %x holders %v (count %d), want %v", step, k, got, tb.count(k), w)
 			}
 			if len(w) > 1 {
 				multi++
@@ -215,5 +215,43 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 	}
 	if ix.Blocks() != 0 || ix.holders.live != 0 || len(ix.holders.slots) != minSlots {
 		t.Fatalf("after removing every worker: %d entries, %d hashes in %d slots", ix.Blocks(), ix.holders.live, len(ix.holders.slots))
+	}
+}
+
+// When a worker holds blocks without their parents, against what the engines
+// promise, Match still reports each worker holding the first block once, and no
+// other, and the walk's answer for those that keep the nesting.
+func TestMatchWithoutNesting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	c := chains(rng, 1, 30)[0]
+	ix := NewIndex()
+	var refs []workerRef
+	for range 6 {
+		refs = append(refs, ix.Add(1<<20))
+	}
+	stores := [][]uint64{c[:10], c[:20], c[:30], c[5:25], append(c[:3:3], c[8:12]...), c[:1]}
+	for i, ref := range refs {
+		if err := ix.Store(ref, stores[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[workerRef]int{refs[0]: 10, refs[1]: 20, refs[2]: 30, refs[5]: 1}
+	got := map[workerRef]int{}
+	ix.Match(c, func(ref workerRef, n int) {
+		if _, dup := got[ref]; dup {
+			t.Fatalf("worker %d reported twice", ref)
+		}
+		got[ref] = n
+	})
+	if _, ok := got[refs[3]]; ok {
+		t.Errorf("worker %d, which lacks the first block, reported", refs[3])
+	}
+	if _, ok := got[refs[4]]; !ok {
+		t.Errorf("worker %d, which holds the first block, not reported", refs[4])
+	}
+	for ref, n := range want {
+		if got[ref] != n {
+			t.Errorf("worker %d: %d blocks, want %d (all %v)", ref, got[ref], n, got)
+		}
 	}
 }
