@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,7 +32,7 @@ func TestDecodeAdmission(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	client := decodev1connect.NewDecodeServiceClient(h2cClient(), h2cServer(t, mux).URL, connect.WithGRPC())
+	client := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), h2ctest.NewServer(t, mux).URL, connect.WithGRPC())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	long := request("long", prompt(1, 20), 0, 0)
@@ -71,8 +73,8 @@ func TestPrefillQueueLimit(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2cServer(t, mux)
-	pc := prefillv1connect.NewPrefillServiceClient(h2cClient(), srv.URL, connect.WithGRPC())
+	srv := h2ctest.NewServer(t, mux)
+	pc := prefillv1connect.NewPrefillServiceClient(h2ctest.Client(t), srv.URL, connect.WithGRPC())
 
 	// 80 queued tokens fit; 80 more do not. (The call returns only when the
 	// response starts, after the slow prefill, so it runs on its own.)

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
@@ -28,24 +28,6 @@ import (
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func h2cServer(t *testing.T, h http.Handler) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = p
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-func h2cClient() *http.Client {
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: p}}
-}
 
 func newNative(t *testing.T) *native.Engine {
 	t.Helper()
@@ -72,18 +54,13 @@ func startPrefill(t *testing.T, eng engine.Engine, id string) *prefillNode {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2cServer(t, mux)
+	srv := h2ctest.NewServer(t, mux)
 	return &prefillNode{eng: eng, srv: srv, client: grpcPrefillClient(t, srv.Listener.Addr().String())}
 }
 
 func grpcPrefillClient(t *testing.T, addr string) prefillv1.PrefillServiceClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return prefillv1.NewPrefillServiceClient(cc)
+	return prefillv1.NewPrefillServiceClient(h2ctest.Dial(t, addr))
 }
 
 // staticPrefillers is discovery as a fixed map; a test can change it.
@@ -134,8 +111,8 @@ func startDecode(t *testing.T, eng engine.Engine, pf decode.Prefillers, p decode
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := h2cServer(t, mux)
-	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(h2cClient(), srv.URL, connect.WithGRPC())}
+	srv := h2ctest.NewServer(t, mux)
+	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL, connect.WithGRPC())}
 }
 
 // result is what a client of Generate sees.

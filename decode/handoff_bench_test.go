@@ -10,11 +10,12 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -247,7 +248,7 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	} else {
 		mux := http.NewServeMux()
 		mux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
-		psrv := h2cServerTB(mux)
+		psrv := h2ctest.NewServer(tb, mux)
 		closers = append(closers, psrv.Close)
 		addr = psrv.Listener.Addr().String()
 	}
@@ -268,24 +269,13 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	}
 	dmux := http.NewServeMux()
 	dmux.Handle(decodev1connect.NewDecodeServiceHandler(dsvc))
-	dsrv := h2cServerTB(dmux)
+	dsrv := h2ctest.NewServer(tb, dmux)
 	closers = append(closers, dsrv.Close)
 	return &handoffRig{
-		decode:   decodev1connect.NewDecodeServiceClient(h2cClient(), dsrv.URL, connect.WithGRPC()),
+		decode:   decodev1connect.NewDecodeServiceClient(h2ctest.Client(tb), dsrv.URL, connect.WithGRPC()),
 		registry: reg,
 		close:    closeAll,
 	}
-}
-
-// h2cServerTB is h2cServer for callers that close it themselves.
-func h2cServerTB(h http.Handler) *httptest.Server {
-	srv := httptest.NewUnstartedServer(h)
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = p
-	srv.Start()
-	return srv
 }
 
 // handoff runs one always-remote Generate of p with max_tokens 1 and returns the
@@ -590,7 +580,7 @@ func TestHandoffCodecMixedChunks(t *testing.T) {
 	ctx := context.Background()
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(&unknownFieldsPrefill{eng: newNative(t)}))
-	srv := h2cServer(t, mux)
+	srv := h2ctest.NewServer(t, mux)
 	pf := &staticPrefillers{}
 	pf.add("p-unknown", grpcPrefillClient(t, srv.Listener.Addr().String()))
 	remote := startDecode(t, newNative(t), pf, alwaysRemote, 30*time.Second, time.Minute)

@@ -6,16 +6,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/decode"
@@ -69,26 +68,9 @@ func locStart(t *testing.T) ([]locClient, *sim.Engine) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := httptest.NewUnstartedServer(mux)
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = p
-	srv.Start()
-	t.Cleanup(srv.Close)
-
-	cp := new(http.Protocols)
-	cp.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: cp}
-	t.Cleanup(tr.CloseIdleConnections)
-	cc := decodev1connect.NewDecodeServiceClient(&http.Client{Transport: tr}, srv.URL)
-
-	conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	gc := decodev1.NewDecodeServiceClient(conn)
+	srv := h2ctest.NewServer(t, mux)
+	cc := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL)
+	gc := decodev1.NewDecodeServiceClient(h2ctest.GRPCConn(t, srv))
 
 	return []locClient{
 		{name: "connect", generate: func(ctx context.Context, req *decodev1.GenerateRequest) ([]*decodev1.GenerateResponse, error) {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -224,7 +226,7 @@ func soakPrefill(t *testing.T, eng engine.Engine, id string, chunkBytes int) *pr
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2cServer(t, mux)
+	srv := h2ctest.NewServer(t, mux)
 	return &prefillNode{eng: eng, srv: srv, client: grpcPrefillClient(t, srv.Listener.Addr().String())}
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -75,7 +77,7 @@ func startThresholdRig(b *testing.B) *thresholdRig {
 	must(err)
 	pmux := http.NewServeMux()
 	pmux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
-	psrv := h2cServerTB(pmux)
+	psrv := h2ctest.NewServer(b, pmux)
 	closers = append(closers, psrv.Close)
 	cc, err := grpc.NewClient(psrv.Listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	must(err)
@@ -91,9 +93,9 @@ func startThresholdRig(b *testing.B) *thresholdRig {
 		must(err)
 		mux := http.NewServeMux()
 		mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-		srv := h2cServerTB(mux)
+		srv := h2ctest.NewServer(b, mux)
 		closers = append(closers, srv.Close)
-		return decodev1connect.NewDecodeServiceClient(h2cClient(), srv.URL, connect.WithGRPC())
+		return decodev1connect.NewDecodeServiceClient(h2ctest.Client(b), srv.URL, connect.WithGRPC())
 	}
 	return &thresholdRig{
 		local:      serve(decode.Params{Policy: decode.PolicyAlwaysLocal}),

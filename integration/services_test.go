@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 )
@@ -123,7 +125,7 @@ func listServices(t *testing.T, url string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rs := grpcreflect.NewClient(h2cClient(), url, connect.WithGRPC()).NewStream(ctx)
+	rs := grpcreflect.NewClient(h2ctest.Client(t), url, connect.WithGRPC()).NewStream(ctx)
 	defer rs.Close()
 	names, err := rs.ListServices()
 	if err != nil {

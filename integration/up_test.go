@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 	"github.com/openai/openai-go/v3"
@@ -72,7 +74,7 @@ func TestUpStreamedChat(t *testing.T) {
 	if err != nil || len(models.Msg.GetModels()) != 1 || models.Msg.GetModels()[0].GetId() != "tandem-tiny" {
 		t.Errorf("ListModels over Connect = %v, %v", models, err)
 	}
-	rs := grpcreflect.NewClient(h2cClient(), url, connect.WithGRPC()).NewStream(ctx)
+	rs := grpcreflect.NewClient(h2ctest.Client(t), url, connect.WithGRPC()).NewStream(ctx)
 	names, err := rs.ListServices()
 	_, _ = rs.Close()
 	if err != nil {
@@ -91,11 +93,4 @@ func TestUpStreamedChat(t *testing.T) {
 	if err := p.stop(t); err != nil {
 		t.Errorf("tandem up exited with %v after SIGINT, want a clean exit", err)
 	}
-}
-
-// h2cClient speaks cleartext HTTP/2, which bidirectional streams need.
-func h2cClient() *http.Client {
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: p}}
 }

@@ -9,16 +9,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/decode"
@@ -67,36 +67,6 @@ func newEngine(t *testing.T) *sim.Engine {
 	return eng
 }
 
-func serve(t *testing.T, mux *http.ServeMux) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewUnstartedServer(mux)
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = p
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-func h2cClient(t *testing.T) *http.Client {
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
-
-func grpcConn(t *testing.T, srv *httptest.Server) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
-}
-
 // chunkBytes makes chunks of 3 blocks of the sim's 1024-byte blocks (plus slack
 // that must not turn into a fourth), so a prompt spans several chunks.
 const chunkBytes = 3*1024 + 1000
@@ -113,9 +83,9 @@ func startPrefill(t *testing.T) ([]client, *sim.Engine) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := serve(t, mux)
-	cc := prefillv1connect.NewPrefillServiceClient(h2cClient(t), srv.URL)
-	gc := prefillv1.NewPrefillServiceClient(grpcConn(t, srv))
+	srv := h2ctest.NewServer(t, mux)
+	cc := prefillv1connect.NewPrefillServiceClient(h2ctest.Client(t), srv.URL)
+	gc := prefillv1.NewPrefillServiceClient(h2ctest.GRPCConn(t, srv))
 	return []client{
 		{name: "connect", prefill: func(ctx context.Context, req *prefillv1.PrefillRequest) ([]*prefillv1.PrefillResponse, error) {
 			stream, err := cc.Prefill(ctx, connect.NewRequest(req))
@@ -167,12 +137,7 @@ func grpcServe(t *testing.T, svc *prefill.Service) *grpc.ClientConn {
 	prefillv1.RegisterPrefillServiceServer(gs, svc.GRPC())
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return h2ctest.Dial(t, ln.Addr().String())
 }
 
 // localGenerate runs the same prompt through the decode service (over Connect) on
@@ -189,8 +154,8 @@ func localGenerate(t *testing.T, prompt []uint32, s *workerv1.SamplingParams, ma
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := serve(t, mux)
-	stream, err := decodev1connect.NewDecodeServiceClient(h2cClient(t), srv.URL).Generate(testContext(t),
+	srv := h2ctest.NewServer(t, mux)
+	stream, err := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL).Generate(testContext(t),
 		connect.NewRequest(&decodev1.GenerateRequest{PromptTokenIds: prompt, Sampling: s, MaxTokens: maxTokens}))
 	if err != nil {
 		t.Fatal(err)

@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/kvcache"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
@@ -72,26 +70,9 @@ func start(t *testing.T) (*sim.Engine, []client) {
 
 	mux := http.NewServeMux()
 	mux.Handle(workerv1connect.NewWorkerServiceHandler(svc))
-	srv := httptest.NewUnstartedServer(mux)
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = p
-	srv.Start()
-	t.Cleanup(srv.Close)
-
-	cp := new(http.Protocols)
-	cp.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: cp}
-	t.Cleanup(tr.CloseIdleConnections)
-	cc := workerv1connect.NewWorkerServiceClient(&http.Client{Transport: tr}, srv.URL)
-
-	conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	gc := workerv1.NewWorkerServiceClient(conn)
+	srv := h2ctest.NewServer(t, mux)
+	cc := workerv1connect.NewWorkerServiceClient(h2ctest.Client(t), srv.URL)
+	gc := workerv1.NewWorkerServiceClient(h2ctest.GRPCConn(t, srv))
 
 	return eng, []client{
 		{

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -120,14 +122,6 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func h2cClient(t *testing.T) *http.Client {
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
-
 func TestHealth(t *testing.T) {
 	r := start(t, newGate(), prometheus.NewRegistry(), time.Second)
 	hc := healthpb.NewHealthClient(r.conn)
@@ -227,7 +221,7 @@ func TestMetrics(t *testing.T) {
 func TestHandlerPanicIsInternal(t *testing.T) {
 	g := newGate()
 	r := start(t, g, prometheus.NewRegistry(), time.Second)
-	cc := workerv1connect.NewWorkerServiceClient(h2cClient(t), "http://"+r.srv.Addr())
+	cc := workerv1connect.NewWorkerServiceClient(h2ctest.Client(t), "http://"+r.srv.Addr())
 	gc := workerv1.NewWorkerServiceClient(r.conn)
 	g.setPanic(true)
 	_, err := cc.Info(testContext(t), connect.NewRequest(&workerv1.InfoRequest{}))
@@ -278,7 +272,7 @@ func TestGracefulShutdown(t *testing.T) {
 			var recv func() (*workerv1.WatchEventsResponse, error)
 			switch kind {
 			case "connect":
-				s, err := workerv1connect.NewWorkerServiceClient(h2cClient(t), "http://"+r.srv.Addr()).
+				s, err := workerv1connect.NewWorkerServiceClient(h2ctest.Client(t), "http://"+r.srv.Addr()).
 					WatchEvents(testContext(t), connect.NewRequest(&workerv1.WatchEventsRequest{}))
 				if err != nil {
 					t.Fatal(err)
