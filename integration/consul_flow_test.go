@@ -29,6 +29,9 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 		d.Meta["block_size"] != "16" || d.Meta["kv_blocks"] == "" || d.Meta["version"] == "" {
 		t.Errorf("tandem-decode registered as %s with meta %v", d.ID, d.Meta)
 	}
+	if p := passing(t, a, "tandem-prefill")[0].Service; p.Meta["mode"] != "prefill" || p.Meta["kv_transfer_port"] == "" {
+		t.Errorf("tandem-prefill registered with meta %v, want its mode and KV transfer port", p.Meta)
+	}
 	waitHealthy(t, fe.addr)
 	long := strings.Repeat("Disaggregation ships the KV cache between workers. ", 10)
 	eventually(t, 30*time.Second, "a long prompt is prefilled remotely", func() bool {

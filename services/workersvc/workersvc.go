@@ -111,10 +111,15 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	}
 	info := eng.Info()
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
-	s.member, err = consul.Join(cfg.Consul, env.Logger, env.Registry, name, id, s.srv.Addr(), map[string]string{
+	meta := map[string]string{
 		"mode": cfg.Mode, "model": info.Model, "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
 		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": Version,
-	})
+	}
+	if port := s.worker.WorkerInfo().GetKvTransferPort(); port != 0 {
+		// For operators reading the catalog; decode workers take it from WorkerInfo.
+		meta["kv_transfer_port"] = strconv.Itoa(int(port))
+	}
+	s.member, err = consul.Join(cfg.Consul, env.Logger, env.Registry, name, id, s.srv.Addr(), meta)
 	if err != nil {
 		s.srv.Close()
 		return nil, fmt.Errorf("consul: %w", err)
