@@ -74,14 +74,20 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 		if i < last {
 			beyond = ix.holders.getInto(hashes[i], &m.one[2])
 		}
-		// here minus beyond, both sorted. Only members are reported, once each,
-		// so that a worker breaking the nesting cannot be counted twice.
-		j := 0
-		for _, r := range here {
+		// here minus beyond, both sorted. Usually one worker or a few fall among
+		// dozens, so search for where the lists first differ (as beyond is here
+		// less the fallers, they agree up to the first one) and stop where the
+		// rest must agree, instead of merging both whole. Only members are
+		// reported, once each, and only if not in beyond; should the nesting
+		// fail, any worker missed is settled below.
+		p := firstDifference(here, beyond)
+		for j := p; p < len(here) && len(here)-p != len(beyond)-j; p++ {
+			r := here[p]
 			for j < len(beyond) && beyond[j] < r {
 				j++
 			}
 			if j < len(beyond) && beyond[j] == r {
+				j++
 				continue
 			}
 			if w, b := r>>6, uint64(1)<<(r&63); m.members[w]&b != 0 {
@@ -97,6 +103,7 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 	// Some member was never reported: a worker holds a block without its parent,
 	// against what the engines promise. Settle those left by splitting sets, which
 	// relies on the nesting only among them.
+	m.splits++
 	m.set = m.set[:0]
 	for _, r := range first {
 		if w, b := r>>6, uint64(1)<<(r&63); m.members[w]&b != 0 {
@@ -105,6 +112,21 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 		}
 	}
 	ix.matchBySplitting(hashes, found)
+}
+
+// firstDifference returns the first index at which a and b differ, found by
+// bisection as if they agreed up to it and not after.
+func firstDifference(a, b []workerRef) int {
+	lo, hi := 0, min(len(a), len(b))
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if a[m] == b[m] {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // matchScratch is what Match reuses from call to call.
@@ -116,6 +138,7 @@ type matchScratch struct {
 	bits        []uint64 // by ref; all zero between partitions
 	set, tmp    []workerRef
 	work, nextg []matchGroup
+	splits      int // calls that fell back to matchBySplitting
 }
 
 // span: c(lo) and c(hi) are known and differ, so c falls somewhere in [lo, hi).

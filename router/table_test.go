@@ -208,6 +208,9 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 			if !maps.Equal(got, want) {
 				t.Fatalf("round %d: matched %v, want %v", round, got, want)
 			}
+			if ix.m.splits != 0 {
+				t.Fatalf("round %d: Match fell back to splitting sets though every worker keeps the nesting", round)
+			}
 		}
 	}
 	for _, ref := range refs() {
