@@ -5,9 +5,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tandem-serve/tandem/router"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/router"
 )
 
 func drain(t *testing.T, r *router.Router, w router.Worker, draining bool) {
