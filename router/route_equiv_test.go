@@ -18,7 +18,7 @@ import (
 
 // The fused scoring pass decides exactly as the pass-per-step routeRef did: same
 // worker, same reason, same explanation, same rng draws, same threshold moves, over
-// random fleets, loads, caches, exclusions and parameters.
+// random fleets, loads, caches, exclusions, draining workers and parameters.
 func TestRouteEqualsReference(t *testing.T) {
 	modes := []workerv1.WorkerMode{
 		workerv1.WorkerMode_WORKER_MODE_DECODE, workerv1.WorkerMode_WORKER_MODE_DECODE,
@@ -84,8 +84,9 @@ func TestRouteEqualsReference(t *testing.T) {
 				} else {
 					l = &workerv1.Load{}
 				}
+				draining := rng.IntN(6) == 0
 				both(func(r *Router) {
-					if err := r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Load: l}); err != nil {
+					if err := r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Load: l, Draining: draining}); err != nil {
 						t.Fatal(err)
 					}
 				})

@@ -66,7 +66,7 @@ func (r *Router) routeRef(_ context.Context, req *connect.Request[routerv1.Route
 	for _, st := range r.order {
 		// A worker waiting for a resync is still a healthy member: it is routable,
 		// with no cache credited until its snapshot arrives.
-		if slices.Contains(m.GetExcludeWorkerIds(), st.w.ID) {
+		if slices.Contains(m.GetExcludeWorkerIds(), st.w.ID) || st.w.Draining {
 			continue
 		}
 		c := refCandidate{st: st, cached: int(cached[st.ref])}
