@@ -5,15 +5,14 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
+
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
@@ -78,13 +77,7 @@ func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Rou
 			}
 			mux := http.NewServeMux()
 			mux.Handle(routerv1connect.NewRouterServiceHandler(r))
-			srv := httptest.NewUnstartedServer(mux)
-			p := new(http.Protocols)
-			p.SetHTTP1(true)
-			p.SetUnencryptedHTTP2(true)
-			srv.Config.Protocols = p
-			srv.Start()
-			t.Cleanup(srv.Close)
+			srv := h2ctest.NewServer(t, mux)
 			c := client{name: kind}
 			switch kind {
 			case "connect":
@@ -100,12 +93,7 @@ func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Rou
 					return resp.Msg, nil
 				}
 			case "grpc":
-				conn, err := grpc.NewClient(strings.TrimPrefix(srv.URL, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = conn.Close() })
-				gc := routerv1.NewRouterServiceClient(conn)
+				gc := routerv1.NewRouterServiceClient(h2ctest.GRPCConn(t, srv))
 				c.route = func(ctx context.Context, req *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
 					return gc.Route(ctx, req)
 				}
