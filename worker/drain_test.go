@@ -8,7 +8,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/internal/h2ctest"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
@@ -19,13 +18,7 @@ import (
 // heartbeat (here an hour away): it is how the router and decode workers with
 // static discovery learn to send the worker nothing new.
 func TestDrainIsPushedToSubscribers(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.TimeScale = 0
-	eng, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = eng.Close() })
+	eng := newSim(t)
 	svc := worker.New(workerID, incarnation, workerv1.WorkerMode_WORKER_MODE_DECODE, version, eng)
 	svc.Heartbeat = time.Hour
 	var (

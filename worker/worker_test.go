@@ -56,7 +56,8 @@ type grpcStream struct {
 
 func (g grpcStream) recv() (*workerv1.WatchEventsResponse, error) { return g.s.Recv() }
 
-func start(t *testing.T) (*sim.Engine, []client) {
+// newSim is a sim engine that takes no time, closed when the test ends.
+func newSim(t *testing.T) *sim.Engine {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.TimeScale = 0
@@ -65,6 +66,12 @@ func start(t *testing.T) (*sim.Engine, []client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
+	return eng
+}
+
+func start(t *testing.T) (*sim.Engine, []client) {
+	t.Helper()
+	eng := newSim(t)
 	svc := worker.New(workerID, incarnation, workerv1.WorkerMode_WORKER_MODE_PREFILL, version, eng)
 	svc.Heartbeat = 20 * time.Millisecond
 
