@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -112,5 +112,75 @@ func TestPrefillQueueLimit(t *testing.T) {
 	}
 	if err := <-firstDone; err != nil {
 		t.Errorf("the first prefill, within the limit: %v", err)
+	}
+}
+
+// gatedPrefill holds every prefill until release is closed, and says when one has
+// arrived.
+type gatedPrefill struct {
+	engine.Engine
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (g gatedPrefill) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
+	g.arrived <- struct{}{}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Engine.Prefill(ctx, req)
+}
+
+// The router's queued_tokens for a prefill worker can be a heartbeat old. A decode
+// worker counts what it has itself sent there and not seen prefilled, so a prompt
+// right behind a long one sees the queue the long one made.
+func TestOwnPendingPrefillsCountAsQueued(t *testing.T) {
+	peng := newNative(t)
+	gate := gatedPrefill{Engine: peng, arrived: make(chan struct{}, 4), release: make(chan struct{})}
+	pnode := startPrefill(t, gate, "p")
+	pf := &staticPrefillers{}
+	pf.add("p", pnode.client)
+	params := decode.Params{Policy: decode.PolicyThreshold, ShortPrefillThreshold: 16, MaxPrefillQueueTokens: 150}
+	node := startDecode(t, newNative(t), pf, params, 10*time.Second, 30*time.Second)
+	ctx := context.Background()
+
+	// The router says the queue is empty every time.
+	req := func(id string, seed int) *decodev1.GenerateRequest {
+		r := request(id, prompt(seed, 200), 0, 0)
+		r.PrefillWorkers = []*decodev1.PrefillCandidate{{WorkerId: "p", QueuedTokens: 0}}
+		return r
+	}
+	first := make(chan result, 1)
+	go func() {
+		r, err := generate(t, ctx, node.client, req("first", 1))
+		if err != nil {
+			t.Errorf("first request: %v", err)
+		}
+		first <- r
+	}()
+	<-gate.arrived // the first prompt's 200 tokens are queued at p
+
+	second, err := generate(t, ctx, node.client, req("second", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_LOCAL || second.decision.GetReason() != "prefill_queue_full" {
+		t.Errorf("second request: path %v reason %q (%s); want local prefill_queue_full", second.decision.GetPath(), second.decision.GetReason(), second.decision.GetDetail())
+	}
+	close(gate.release)
+	if r := <-first; r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
+		t.Errorf("first request: path %v (%s), want remote", r.decision.GetPath(), r.decision.GetDetail())
+	}
+
+	// Once the first is prefilled nothing is pending: a third goes remote again.
+	third, err := generate(t, ctx, node.client, req("third", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-gate.arrived
+	if third.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
+		t.Errorf("third request: path %v reason %q (%s); want remote", third.decision.GetPath(), third.decision.GetReason(), third.decision.GetDetail())
 	}
 }

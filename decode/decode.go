@@ -62,6 +62,7 @@ type Service struct {
 	eng       engine.Engine
 	prefill   Prefillers
 	estimator Estimator
+	pending   pendingPrefills
 	log       *slog.Logger
 	metrics   *metrics
 	running   atomic.Int64
@@ -117,7 +118,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	candidates := s.candidates(m.GetPrefillWorkers())
 	queued := 0
 	if len(candidates) > 0 {
-		queued = int(candidates[0].GetQueuedTokens())
+		queued = max(int(candidates[0].GetQueuedTokens()), s.pending.of(candidates[0].GetWorkerId()))
 	}
 	sit := situation{
 		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,

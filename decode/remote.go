@@ -69,6 +69,9 @@ func (s *Service) remotePrefill(reqCtx context.Context, client prefillv1.Prefill
 	ctx, cancel := context.WithTimeout(reqCtx, deadline)
 	defer cancel()
 	info := s.eng.Info()
+	// Queued there until its header says the prefill is done.
+	prefilled := s.pending.add(workerID, len(req.Prompt)-skip*info.Layout.BlockSize)
+	defer prefilled()
 	stream, err := client.Prefill(ctx, &prefillv1.PrefillRequest{
 		RequestId: req.ID, PromptTokenIds: req.Prompt, Sampling: wire.SamplingProto(req.Sampling),
 		SkipBlocks: uint32(skip), Lease: durationpb.New(deadline),
@@ -77,6 +80,7 @@ func (s *Service) remotePrefill(reqCtx context.Context, client prefillv1.Prefill
 		return nil, nil, classify(ctx, err, true)
 	}
 	msg, err := stream.Recv()
+	prefilled()
 	if err != nil {
 		return nil, nil, classify(ctx, err, true)
 	}
