@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -26,6 +24,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"

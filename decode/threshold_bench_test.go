@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -19,12 +17,13 @@ import (
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine/native"
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
-	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/services/kvport"
 )
 
 // The data behind --short-prefill-threshold's default: with the native tiny engine
@@ -71,15 +70,19 @@ func startThresholdRig(b *testing.B) *thresholdRig {
 	must(err)
 	closers = append(closers, func() { peng.Close() })
 
-	// The prefill worker as services/workersvc builds it, and a grpc-go client with
-	// default options, as services/rpc dials it.
+	// The prefill worker as services/workersvc builds it, serving Prefill on a KV
+	// transfer port, and a grpc-go client dialled as a decode worker dials it.
 	psvc, err := prefill.New(prefill.Config{WorkerID: "p0", ChunkBytes: 1 << 20, MaxLease: 30 * time.Second}, peng, quietLog(), prometheus.NewRegistry())
 	must(err)
-	pmux := http.NewServeMux()
-	pmux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
-	psrv := h2ctest.NewServer(b, pmux)
-	closers = append(closers, psrv.Close)
-	cc, err := grpc.NewClient(psrv.Listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ks, err := kvport.New(kvport.Config{Addr: "127.0.0.1:0", Logger: quietLog()}, func(r grpc.ServiceRegistrar) {
+		prefillv1.RegisterPrefillServiceServer(r, psvc.GRPC())
+	})
+	must(err)
+	kctx, kcancel := context.WithCancel(context.Background())
+	kdone := make(chan struct{})
+	go func() { _ = ks.Serve(kctx); close(kdone) }()
+	closers = append(closers, func() { kcancel(); <-kdone })
+	cc, err := grpc.NewClient(ks.Addr(), append(kvport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	must(err)
 	closers = append(closers, func() { cc.Close() })
 	pf := &staticPrefillers{}

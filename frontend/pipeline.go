@@ -10,14 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tandem-serve/tandem/wire"
-
 	"connectrpc.com/connect"
 
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/tokenizer"
+	"github.com/tandem-serve/tandem/wire"
 )
 
 // maxStops bounds stop sequences per request; each one is searched on every token.

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 )
 
 // startService runs one tandem service as its own process and returns the address

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 )

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -24,6 +22,7 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"

@@ -11,14 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tandem-serve/tandem/services/tlsconf"
-
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services/frontendsvc"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/routersvc"
+	"github.com/tandem-serve/tandem/services/tlsconf"
 	"github.com/tandem-serve/tandem/services/workersvc"
 )
 

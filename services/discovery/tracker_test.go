@@ -1,7 +1,6 @@
 package discovery_test
 
 import (
-	"connectrpc.com/connect"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"

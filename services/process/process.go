@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/services/kvport"

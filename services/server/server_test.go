@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
-
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -23,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/h2ctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"

@@ -4,25 +4,21 @@
 package workersvc
 
 import (
-	"log/slog"
-	"time"
-
-	"github.com/tandem-serve/tandem/services/consul"
-
-	"github.com/tandem-serve/tandem/engine/native"
-
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/tandem-serve/tandem/decode"
-
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/services"
+	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/process"
 )
 
