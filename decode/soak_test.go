@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
@@ -28,7 +28,7 @@ import (
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
-	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
+	"github.com/tandem-serve/tandem/services/kvport"
 	"github.com/tandem-serve/tandem/wire"
 )
 
@@ -76,9 +76,9 @@ func TestSoak(t *testing.T) {
 	// engine's block size: a cut handoff of more than 4 blocks dies mid-transfer.
 	bb := peng.Info().Layout.BlockBytes
 	good := soakPrefill(t, peng, "p0", 4*bb)
-	cut := grpcPrefillClient(t, cutProxy(t, good.srv.Listener.Addr().String(), int64(bb*25/4)))
+	cut := grpcPrefillClient(t, cutProxy(t, good.addr, int64(bb*25/4)))
 	dead := soakPrefill(t, newEngine(16), "dead", 4*bb)
-	dead.srv.Close()
+	dead.stop()
 	pf := &staticPrefillers{}
 	pf.add("p0", good.client)
 	params := decode.Params{Policy: decode.PolicyThreshold, ShortPrefillThreshold: 32}
@@ -216,17 +216,36 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// soakPrefill is startPrefill with the given chunk size.
-func soakPrefill(t *testing.T, eng engine.Engine, id string, chunkBytes int) *prefillNode {
+// kvNode is a prefill worker's KV transfer port, as workers serve it, and a
+// client dialled as decode workers dial it.
+type kvNode struct {
+	addr   string
+	client prefillv1.PrefillServiceClient
+	stop   func() // ends Serve and waits for it; the test's cleanup calls it too
+}
+
+// soakPrefill serves a prefill service with the given chunk size on a KV transfer
+// port (services/kvport), the path remote prefills take in a deployment.
+func soakPrefill(t *testing.T, eng engine.Engine, id string, chunkBytes int) *kvNode {
 	t.Helper()
 	svc, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: chunkBytes, MaxLease: 30 * time.Second}, eng, quietLog(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	return &prefillNode{eng: eng, srv: srv, client: grpcPrefillClient(t, srv.Listener.Addr().String())}
+	ks, err := kvport.New(kvport.Config{Addr: "127.0.0.1:0", Grace: time.Second, Logger: quietLog()}, func(r grpc.ServiceRegistrar) {
+		prefillv1.RegisterPrefillServiceServer(r, svc.GRPC())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks.SetServing(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ks.Serve(ctx); close(done) }()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	conn := h2ctest.Dial(t, ks.Addr(), kvport.DialOptions()...)
+	return &kvNode{addr: ks.Addr(), client: prefillv1.NewPrefillServiceClient(conn), stop: stop}
 }
 
 // soakGenerate runs req; if cancelAt >= 0 it calls cancel after that many token
