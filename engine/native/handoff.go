@@ -100,10 +100,10 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 		e.pool.Release(blocks)
 		return nil, fmt.Errorf("%w: %d of %d", ErrNotCached, len(blocks), spec.SkipBlocks)
 	}
-	blocks, ok := e.pool.Allocate(blocks, spec.NumBlocks-spec.SkipBlocks)
-	if !ok {
+	blocks, err := e.allocateWaiting(ctx, blocks, spec.NumBlocks-spec.SkipBlocks)
+	if err != nil {
 		e.pool.Release(blocks)
-		return nil, fmt.Errorf("%w: import needs %d", engine.ErrNoBlocks, spec.NumBlocks-spec.SkipBlocks)
+		return nil, err
 	}
 	im := &importer{e: e, req: req, spec: spec, blocks: blocks, hashes: hashes,
 		written: make([]bool, spec.NumBlocks)}
@@ -223,4 +223,36 @@ func (im *importer) Abort() {
 	im.e.pool.Release(im.blocks)
 	im.blocks = nil
 	im.e.kick()
+}
+
+// importRetry is how often an import that found the pool full looks again.
+const importRetry = 5 * time.Millisecond
+
+// allocateWaiting appends n fresh blocks to dst, waiting while the pool is full
+// until ctx ends. A local request waits for blocks in the scheduler's queue; an
+// import failing at once instead would send the decode worker to its fallback, a
+// local prefill of the whole prompt, on the very worker that has no blocks to spare,
+// when sequences finishing in the next few steps would have made room for KV that
+// is already computed. Blocks are freed by sequences ending anywhere in the engine
+// without a signal to waiters outside the scheduler, hence the polling; a few
+// milliseconds is little next to a handoff, and ctx (the remote prefill's
+// deadline) bounds the wait.
+func (e *Engine) allocateWaiting(ctx context.Context, dst []kvcache.BlockID, n int) ([]kvcache.BlockID, error) {
+	var tick *time.Ticker
+	for {
+		if out, ok := e.pool.Allocate(dst, n); ok {
+			return out, nil
+		}
+		if tick == nil {
+			tick = time.NewTicker(importRetry)
+			defer tick.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return dst, fmt.Errorf("%w: import needs %d, none came free before %v", engine.ErrNoBlocks, n, context.Cause(ctx))
+		case <-e.done:
+			return dst, engine.ErrClosed
+		case <-tick.C:
+		}
+	}
 }

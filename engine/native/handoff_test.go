@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/kvcache"
@@ -135,4 +136,51 @@ func TestImportRefusals(t *testing.T) {
 	for e.Stats().ActiveBlocks != 0 {
 		runtime.Gosched() // AfterFunc frees on its own goroutine
 	}
+}
+
+// An import that finds the pool full waits for blocks, as a local request does,
+// rather than failing at once: its KV is already computed on the prefill worker.
+// Its context bounds the wait.
+func TestImportWaitsForBlocks(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEngine(t, Config{NumBlocks: 8})
+	layout := e.Info().Layout
+	bs := layout.BlockSize
+	big := engine.Request{Prompt: testPrompt(6*bs, 1)}
+	holder, err := e.Import(ctx, big, engine.ImportSpec{NumBlocks: 6, Layout: layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := engine.Request{Prompt: testPrompt(4*bs, 2)}
+	spec := engine.ImportSpec{NumBlocks: 4, Layout: layout}
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.Import(short, small, spec); !errors.Is(err, engine.ErrNoBlocks) {
+		t.Fatalf("import into a full pool past its deadline: %v, want ErrNoBlocks", err)
+	}
+
+	got := make(chan error, 1)
+	go func() {
+		im, err := e.Import(ctx, small, spec)
+		if err == nil {
+			im.Abort()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("import into a full pool returned %v before any block came free", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	holder.Abort() // 6 blocks come free
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("import once blocks came free: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("import still waiting after blocks came free")
+	}
+	waitIdle(t, e)
 }
