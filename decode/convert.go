@@ -53,6 +53,7 @@ type metrics struct {
 	handoffSeconds prometheus.Histogram
 	queueWait      prometheus.Histogram
 	rejected       prometheus.Counter
+	pendingTokens  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -91,7 +92,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tandem_decode_rejected_total", Help: "Requests refused because the worker was at --max-running-requests.",
 	})
-	reg.MustRegister(m.rejected)
+	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tandem_decode_pending_remote_prefill_tokens",
+		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the decision looks at.",
+	}, []string{"prefill_worker"})
+	reg.MustRegister(m.rejected, m.pendingTokens)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

@@ -76,6 +76,7 @@ func New(cfg Config, eng engine.Engine, prefill Prefillers, log *slog.Logger, re
 		return nil, err
 	}
 	s := &Service{cfg: cfg, eng: eng, prefill: prefill, log: log, metrics: newMetrics(reg)}
+	s.pending.gauge = s.metrics.pendingTokens
 	s.params.Store(&cfg.Params)
 	return s, nil
 }

@@ -1,6 +1,10 @@
 package decode
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // pendingPrefills counts, per prefill worker, the prompt tokens this worker has
 // asked it to prefill and not yet seen a header for: work it knows is queued or
@@ -11,6 +15,18 @@ import "sync"
 type pendingPrefills struct {
 	mu     sync.Mutex
 	tokens map[string]int
+	gauge  *prometheus.GaugeVec // may be nil
+}
+
+func (p *pendingPrefills) publish(workerID string) {
+	if p.gauge == nil {
+		return
+	}
+	if n, ok := p.tokens[workerID]; ok {
+		p.gauge.WithLabelValues(workerID).Set(float64(n))
+	} else {
+		p.gauge.DeleteLabelValues(workerID) // no series left behind for departed workers
+	}
 }
 
 // add counts tokens for workerID until the returned func is called (once or more).
@@ -20,6 +36,7 @@ func (p *pendingPrefills) add(workerID string, tokens int) (done func()) {
 		p.tokens = map[string]int{}
 	}
 	p.tokens[workerID] += tokens
+	p.publish(workerID)
 	p.mu.Unlock()
 	var once sync.Once
 	return func() {
@@ -29,6 +46,7 @@ func (p *pendingPrefills) add(workerID string, tokens int) (done func()) {
 			if p.tokens[workerID] -= tokens; p.tokens[workerID] <= 0 {
 				delete(p.tokens, workerID)
 			}
+			p.publish(workerID)
 		})
 	}
 }
