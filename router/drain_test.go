@@ -37,6 +37,15 @@ func TestRouteSkipsDrainingWorkers(t *testing.T) {
 		if _, err := c.route(testContext(t), &routerv1.RouteRequest{PromptTokens: 8}); codeOf(err) != connect.CodeUnavailable {
 			t.Fatalf("every decode worker draining: %v, want unavailable", err)
 		}
+		lw, err := r.ListWorkers(testContext(t), connect.NewRequest(&routerv1.ListWorkersRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range lw.Msg.GetWorkers() {
+			if !w.GetDraining() {
+				t.Errorf("ListWorkers shows %s not draining; every worker is", w.GetId())
+			}
+		}
 		drain(t, r, decodeA, false)
 		drain(t, r, prefillP, false)
 		resp := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 8})

@@ -275,5 +275,5 @@ func (r *Router) ListWorkers(context.Context, *connect.Request[routerv1.ListWork
 }
 
 func workerProto(w Worker) *routerv1.Worker {
-	return &routerv1.Worker{Id: w.ID, Address: w.Address, Mode: w.Mode}
+	return &routerv1.Worker{Id: w.ID, Address: w.Address, Mode: w.Mode, Draining: w.Draining}
 }

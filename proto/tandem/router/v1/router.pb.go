@@ -116,10 +116,12 @@ func (x *RouteRequest) GetExcludeWorkerIds() []string {
 
 // Worker is a worker the router knows through discovery.
 type Worker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Mode          v1.WorkerMode          `protobuf:"varint,3,opt,name=mode,proto3,enum=tandem.worker.v1.WorkerMode" json:"mode,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Mode    v1.WorkerMode          `protobuf:"varint,3,opt,name=mode,proto3,enum=tandem.worker.v1.WorkerMode" json:"mode,omitempty"`
+	// The worker said it drains (tandem drain): the router sends it nothing new.
+	Draining      bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +175,13 @@ func (x *Worker) GetMode() v1.WorkerMode {
 		return x.Mode
 	}
 	return v1.WorkerMode(0)
+}
+
+func (x *Worker) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 // RankedWorker is a prefill candidate with what made its rank.
@@ -607,11 +616,12 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x04 \x01(\rR\tblockSize\x12\x18\n" +
 	"\aexplain\x18\x05 \x01(\bR\aexplain\x12,\n" +
-	"\x12exclude_worker_ids\x18\x06 \x03(\tR\x10excludeWorkerIds\"d\n" +
+	"\x12exclude_worker_ids\x18\x06 \x03(\tR\x10excludeWorkerIds\"\x80\x01\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x120\n" +
-	"\x04mode\x18\x03 \x01(\x0e2\x1c.tandem.worker.v1.WorkerModeR\x04mode\"\x9e\x01\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x1c.tandem.worker.v1.WorkerModeR\x04mode\x12\x1a\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\"\x9e\x01\n" +
 	"\fRankedWorker\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12#\n" +
 	"\rcached_blocks\x18\x02 \x01(\rR\fcachedBlocks\x12#\n" +
