@@ -131,6 +131,23 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("Info without a client certificate: %v, want Unauthenticated", err)
 	}
 
+	// The operator's commands speak mTLS with the same flags.
+	if out, err := exec.Command(tandemBin, append(append([]string{"route", "--router", rtr}, tlsFlags...), "hello")...).CombinedOutput(); err != nil {
+		t.Errorf("tandem route over mTLS: %v\n%s", err, out)
+	}
+	for _, undo := range []string{"", "--undo"} {
+		args := append([]string{"drain", dec}, tlsFlags...)
+		if undo != "" {
+			args = append(args, undo)
+		}
+		if out, err := exec.Command(tandemBin, args...).CombinedOutput(); err != nil {
+			t.Errorf("tandem drain %s over mTLS: %v\n%s", undo, err, out)
+		}
+	}
+	if out, err := exec.Command(tandemBin, "drain", dec, "--tls-ca", ca).CombinedOutput(); err == nil {
+		t.Errorf("tandem drain without a client certificate succeeded: %s", out)
+	}
+
 	// The prefill worker's KV transfer port takes only callers with a certificate.
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
@@ -17,6 +16,8 @@ import (
 func runDrain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("drain", "drain ADDR [--undo]", stderr)
 	undo := fs.Bool("undo", false, "put the worker back in rotation")
+	var tc clientTLS
+	tc.RegisterFlags(fs)
 	var addr string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		addr, args = args[0], args[1:]
@@ -28,7 +29,11 @@ func runDrain(ctx context.Context, args []string, getenv func(string) string, st
 		fs.Usage()
 		return errors.New("drain: a worker address is required")
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := tc.creds()
+	if err != nil {
+		return err
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/tandem-serve/tandem/services/tlsconf"
 	"google.golang.org/grpc/credentials"
 
 	"google.golang.org/grpc"
@@ -20,9 +18,8 @@ func runHealth(ctx context.Context, args []string, getenv func(string) string, s
 	fs := newFlagSet("health", "health ADDR [--service NAME] [--timeout D]", stderr)
 	service := fs.String("service", "", "service name to check (default: the whole server)")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
-	var tc tlsconf.Config
+	var tc clientTLS
 	tc.RegisterFlags(fs)
-	insecureTLS := fs.Bool("tls-insecure", false, "speak TLS without verifying the server's certificate")
 	// Flags may come after the address, as in 'tandem health :8080 --service x'.
 	var addr string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -38,18 +35,9 @@ func runHealth(ctx context.Context, args []string, getenv func(string) string, s
 		fs.Usage()
 		return errors.New("health: an address is required")
 	}
-	creds := insecure.NewCredentials()
-	if tc.Cert != "" || tc.CA != "" || *insecureTLS {
-		cfg := &tls.Config{InsecureSkipVerify: *insecureTLS}
-		if tc.Cert != "" || tc.CA != "" {
-			c, err := tc.Client()
-			if err != nil {
-				return err
-			}
-			cfg = c
-			cfg.InsecureSkipVerify = *insecureTLS
-		}
-		creds = credentials.NewTLS(cfg)
+	creds, err := tc.creds()
+	if err != nil {
+		return err
 	}
 	st, err := checkHealthWith(ctx, addr, *service, *timeout, creds)
 	if err != nil {

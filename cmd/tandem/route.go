@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-serve/tandem/kvcache"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
@@ -20,6 +19,8 @@ import (
 // runRoute asks a router where a prompt would go and why, without running it.
 func runRoute(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("route", `route --router ADDR [--explain] "prompt text"`, stderr)
+	var tc clientTLS
+	tc.RegisterFlags(fs)
 	routerAddr := fs.String("router", "127.0.0.1:9001", "router address")
 	explain := fs.Bool("explain", true, "print every candidate's cost terms")
 	blockSize := fs.Int("block-size", 16, "tokens per KV block; must match the router's")
@@ -36,7 +37,11 @@ func runRoute(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	ids := tok.Encode(text)
-	cc, err := grpc.NewClient(*routerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := tc.creds()
+	if err != nil {
+		return err
+	}
+	cc, err := grpc.NewClient(*routerAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}
