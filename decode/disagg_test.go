@@ -308,3 +308,30 @@ func TestCancelFreesBlocksOnBothSides(t *testing.T) {
 	waitIdle(t, "decode", node.eng)
 	waitIdle(t, "prefill", peng)
 }
+
+// fullPool is a decode engine whose imports find no free blocks.
+type fullPool struct{ engine.Engine }
+
+func (fullPool) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
+	if spec.BlockWait <= 0 {
+		return nil, fmt.Errorf("spec.BlockWait %v: the decode worker must let the import wait for blocks", spec.BlockWait)
+	}
+	return nil, fmt.Errorf("%w: import needs %d", engine.ErrNoBlocks, spec.NumBlocks)
+}
+
+// When this worker's own pool cannot take the KV, asking another prefill worker
+// would only end the same way a deadline later: it prefills locally at once.
+func TestImportWithoutBlocksFallsBackWithoutRetry(t *testing.T) {
+	pf := &staticPrefillers{}
+	pf.add("p1", startPrefill(t, newNative(t), "p1").client)
+	pf.add("p2", startPrefill(t, newNative(t), "p2").client)
+	node := startDecode(t, fullPool{newNative(t)}, pf, alwaysRemote, 5*time.Second, 10*time.Second)
+	r, err := generate(t, context.Background(), node.client, request("r", prompt(7, 70), 0, 0, "p1", "p2"))
+	if err != nil {
+		t.Fatalf("request failed instead of prefilling locally: %v", err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || r.decision.GetReason() != "import_no_blocks" ||
+		!slices.Equal(r.decision.GetFailedPrefillWorkerIds(), []string{"p1"}) {
+		t.Errorf("decision %v, want a fallback for import_no_blocks after p1 alone", r.decision)
+	}
+}

@@ -387,7 +387,7 @@ func (hc *handoffCase) expect(info engine.Info, held int) (ok bool, why string) 
 
 // remoteReasons are the labels remotePrefill may give a failure.
 var remoteReasons = []string{
-	"protocol_error", "layout_mismatch", "import_failed", "block_gap", "crc_mismatch",
+	"protocol_error", "layout_mismatch", "import_failed", "import_no_blocks", "block_gap", "crc_mismatch",
 	"remote_error_before_kv", "remote_error_mid_transfer", "remote_timeout",
 }
 
@@ -417,7 +417,7 @@ var handoffSeeds = []struct {
 	{"empty message", 70, 0, 120, []byte{hoHeader, hoChunk, 1, hoEmpty, hoChunk, 255, hoTrailer}, "protocol_error"},
 	{"chunk first", 70, 0, 120, []byte{hoChunk, 255, hoTrailer}, "protocol_error"},
 	{"caller claims blocks it lacks", 70, 0x81, 120, []byte{hoHeader, hoChunk, 255, hoTrailer}, "import_failed"},
-	{"pool too small", 150, 0, 0, []byte{hoHeader, hoChunk, 255, hoTrailer}, "import_failed"},
+	{"pool too small", 150, 0, 0, []byte{hoHeader, hoChunk, 255, hoTrailer}, "import_no_blocks"},
 	{"worker down", 70, 0, 120, []byte{hoCallError}, "remote_error_before_kv"},
 	{"error before the header", 70, 0, 120, []byte{hoError, 0}, "remote_error_before_kv"},
 	{"error before any block", 70, 0, 120, []byte{hoHeader, hoError, 1}, "remote_error_before_kv"},

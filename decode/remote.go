@@ -69,8 +69,10 @@ func (s *Service) remotePrefill(reqCtx context.Context, client prefillv1.Prefill
 	ctx, cancel := context.WithTimeout(reqCtx, deadline)
 	defer cancel()
 	info := s.eng.Info()
-	// Queued there until its header says the prefill is done.
-	prefilled := s.pending.add(workerID, len(req.Prompt)-skip*info.Layout.BlockSize)
+	// Queued there until its header says the prefill is done. The whole prompt:
+	// the prefill worker queues and counts all of it, whatever it then skips
+	// sending.
+	prefilled := s.pending.add(workerID, len(req.Prompt))
 	defer prefilled()
 	stream, err := client.Prefill(ctx, &prefillv1.PrefillRequest{
 		RequestId: req.ID, PromptTokenIds: req.Prompt, Sampling: wire.SamplingProto(req.Sampling),
@@ -99,7 +101,15 @@ func (s *Service) remotePrefill(reqCtx context.Context, client prefillv1.Prefill
 	}
 	imp, err := s.eng.Import(ctx, req, engine.ImportSpec{
 		FirstToken: h.GetFirstToken(), NumBlocks: n, SkipBlocks: int(h.GetSkippedBlocks()), Layout: info.Layout,
+		// Half of what is left: the other half is for receiving the KV, within the
+		// same deadline as the prefill worker's lease.
+		BlockWait: time.Until(start.Add(deadline)) / 2,
 	})
+	if errors.Is(err, engine.ErrNoBlocks) {
+		// This worker's pool is full: another prefill worker would not help, and
+		// would only spend another deadline before the same local fallback.
+		return nil, nil, failed("import_no_blocks", false, "import: %v", err)
+	}
 	if err != nil {
 		return nil, nil, failed("import_failed", true, "import: %v", err)
 	}

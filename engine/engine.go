@@ -146,6 +146,10 @@ type ImportSpec struct {
 	NumBlocks  int
 	SkipBlocks int
 	Layout     Layout
+	// BlockWait is how long Import may wait for free blocks when the pool is full
+	// (0: fail at once with ErrNoBlocks). It is shorter than the import's context:
+	// blocks that come free late leave no time to receive the KV.
+	BlockWait time.Duration
 }
 
 // Importer receives blocks [SkipBlocks, NumBlocks) in any order, then starts decoding.

@@ -51,7 +51,9 @@ type Engine struct {
 	incoming    []*sequence
 	cancels     []cancelReq
 	wake        chan struct{} // capacity 1: a pending nudge to the scheduler
-	done        chan struct{} // closed when the scheduler has exited
+	// importWaiters counts imports waiting for free blocks (allocateWaiting).
+	importWaiters atomic.Int32
+	done          chan struct{} // closed when the scheduler has exited
 
 	running, waiting, waitingTokens atomic.Int64
 	preemptions                     atomic.Uint64

@@ -100,7 +100,7 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 		e.pool.Release(blocks)
 		return nil, fmt.Errorf("%w: %d of %d", ErrNotCached, len(blocks), spec.SkipBlocks)
 	}
-	blocks, err := e.allocateWaiting(ctx, blocks, spec.NumBlocks-spec.SkipBlocks)
+	blocks, err := e.allocateWaiting(ctx, spec.BlockWait, blocks, spec.NumBlocks-spec.SkipBlocks)
 	if err != nil {
 		e.pool.Release(blocks)
 		return nil, err
@@ -229,7 +229,7 @@ func (im *importer) Abort() {
 const importRetry = 5 * time.Millisecond
 
 // allocateWaiting appends n fresh blocks to dst, waiting while the pool is full
-// until ctx ends. A local request waits for blocks in the scheduler's queue; an
+// for up to wait, or until ctx ends. A local request waits for blocks in the scheduler's queue; an
 // import failing at once instead would send the decode worker to its fallback, a
 // local prefill of the whole prompt, on the very worker that has no blocks to spare,
 // when sequences finishing in the next few steps would have made room for KV that
@@ -237,22 +237,31 @@ const importRetry = 5 * time.Millisecond
 // without a signal to waiters outside the scheduler, hence the polling; a few
 // milliseconds is little next to a handoff, and ctx (the remote prefill's
 // deadline) bounds the wait.
-func (e *Engine) allocateWaiting(ctx context.Context, dst []kvcache.BlockID, n int) ([]kvcache.BlockID, error) {
-	var tick *time.Ticker
+func (e *Engine) allocateWaiting(ctx context.Context, wait time.Duration, dst []kvcache.BlockID, n int) ([]kvcache.BlockID, error) {
+	if out, ok := e.pool.Allocate(dst, n); ok {
+		return out, nil
+	}
+	if wait <= 0 {
+		return dst, fmt.Errorf("%w: import needs %d", engine.ErrNoBlocks, n)
+	}
+	e.importWaiters.Add(1)
+	defer e.importWaiters.Add(-1)
+	tick := time.NewTicker(importRetry)
+	defer tick.Stop()
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
 	for {
-		if out, ok := e.pool.Allocate(dst, n); ok {
-			return out, nil
-		}
-		if tick == nil {
-			tick = time.NewTicker(importRetry)
-			defer tick.Stop()
-		}
 		select {
 		case <-ctx.Done():
 			return dst, fmt.Errorf("%w: import needs %d, none came free before %v", engine.ErrNoBlocks, n, context.Cause(ctx))
+		case <-timeout.C:
+			return dst, fmt.Errorf("%w: import needs %d, none came free in %v", engine.ErrNoBlocks, n, wait)
 		case <-e.done:
 			return dst, engine.ErrClosed
 		case <-tick.C:
+		}
+		if out, ok := e.pool.Allocate(dst, n); ok {
+			return out, nil
 		}
 	}
 }

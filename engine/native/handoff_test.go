@@ -139,8 +139,8 @@ func TestImportRefusals(t *testing.T) {
 }
 
 // An import that finds the pool full waits for blocks, as a local request does,
-// rather than failing at once: its KV is already computed on the prefill worker.
-// Its context bounds the wait.
+// rather than failing at once (its KV is already computed on the prefill worker),
+// for as long as its spec allows.
 func TestImportWaitsForBlocks(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEngine(t, Config{NumBlocks: 8})
@@ -152,26 +152,27 @@ func TestImportWaitsForBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	small := engine.Request{Prompt: testPrompt(4*bs, 2)}
-	spec := engine.ImportSpec{NumBlocks: 4, Layout: layout}
-
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if _, err := e.Import(short, small, spec); !errors.Is(err, engine.ErrNoBlocks) {
-		t.Fatalf("import into a full pool past its deadline: %v, want ErrNoBlocks", err)
+	for _, wait := range []time.Duration{0, 20 * time.Millisecond} {
+		spec := engine.ImportSpec{NumBlocks: 4, Layout: layout, BlockWait: wait}
+		if _, err := e.Import(ctx, small, spec); !errors.Is(err, engine.ErrNoBlocks) {
+			t.Fatalf("import into a full pool, waiting %v: %v, want ErrNoBlocks", wait, err)
+		}
 	}
 
 	got := make(chan error, 1)
 	go func() {
-		im, err := e.Import(ctx, small, spec)
+		im, err := e.Import(ctx, small, engine.ImportSpec{NumBlocks: 4, Layout: layout, BlockWait: time.Minute})
 		if err == nil {
 			im.Abort()
 		}
 		got <- err
 	}()
-	select {
-	case err := <-got:
-		t.Fatalf("import into a full pool returned %v before any block came free", err)
-	case <-time.After(50 * time.Millisecond):
+	for e.importWaiters.Load() == 0 {
+		select {
+		case err := <-got:
+			t.Fatalf("import into a full pool returned %v instead of waiting", err)
+		case <-time.After(time.Millisecond):
+		}
 	}
 	holder.Abort() // 6 blocks come free
 	select {
