@@ -94,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tandem_decode_pending_remote_prefill_tokens",
-		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the decision looks at.",
+		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the decision looks at. A worker's series goes away when nothing is pending there (absent means 0).",
 	}, []string{"prefill_worker"})
 	reg.MustRegister(m.rejected, m.pendingTokens)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)

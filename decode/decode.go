@@ -119,6 +119,9 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	candidates := s.candidates(m.GetPrefillWorkers())
 	queued := 0
 	if len(candidates) > 0 {
+		// The larger, not the sum: the router's figure may already include some of
+		// this worker's pending tokens, and counting them twice would keep prompts
+		// local for a queue that is not there.
 		queued = max(int(candidates[0].GetQueuedTokens()), s.pending.of(candidates[0].GetWorkerId()))
 	}
 	sit := situation{

@@ -3,11 +3,8 @@ package decode_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -19,13 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/internal/h2ctest"
-	"github.com/tandem-serve/tandem/kvcache"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -33,7 +28,6 @@ import (
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/services/kvport"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 // KV handoff throughput, end to end from the prefill worker's block pool into the
@@ -61,146 +55,6 @@ func smallLayout(tb testing.TB) engine.Layout {
 	defer e.Close()
 	return e.Info().Layout
 }
-
-// poolEngine is a worker's KV pool and nothing else: blocks of a real layout, filled
-// once. Its Prefill exports blocks that are "already cached" (no compute), and its
-// Import copies arriving blocks into the pool, as an engine's importer does. It lets
-// the handoff be timed without prefill compute, at prompt lengths past the small
-// model's 8k context.
-type poolEngine struct {
-	info   engine.Info
-	blocks [][]byte
-	events *kvcache.EventLog
-}
-
-var _ engine.Engine = (*poolEngine)(nil)
-
-func newPoolEngine(layout engine.Layout, numBlocks int) *poolEngine {
-	e := &poolEngine{
-		info: engine.Info{Engine: "pool", Model: "small", VocabSize: native.VocabSize,
-			ContextLength: numBlocks*layout.BlockSize + 1, TotalBlocks: numBlocks, Layout: layout},
-		blocks: make([][]byte, numBlocks),
-		events: kvcache.NewEventLog(16),
-	}
-	// One backing array, like a real pool; KV-like contents (finite f32).
-	mem := make([]byte, numBlocks*layout.BlockBytes)
-	x := uint32(1)
-	for i := 0; i+4 <= len(mem); i += 4 {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		f := math.Float32bits(float32(int32(x)) / (1 << 31))
-		mem[i], mem[i+1], mem[i+2], mem[i+3] = byte(f), byte(f>>8), byte(f>>16), byte(f>>24)
-	}
-	for i := range e.blocks {
-		e.blocks[i] = mem[i*layout.BlockBytes : (i+1)*layout.BlockBytes : (i+1)*layout.BlockBytes]
-	}
-	return e
-}
-
-func (e *poolEngine) numBlocks(prompt []uint32) int {
-	bs := e.info.Layout.BlockSize
-	return (len(prompt) + bs - 1) / bs
-}
-
-func (e *poolEngine) Info() engine.Info                { return e.info }
-func (e *poolEngine) CachedPrefix(prompt []uint32) int { return 0 }
-func (e *poolEngine) Stats() engine.Stats {
-	return engine.Stats{TotalBlocks: len(e.blocks), FreeBlocks: len(e.blocks)}
-}
-func (e *poolEngine) Events() *kvcache.EventLog { return e.events }
-func (e *poolEngine) Close() error              { return nil }
-
-func (e *poolEngine) Generate(context.Context, engine.Request) (engine.Stream, error) {
-	return nil, errors.New("pool engine: no local generation")
-}
-
-func (e *poolEngine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
-	n := e.numBlocks(req.Prompt)
-	if n > len(e.blocks) {
-		return nil, engine.ErrNoBlocks
-	}
-	return &poolExport{blocks: e.blocks[:n]}, nil
-}
-
-func (e *poolEngine) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
-	if spec.Layout != e.info.Layout {
-		return nil, engine.ErrLayoutMismatch
-	}
-	if spec.NumBlocks != e.numBlocks(req.Prompt) || spec.NumBlocks > len(e.blocks) {
-		return nil, engine.ErrNoBlocks
-	}
-	return &poolImporter{e: e, spec: spec, prompt: len(req.Prompt)}, nil
-}
-
-type poolExport struct{ blocks [][]byte }
-
-func (x *poolExport) FirstToken() uint32         { return 42 }
-func (x *poolExport) NumBlocks() int             { return len(x.blocks) }
-func (x *poolExport) CachedBlocks() int          { return len(x.blocks) - 1 }
-func (x *poolExport) QueueTime() time.Duration   { return 0 }
-func (x *poolExport) PrefillTime() time.Duration { return 0 }
-func (x *poolExport) Release()                   {}
-func (x *poolExport) AppendBlock(dst []byte, i int) ([]byte, error) {
-	if i < 0 || i >= len(x.blocks) {
-		return dst, engine.ErrBadBlock
-	}
-	return append(dst, x.blocks[i]...), nil
-}
-
-type poolImporter struct {
-	e       *poolEngine
-	spec    engine.ImportSpec
-	prompt  int
-	written int
-}
-
-func (im *poolImporter) WriteBlock(i int, data []byte) error {
-	if i < im.spec.SkipBlocks || i >= im.spec.NumBlocks || len(data) != len(im.e.blocks[i]) {
-		return engine.ErrBadBlock
-	}
-	copy(im.e.blocks[i], data)
-	im.written++
-	return nil
-}
-
-func (im *poolImporter) Commit(ctx context.Context) (engine.Stream, error) {
-	if im.written != im.spec.NumBlocks-im.spec.SkipBlocks {
-		return nil, fmt.Errorf("%w: %d of %d blocks written", engine.ErrBadBlock, im.written, im.spec.NumBlocks-im.spec.SkipBlocks)
-	}
-	return &oneTokenStream{tok: im.spec.FirstToken, prompt: im.prompt, cached: im.spec.SkipBlocks * im.spec.Layout.BlockSize}, nil
-}
-
-func (im *poolImporter) Abort() {}
-
-// oneTokenStream yields the imported first token and ends, as max_tokens 1 does.
-type oneTokenStream struct {
-	tok            uint32
-	prompt, cached int
-	done           bool
-}
-
-func (s *oneTokenStream) Next(ctx context.Context) (uint32, error) {
-	if s.done {
-		return 0, io.EOF
-	}
-	s.done = true
-	return s.tok, nil
-}
-func (s *oneTokenStream) Finish() engine.FinishReason { return engine.FinishLength }
-func (s *oneTokenStream) Usage() engine.Usage {
-	return engine.Usage{PromptTokens: s.prompt, CachedTokens: s.cached, CompletionTokens: 1}
-}
-func (s *oneTokenStream) Close() {}
-
-// noLocalCache is a decode-side engine that reports nothing cached, so that every
-// repetition of a prompt moves all its blocks (the real engine would otherwise find
-// the previous repetition's blocks in its prefix cache and skip them).
-type noLocalCache struct{ engine.Engine }
-
-var _ engine.Engine = noLocalCache{}
-
-func (noLocalCache) CachedPrefix([]uint32) int { return 0 }
 
 // handoffRig is one prefill worker and one decode worker over loopback HTTP/2.
 type handoffRig struct {
@@ -520,86 +374,5 @@ func BenchmarkRawTCPLoopback(b *testing.B) {
 			b.ReportMetric(float64(wall.Microseconds())/1e3/float64(b.N), "ms/handoff")
 			b.ReportMetric(0, "ns/op")
 		})
-	}
-}
-
-// unknownFieldsPrefill serves Prefill as prefill.Service does, one block per chunk,
-// but adds an unknown field to two chunks in three: to the Chunk, or to the
-// PrefillResponse around it, as a newer prefill worker might.
-type unknownFieldsPrefill struct {
-	prefillv1connect.UnimplementedPrefillServiceHandler
-	eng engine.Engine
-}
-
-func (u *unknownFieldsPrefill) Prefill(ctx context.Context, req *connect.Request[prefillv1.PrefillRequest], stream *connect.ServerStream[prefillv1.PrefillResponse]) error {
-	m := req.Msg
-	exp, err := u.eng.Prefill(ctx, engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: wire.Sampling(m.GetSampling()), MaxTokens: 1})
-	if err != nil {
-		return err
-	}
-	defer exp.Release()
-	layout, n := u.eng.Info().Layout, exp.NumBlocks()
-	skip := min(int(m.GetSkipBlocks()), n-1)
-	err = stream.Send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Header{Header: &prefillv1.Header{
-		RequestId: m.GetRequestId(), FirstToken: exp.FirstToken(), PromptTokens: uint32(len(m.GetPromptTokenIds())),
-		BlockSize: uint32(layout.BlockSize), Layout: wire.LayoutProto(layout), NumBlocks: uint32(n), SkippedBlocks: uint32(skip),
-	}}})
-	if err != nil {
-		return err
-	}
-	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 7)
-	table := crc32.MakeTable(crc32.Castagnoli)
-	for i := skip; i < n; i++ {
-		data, err := exp.AppendBlock(nil, i)
-		if err != nil {
-			return err
-		}
-		c := &prefillv1.Chunk{FirstBlock: uint32(i), BlockCount: 1, Data: data, Crc32C: crc32.Checksum(data, table)}
-		r := &prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Chunk{Chunk: c}}
-		switch i % 3 {
-		case 1:
-			c.ProtoReflect().SetUnknown(unknown)
-		case 2:
-			r.ProtoReflect().SetUnknown(unknown)
-		}
-		if err := stream.Send(r); err != nil {
-			return err
-		}
-	}
-	return stream.Send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
-		BlocksSent: uint32(n - skip), BytesSent: uint64((n - skip) * layout.BlockBytes),
-	}}})
-}
-
-// The decode worker reads chunks with its own codec (decode/remote.go), whose fast
-// path takes a chunk's data as a slice of a buffer reused for the next message and
-// leaves anything unusual to the standard proto codec. Chunks of both kinds in one
-// stream must import as they would have been computed here.
-func TestHandoffCodecMixedChunks(t *testing.T) {
-	ctx := context.Background()
-	mux := http.NewServeMux()
-	mux.Handle(prefillv1connect.NewPrefillServiceHandler(&unknownFieldsPrefill{eng: newNative(t)}))
-	srv := h2ctest.NewServer(t, mux)
-	pf := &staticPrefillers{}
-	pf.add("p-unknown", grpcPrefillClient(t, srv.Listener.Addr().String()))
-	remote := startDecode(t, newNative(t), pf, alwaysRemote, 30*time.Second, time.Minute)
-	local := startDecode(t, newNative(t), nil, alwaysLocal, time.Second, 30*time.Second)
-	for i, n := range []int{17, 100, 250} {
-		name := fmt.Sprintf("len%d", n)
-		p := prompt(60+i, n)
-		want, err := generate(t, ctx, local.client, request(name+"-local", p, 0.8, 5))
-		if err != nil {
-			t.Fatalf("%s local: %v", name, err)
-		}
-		got, err := generate(t, ctx, remote.client, request(name+"-remote", p, 0.8, 5, "p-unknown"))
-		if err != nil {
-			t.Fatalf("%s remote: %v", name, err)
-		}
-		if got.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
-			t.Fatalf("%s: path %v (%s), want remote", name, got.decision.GetPath(), got.decision.GetDetail())
-		}
-		if !slices.Equal(got.tokens, want.tokens) || len(want.tokens) == 0 {
-			t.Errorf("%s: remote tokens %v, local tokens %v", name, got.tokens, want.tokens)
-		}
 	}
 }

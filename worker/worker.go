@@ -64,8 +64,10 @@ func (s *Service) Drain(_ context.Context, req *connect.Request[workerv1.DrainRe
 	if s.setServing == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this worker cannot be drained"))
 	}
-	s.setServing(req.Msg.GetServing())
+	// Health and the pushed flag change together, so that a drain and an undo at
+	// once cannot leave them disagreeing (setServing does not block).
 	s.mu.Lock()
+	s.setServing(req.Msg.GetServing())
 	if s.draining != !req.Msg.GetServing() {
 		s.draining = !req.Msg.GetServing()
 		close(s.changed)

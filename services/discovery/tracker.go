@@ -7,7 +7,9 @@ package discovery
 import (
 	"context"
 	"log/slog"
+	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,7 +17,6 @@ import (
 
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
-	"github.com/tandem-serve/tandem/services/kvport"
 )
 
 // Observer hears what the tracker learns. Calls for one worker are serialized.
@@ -144,7 +145,7 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 	wi := info.GetInfo()
 	w := router.Worker{ID: wi.GetId(), Address: addr, Mode: wi.GetMode(), Policy: wi.GetPrefillPolicy(), TotalBlocks: int(wi.GetTotalBlocks())}
 	if port := wi.GetKvTransferPort(); port != 0 {
-		if w.KVAddress, err = kvport.Address(addr, port); err != nil {
+		if w.KVAddress, err = kvAddress(addr, port); err != nil {
 			return err
 		}
 	}
@@ -213,4 +214,14 @@ func (t *Tracker) leave(addr string, w router.Worker) {
 		t.observer.Leave(w)
 	}
 	t.log.Info("worker left", "addr", addr, "worker_id", w.ID)
+}
+
+// kvAddress is where the KV transfer port of the worker reached at addr listens:
+// the same host (as this process reaches it), on port.
+func kvAddress(addr string, port uint32) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(host, strconv.FormatUint(uint64(port), 10)), nil
 }

@@ -59,6 +59,10 @@ func New(cfg Config, register func(grpc.ServiceRegistrar)) (*Server, error) {
 	if cfg.Logger == nil {
 		return nil, errors.New("kvport: Logger is required")
 	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s for KV transfers: %w", cfg.Addr, err)
+	}
 	opts := append([]grpc.ServerOption{
 		grpc.WriteBufferSize(WriteBufferBytes),
 		grpc.SharedWriteBuffer(true),
@@ -78,10 +82,6 @@ func New(cfg Config, register func(grpc.ServiceRegistrar)) (*Server, error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s for KV transfers: %w", cfg.Addr, err)
-	}
 	return &Server{cfg: cfg, ln: ln, grpc: gs, health: hs}, nil
 }
 
@@ -156,14 +156,4 @@ func DialOptions() []grpc.DialOption {
 		grpc.WithInitialConnWindowSize(ConnWindowBytes),
 		grpc.WithReadBufferSize(ReadBufferBytes),
 	}
-}
-
-// Address is where the KV transfer port of the worker reached at addr listens: the
-// same host (as the caller knows it), on port.
-func Address(addr string, port uint32) (string, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort(host, fmt.Sprint(port)), nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -85,19 +86,25 @@ func (e *Env) HandlerOptions() []connect.HandlerOption {
 const KVListenOff = "off"
 
 // NewKVPort opens a prefill worker's KV transfer port, with the same TLS and
-// interceptors as its main port. listen "" is the main listen address's host on a
-// free port (the port is found through WorkerInfo); KVListenOff means none, and
-// returns nil.
+// interceptors as its main port. listen "" is the main listen address's host and
+// the next port (9001 for 9000), so that firewall rules and port mappings can be
+// written ahead; a free port when the main one is picked freely (port 0, as in
+// tests and tandem up). Decode workers learn it from WorkerInfo either way.
+// KVListenOff means none, and returns nil.
 func (e *Env) NewKVPort(s Serve, listen string, register func(grpc.ServiceRegistrar)) (*kvport.Server, error) {
 	if listen == KVListenOff {
 		return nil, nil
 	}
 	if listen == "" {
-		host, _, err := net.SplitHostPort(s.Listen)
+		host, port, err := net.SplitHostPort(s.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("--listen %q: %w", s.Listen, err)
 		}
-		listen = net.JoinHostPort(host, "0")
+		next := "0"
+		if p, err := strconv.Atoi(port); err == nil && p > 0 && p < 65535 {
+			next = strconv.Itoa(p + 1)
+		}
+		listen = net.JoinHostPort(host, next)
 	}
 	serverTLS, err := s.TLS.Server(true)
 	if err != nil {

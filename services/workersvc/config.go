@@ -80,7 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.IntVar(&c.MaxRunning, "max-running-requests", 0, "decode mode: requests served at once (0: unbounded); past it new ones get ResourceExhausted and go elsewhere")
 	fs.IntVar(&c.MaxPrefillQueueTokens, "max-prefill-queue-tokens", 0, "decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
 	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); past it requests are refused so decode workers prefill locally")
-	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode: address of the KV transfer port, Prefill on grpc-go's transport for bulk data (default: --listen's host on a free port; \"off\": Prefill on the main port only)")
+	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode: address of the KV transfer port, Prefill on grpc-go's transport for bulk data (default: --listen's host and port + 1, a free port when --listen's is 0; \"off\": Prefill on the main port only)")
 	fs.IntVar(&c.KVAdvertisePort, "kv-advertise-port", 0, "prefill mode: the KV transfer port decode workers reach, when a port mapping or proxy makes it differ from --kv-listen's (0: the same)")
 	c.Consul.RegisterFlags(fs)
 	fs.DurationVar(&c.RemoteDeadlineMax, "remote-deadline-max", 60*time.Second, "decode mode: most time a remote prefill is given before falling back")
@@ -130,6 +130,12 @@ func (c *Config) Validate() error {
 	}
 	if c.KVAdvertisePort < 0 || c.KVAdvertisePort > 65535 {
 		return fmt.Errorf("--kv-advertise-port %d: want a port number, or 0", c.KVAdvertisePort)
+	}
+	if mode != workerv1.WorkerMode_WORKER_MODE_PREFILL && (c.KVListen != "" || c.KVAdvertisePort != 0) {
+		return errors.New("--kv-listen and --kv-advertise-port are for prefill workers (--mode prefill)")
+	}
+	if c.KVListen == process.KVListenOff && c.KVAdvertisePort != 0 {
+		return errors.New("--kv-advertise-port with --kv-listen off: there is no KV transfer port to advertise")
 	}
 	if c.KVListen != "" && c.KVListen != process.KVListenOff {
 		if _, _, err := net.SplitHostPort(c.KVListen); err != nil {

@@ -1,9 +1,13 @@
 package workersvc
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/decode"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
@@ -12,16 +16,18 @@ import (
 	"github.com/tandem-serve/tandem/services/discovery"
 )
 
-// prefillers resolves prefill worker ids through the tracker, dialling each known
-// address once: a worker's KV transfer port when it has one, else its main port.
+// prefillers resolves prefill worker ids through discovery, dialling each address
+// once: a worker's KV transfer port when it has one (with its main port behind it),
+// else its main port.
 type prefillers struct {
 	tracker members
 	dial    discovery.Dialer // main ports
 	dialKV  discovery.Dialer // KV transfer ports
+	log     *slog.Logger
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn // by address
-	addrOf map[string]string           // worker id -> the address last dialled for it
+	warned map[string]bool             // KV addresses found unreachable
 }
 
 var _ decode.Prefillers = (*prefillers)(nil)
@@ -39,43 +45,72 @@ func (p *prefillers) Client(id string) (prefillv1.PrefillServiceClient, bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	addr, dial := w.Address, p.dial
-	if w.KVAddress != "" {
-		addr, dial = w.KVAddress, p.dialKV
+	main, err := p.conn(w.Address, p.dial)
+	if err != nil {
+		return nil, false
 	}
-	if old, ok := p.addrOf[id]; ok && old != addr {
-		// The worker restarted elsewhere (a new KV transfer port is the usual
-		// case): the connection to where it was serves nobody now.
-		p.forget(id, old)
+	if w.KVAddress == "" {
+		return prefillv1.NewPrefillServiceClient(main), true
 	}
-	cc, ok := p.conns[addr]
-	if !ok {
-		var err error
-		if cc, err = dial(addr); err != nil {
-			return nil, false
-		}
-		p.conns[addr] = cc
+	kv, err := p.conn(w.KVAddress, p.dialKV)
+	if err != nil {
+		return nil, false
 	}
-	if p.addrOf == nil {
-		p.addrOf = map[string]string{}
-	}
-	p.addrOf[id] = addr
-	return prefillv1.NewPrefillServiceClient(cc), true
+	return &kvThenMain{p: p, addr: w.KVAddress, kv: prefillv1.NewPrefillServiceClient(kv), main: prefillv1.NewPrefillServiceClient(main)}, true
 }
 
-// forget drops id's record of addr and closes the connection to addr unless
-// another worker still uses it. p.mu is held.
-func (p *prefillers) forget(id, addr string) {
-	delete(p.addrOf, id)
-	for _, a := range p.addrOf {
-		if a == addr {
-			return
+// conn returns the connection to addr, dialling it the first time. A new address
+// is the moment to close connections to addresses no member has any more (workers
+// that left, or came back on another port or under another id). p.mu is held.
+func (p *prefillers) conn(addr string, dial discovery.Dialer) (*grpc.ClientConn, error) {
+	if cc, ok := p.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = cc
+	live := map[string]bool{}
+	for _, w := range p.tracker.Workers() {
+		live[w.Address], live[w.KVAddress] = true, true
+	}
+	for a, old := range p.conns {
+		if !live[a] && a != addr {
+			_ = old.Close()
+			delete(p.conns, a)
 		}
 	}
-	if cc, ok := p.conns[addr]; ok {
-		_ = cc.Close()
-		delete(p.conns, addr)
+	return cc, nil
+}
+
+// kvThenMain calls Prefill on a worker's KV transfer port and, when that port
+// cannot be reached at all, on its main port, which serves the same method: a KV
+// port that a firewall or a port mapping hides costs handoff speed, not every
+// remote prefill.
+type kvThenMain struct {
+	p        *prefillers
+	addr     string
+	kv, main prefillv1.PrefillServiceClient
+}
+
+func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[prefillv1.PrefillResponse], error) {
+	s, err := c.kv.Prefill(ctx, in, opts...)
+	if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+		return s, err
 	}
+	c.p.mu.Lock()
+	first := !c.p.warned[c.addr]
+	if c.p.warned == nil {
+		c.p.warned = map[string]bool{}
+	}
+	c.p.warned[c.addr] = true
+	c.p.mu.Unlock()
+	if first && c.p.log != nil {
+		c.p.log.WarnContext(ctx, "KV transfer port unreachable; calling Prefill on the main port (slower). Check that it is open, or --kv-advertise-port",
+			"kv_address", c.addr, "error", err)
+	}
+	return c.main.Prefill(ctx, in, opts...)
 }
 
 func (p *prefillers) IDs() []string {

@@ -3,6 +3,7 @@ package workersvc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -38,7 +39,8 @@ type Service struct {
 	worker *worker.Service
 	member *consul.Member // nil without Consul
 	// Prefill mode: the KV transfer port (nil when --kv-listen is off).
-	kv *kvport.Server
+	kv  *kvport.Server
+	log *slog.Logger
 	// Decode mode: the decision service, and the prefill workers it may call.
 	decode  *decode.Service
 	tracker *discovery.Tracker
@@ -66,7 +68,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	}
 	env.Logger = env.Logger.With("worker_id", id)
 	opts := env.HandlerOptions()
-	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng}
+	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
 	s.worker = worker.New(id, telemetry.NewRequestID(), mode, Version, eng)
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
 	defer func() {
@@ -95,7 +97,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		}
 	default:
 		s.tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
-		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{},
+		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}, log: env.Logger,
 			dialKV: func(addr string) (*grpc.ClientConn, error) {
 				return env.Clients.DialWith(addr, kvport.DialOptions()...)
 			}}
@@ -128,7 +130,12 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		s.srv.OnDrain(s.member.Deregister)
 	}
 	s.srv.OnDrain(s.worker.Stop)
-	s.worker.SetServingHook(s.srv.SetServing)
+	s.worker.SetServingHook(func(serving bool) {
+		s.srv.SetServing(serving)
+		if s.kv != nil {
+			s.kv.SetServing(serving) // a drained worker's KV port says so too
+		}
+	})
 	return s, nil
 }
 
@@ -160,8 +167,20 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	kvDone := make(chan error, 1)
 	if s.kv != nil {
+		// A KV port that stops serving on its own takes the worker down with it:
+		// a prefill worker that looks healthy while every handoff fails is worse.
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
 		s.kv.SetServing(true)
-		go func() { kvDone <- s.kv.Serve(ctx) }()
+		go func() {
+			err := s.kv.Serve(ctx)
+			if err != nil {
+				s.log.Error("KV transfer port stopped; shutting the worker down", "error", err)
+			}
+			stop()
+			kvDone <- err
+		}()
 	} else {
 		kvDone <- nil
 	}
