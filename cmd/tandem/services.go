@@ -110,7 +110,11 @@ func runWorker(ctx context.Context, mode string, args []string, getenv func(stri
 	if err != nil {
 		return err
 	}
-	log.Info("worker listening", "addr", svc.Addr(), "worker_id", svc.ID, "mode", svc.Mode.String())
+	attrs := []any{"addr", svc.Addr(), "worker_id", svc.ID, "mode", svc.Mode.String()}
+	if kv := svc.KVAddr(); kv != "" {
+		attrs = append(attrs, "kv_transfer_addr", kv)
+	}
+	log.Info("worker listening", attrs...)
 	return svc.Run(ctx)
 }
 

@@ -142,6 +142,14 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 // Addr is where the worker listens.
 func (s *Service) Addr() string { return s.srv.Addr() }
 
+// KVAddr is where a prefill worker serves KV transfers; empty without a KV port.
+func (s *Service) KVAddr() string {
+	if s.kv == nil {
+		return ""
+	}
+	return s.kv.Addr()
+}
+
 // Run serves until ctx ends, then drains and closes the engine.
 func (s *Service) Run(ctx context.Context) error {
 	if s.tracker != nil {
