@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
@@ -24,6 +25,7 @@ import (
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/services/kvport"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -187,4 +189,21 @@ func cutProxy(t *testing.T, target string, limit int64) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// serveKV serves svc on a KV transfer port, as a prefill worker does
+// (services/workersvc), until stop, which waits for Serve to return and may be
+// called more than once.
+func serveKV(svc *prefill.Service) (addr string, stop func(), err error) {
+	ks, err := kvport.New(kvport.Config{Addr: "127.0.0.1:0", Grace: time.Second, Logger: quietLog()}, func(r grpc.ServiceRegistrar) {
+		prefillv1.RegisterPrefillServiceServer(r, svc.GRPC())
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	ks.SetServing(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ks.Serve(ctx); close(done) }()
+	return ks.Addr(), sync.OnceFunc(func() { cancel(); <-done }), nil
 }

@@ -86,17 +86,12 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	var addr string
 	if kvPort {
 		// As a prefill worker serves it (services/workersvc): the KV transfer port.
-		ks, err := kvport.New(kvport.Config{Addr: "127.0.0.1:0", Logger: quietLog()}, func(r grpc.ServiceRegistrar) {
-			prefillv1.RegisterPrefillServiceServer(r, psvc.GRPC())
-		})
+		kvAddr, stop, err := serveKV(psvc)
 		if err != nil {
 			fail(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = ks.Serve(ctx); close(done) }()
-		closers = append(closers, func() { cancel(); <-done })
-		addr = ks.Addr()
+		closers = append(closers, stop)
+		addr = kvAddr
 		dialOpts = append(kvport.DialOptions(), dialOpts...)
 	} else {
 		mux := http.NewServeMux()

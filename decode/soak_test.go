@@ -18,7 +18,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
@@ -232,20 +231,13 @@ func soakPrefill(t *testing.T, eng engine.Engine, id string, chunkBytes int) *kv
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks, err := kvport.New(kvport.Config{Addr: "127.0.0.1:0", Grace: time.Second, Logger: quietLog()}, func(r grpc.ServiceRegistrar) {
-		prefillv1.RegisterPrefillServiceServer(r, svc.GRPC())
-	})
+	addr, stop, err := serveKV(svc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ks.SetServing(true)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = ks.Serve(ctx); close(done) }()
-	stop := sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(stop)
-	conn := h2ctest.Dial(t, ks.Addr(), kvport.DialOptions()...)
-	return &kvNode{addr: ks.Addr(), client: prefillv1.NewPrefillServiceClient(conn), stop: stop}
+	conn := h2ctest.Dial(t, addr, kvport.DialOptions()...)
+	return &kvNode{addr: addr, client: prefillv1.NewPrefillServiceClient(conn), stop: stop}
 }
 
 // soakGenerate runs req; if cancelAt >= 0 it calls cancel after that many token

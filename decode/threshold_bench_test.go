@@ -74,15 +74,10 @@ func startThresholdRig(b *testing.B) *thresholdRig {
 	// transfer port, and a grpc-go client dialled as a decode worker dials it.
 	psvc, err := prefill.New(prefill.Config{WorkerID: "p0", ChunkBytes: 1 << 20, MaxLease: 30 * time.Second}, peng, quietLog(), prometheus.NewRegistry())
 	must(err)
-	ks, err := kvport.New(kvport.Config{Addr: "127.0.0.1:0", Logger: quietLog()}, func(r grpc.ServiceRegistrar) {
-		prefillv1.RegisterPrefillServiceServer(r, psvc.GRPC())
-	})
+	kvAddr, stop, err := serveKV(psvc)
 	must(err)
-	kctx, kcancel := context.WithCancel(context.Background())
-	kdone := make(chan struct{})
-	go func() { _ = ks.Serve(kctx); close(kdone) }()
-	closers = append(closers, func() { kcancel(); <-kdone })
-	cc, err := grpc.NewClient(ks.Addr(), append(kvport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	closers = append(closers, stop)
+	cc, err := grpc.NewClient(kvAddr, append(kvport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	must(err)
 	closers = append(closers, func() { cc.Close() })
 	pf := &staticPrefillers{}
