@@ -229,6 +229,15 @@ func TestDrainWithStaticDiscovery(t *testing.T) {
 	if out, err := exec.Command(tandemBin, "drain", db).CombinedOutput(); err != nil {
 		t.Fatalf("tandem drain: %v %s", err, out)
 	}
+	eventually(t, 10*time.Second, "tandem workers shows the worker draining", func() bool {
+		out, err := exec.Command(tandemBin, "workers", "--router", rtr).CombinedOutput()
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); err == nil && len(f) == 4 && f[0] == "decode-s2" {
+				return f[3] == "draining"
+			}
+		}
+		return false
+	})
 	eventually(t, 10*time.Second, "requests stop reaching the drained worker", func() bool {
 		for i := range 10 {
 			if w, _ := chat(t, fe, fmt.Sprintf("who serves %d?", i)); w != "decode-s1" {

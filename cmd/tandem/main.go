@@ -49,6 +49,7 @@ func commands() []command {
 		{"config", "get or set the runtime policy in Consul KV (tandem/config/router, tandem/config/decode)", runConfig},
 		{"drain", "take a worker out of rotation (health NOT_SERVING) without stopping it; --undo puts it back", runDrain},
 		{"route", "ask a router where a prompt would go and why (--explain)", runRoute},
+		{"workers", "list the workers a router can route to, with their mode and whether they drain", runWorkers},
 		{"health", "check a service's grpc.health.v1 status; exit 0 only when SERVING", runHealth},
 		{"version", "print the version", func(_ context.Context, _ []string, _ func(string) string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintln(stdout, version())
