@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"flag"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -38,4 +39,13 @@ func (c *clientTLS) creds() (credentials.TransportCredentials, error) {
 		cfg.InsecureSkipVerify = c.insecure
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// dial is a client connection to addr with the credentials the flags ask for.
+func (c *clientTLS) dial(addr string) (*grpc.ClientConn, error) {
+	creds, err := c.creds()
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/grpc"
-
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
@@ -29,11 +27,7 @@ func runDrain(ctx context.Context, args []string, getenv func(string) string, st
 		fs.Usage()
 		return errors.New("drain: a worker address is required")
 	}
-	creds, err := tc.creds()
-	if err != nil {
-		return err
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	cc, err := tc.dial(addr)
 	if err != nil {
 		return err
 	}

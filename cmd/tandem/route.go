@@ -9,8 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/tandem-serve/tandem/kvcache"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/tokenizer"
@@ -37,11 +35,7 @@ func runRoute(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	ids := tok.Encode(text)
-	creds, err := tc.creds()
-	if err != nil {
-		return err
-	}
-	cc, err := grpc.NewClient(*routerAddr, grpc.WithTransportCredentials(creds))
+	cc, err := tc.dial(*routerAddr)
 	if err != nil {
 		return err
 	}

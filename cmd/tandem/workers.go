@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
-
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
 
@@ -23,11 +21,7 @@ func runWorkers(ctx context.Context, args []string, getenv func(string) string, 
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
-	creds, err := tc.creds()
-	if err != nil {
-		return err
-	}
-	cc, err := grpc.NewClient(*routerAddr, grpc.WithTransportCredentials(creds))
+	cc, err := tc.dial(*routerAddr)
 	if err != nil {
 		return err
 	}
