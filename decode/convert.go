@@ -54,6 +54,7 @@ type metrics struct {
 	queueWait      prometheus.Histogram
 	rejected       prometheus.Counter
 	pendingTokens  *prometheus.GaugeVec
+	reranked       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -96,7 +97,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "tandem_decode_pending_remote_prefill_tokens",
 		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the decision looks at. A worker's series goes away when nothing is pending there (absent means 0).",
 	}, []string{"prefill_worker"})
-	reg.MustRegister(m.rejected, m.pendingTokens)
+	m.reranked = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_decode_prefill_reranked_total",
+		Help: "Requests for which this worker put another prefill worker ahead of the router's first choice, because of tokens pending there from this worker that the router had not heard of.",
+	})
+	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

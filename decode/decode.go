@@ -116,7 +116,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	st := s.eng.Stats()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
 	bs := info.Layout.BlockSize
-	candidates := s.candidates(m.GetPrefillWorkers())
+	candidates, displaced := s.pending.rerank(s.candidates(m.GetPrefillWorkers()), len(ereq.Prompt), bs)
 	queued := 0
 	if len(candidates) > 0 {
 		// The larger, not the sum: the router's figure may already include some of
@@ -134,6 +134,12 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	decision := &decodev1.PrefillDecision{
 		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: c.reason, Detail: c.detail, Policy: string(p.Policy),
 		PromptTokens: uint32(sit.prompt), CachedTokens: uint32(cached), EffectiveTokens: uint32(sit.effective()),
+	}
+
+	if displaced != "" {
+		s.metrics.reranked.Inc()
+		decision.Detail += fmt.Sprintf("; prefill worker %s ahead of the router's %s, which has %d tokens pending from this worker",
+			candidates[0].GetWorkerId(), displaced, s.pending.of(displaced))
 	}
 
 	var stream engine.Stream

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )
 
 // pendingPrefills counts, per prefill worker, the prompt tokens this worker has
@@ -56,4 +58,43 @@ func (p *pendingPrefills) of(workerID string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.tokens[workerID]
+}
+
+// rerank puts first the candidate that would finish this prompt soonest by this
+// worker's own count: its uncached prompt tokens plus the larger of its reported
+// queue and the tokens pending there from here. The router ranked the candidates
+// on the same terms (with its default weights), so the order changes only when
+// this worker knows of queued work the router has not heard of yet: a burst of
+// long prompts from here would otherwise all queue on the router's favourite while
+// another prefill worker sits idle. moved names the worker displaced, or is "".
+func (p *pendingPrefills) rerank(cands []*decodev1.PrefillCandidate, prompt, blockSize int) (out []*decodev1.PrefillCandidate, moved string) {
+	if len(cands) < 2 {
+		return cands, ""
+	}
+	p.mu.Lock()
+	ahead := false
+	work := make([]int, len(cands))
+	for i, c := range cands {
+		pending := p.tokens[c.GetWorkerId()]
+		ahead = ahead || pending > int(c.GetQueuedTokens())
+		work[i] = max(prompt-int(c.GetCachedBlocks())*blockSize, 0) + max(int(c.GetQueuedTokens()), pending)
+	}
+	p.mu.Unlock()
+	if !ahead {
+		return cands, ""
+	}
+	best := 0
+	for i := range work {
+		if work[i] < work[best] {
+			best = i
+		}
+	}
+	if best == 0 {
+		return cands, ""
+	}
+	out = make([]*decodev1.PrefillCandidate, 0, len(cands))
+	out = append(out, cands[best])
+	out = append(out, cands[:best]...)
+	out = append(out, cands[best+1:]...)
+	return out, cands[0].GetWorkerId()
 }

@@ -1,9 +1,12 @@
 package decode
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )
 
 // series reads the gauge's series as label value -> value.
@@ -45,5 +48,45 @@ func TestPendingPrefills(t *testing.T) {
 	c()
 	if got := series(t, reg); len(got) != 0 {
 		t.Errorf("gauge series %v left with nothing pending, want none", got)
+	}
+}
+
+func TestRerankByPending(t *testing.T) {
+	cand := func(id string, queued uint64, cachedBlocks uint32) *decodev1.PrefillCandidate {
+		return &decodev1.PrefillCandidate{WorkerId: id, QueuedTokens: queued, CachedBlocks: cachedBlocks}
+	}
+	ids := func(cs []*decodev1.PrefillCandidate) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.GetWorkerId())
+		}
+		return out
+	}
+	var p pendingPrefills
+	router := []*decodev1.PrefillCandidate{cand("a", 0, 0), cand("b", 0, 0), cand("c", 100, 0)}
+	if got, moved := p.rerank(router, 512, 16); moved != "" || !slices.Equal(ids(got), []string{"a", "b", "c"}) {
+		t.Errorf("nothing pending: order %v (moved %q), want the router's a b c", ids(got), moved)
+	}
+
+	done := p.add("a", 2048) // a burst this worker sent to a, not yet in a's load report
+	got, moved := p.rerank(router, 512, 16)
+	if moved != "a" || !slices.Equal(ids(got), []string{"b", "a", "c"}) {
+		t.Errorf("2048 tokens pending at a: order %v (moved %q), want b a c with a displaced", ids(got), moved)
+	}
+	if !slices.Equal(ids(router), []string{"a", "b", "c"}) {
+		t.Errorf("rerank changed the caller's slice to %v", ids(router))
+	}
+
+	// The router already counts what is pending: its report is at least as large.
+	if got, moved := p.rerank([]*decodev1.PrefillCandidate{cand("a", 4096, 0), cand("b", 0, 0)}, 512, 16); moved != "" || got[0].GetWorkerId() != "a" {
+		t.Errorf("router's queue covers the pending tokens: order %v (moved %q), want the router's", ids(got), moved)
+	}
+	// A cached prefix on a outweighs a short pending queue there.
+	if got, moved := p.rerank([]*decodev1.PrefillCandidate{cand("a", 0, 200), cand("b", 0, 0)}, 4096, 16); moved != "" || got[0].GetWorkerId() != "a" {
+		t.Errorf("a caches 3200 of 4096 tokens, 2048 pending: order %v (moved %q), want a first", ids(got), moved)
+	}
+	done()
+	if got, _ := p.rerank(router, 512, 16); got[0].GetWorkerId() != "a" {
+		t.Errorf("after a's prefill is done: first %s, want a", got[0].GetWorkerId())
 	}
 }
