@@ -45,7 +45,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	var front frontendsvc.Config
 	ffs := newFlagSet("frontend", "", stderr)
 	front.RegisterFlags(ffs)
-	merge(fs, ffs, append([]string{"listen", "router", "block-size", "grace"}, consulFlags...)...)
+	merge(fs, ffs, append([]string{"listen", "router", "block-size", "drain-timeout"}, consulFlags...)...)
 	var routing router.Params
 	routersvc.RegisterParamFlags(fs, &routing)
 	var lf logFlags

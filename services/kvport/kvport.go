@@ -123,7 +123,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-time.After(grace):
-		s.cfg.Logger.Warn("grace period over, cutting remaining KV transfers", "grace", grace)
+		s.cfg.Logger.Warn("drain timeout over, cutting remaining KV transfers", "drain_timeout", grace)
 		s.grpc.Stop()
 		<-done
 	}

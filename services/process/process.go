@@ -35,7 +35,7 @@ type Serve struct {
 // RegisterFlags registers the shared serving flags with defaultListen.
 func (s *Serve) RegisterFlags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&s.Listen, "listen", defaultListen, "address to serve gRPC, gRPC-Web, Connect, health, reflection and /metrics on")
-	fs.DurationVar(&s.Grace, "grace", 15*time.Second, "how long in-flight requests may finish after SIGINT/SIGTERM")
+	fs.DurationVar(&s.Grace, "drain-timeout", 15*time.Second, "after SIGINT/SIGTERM (deregister, NOT_SERVING, stop accepting), how long in-flight requests may finish before they are cut")
 	s.TLS.RegisterFlags(fs)
 }
 

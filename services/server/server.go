@@ -171,7 +171,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer cancel()
 	err := s.http.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		s.cfg.Logger.Warn("grace period over, closing remaining connections", "grace", grace)
+		s.cfg.Logger.Warn("drain timeout over, closing remaining connections", "drain_timeout", grace)
 		err = s.http.Close()
 	}
 	if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -311,6 +312,15 @@ func TestGracefulShutdown(t *testing.T) {
 			case err := <-r.done:
 				t.Fatalf("Serve returned (%v) while a stream was in flight", err)
 			default:
+			}
+			// The hook has returned; NOT_SERVING follows it at once, while the stream
+			// is still held open by the gate.
+			deadline := time.Now().Add(10 * time.Second)
+			for r.srv.HealthStatus() != grpchealth.StatusNotServing && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if st := r.srv.HealthStatus(); st != grpchealth.StatusNotServing {
+				t.Errorf("health %v while draining an in-flight stream, want NOT_SERVING", st)
 			}
 
 			close(g.release)
