@@ -127,6 +127,19 @@ func TestHTTPPromptLongerThanContext(t *testing.T) {
 	if r.status != 200 || int(b.lastReq().GetMaxTokens()) != 512-n {
 		t.Errorf("status %d, backend max_tokens %d, want %d", r.status, b.lastReq().GetMaxTokens(), 512-n)
 	}
+	// An explicit max_tokens that does not fit beside the prompt is refused, naming
+	// the counts; one that just fits is passed on as asked.
+	r = do(t, h, "POST", "/v1/completions", `{"prompt":"`+prompt+`","max_tokens":`+itoaT(512-n+1)+`}`)
+	msg, _, param, code := errorShape(t, r.body)
+	if r.status != 400 || param == nil || *param != "max_tokens" || code == nil || *code != "context_length_exceeded" ||
+		!strings.Contains(msg, "513") || !strings.Contains(msg, itoaT(n)+" in the prompt") {
+		t.Errorf("max_tokens past the context: status %d param %v code %v message %q; want 400 on max_tokens naming 513 = %d + %d",
+			r.status, param, code, msg, n, 512-n+1)
+	}
+	r = do(t, h, "POST", "/v1/completions", `{"prompt":"`+prompt+`","max_tokens":`+itoaT(512-n)+`}`)
+	if r.status != 200 || int(b.lastReq().GetMaxTokens()) != 512-n {
+		t.Errorf("max_tokens that just fits: status %d, backend max_tokens %d, want 200 and %d", r.status, b.lastReq().GetMaxTokens(), 512-n)
+	}
 }
 
 func itoaT(n int) string { b, _ := json.Marshal(n); return string(b) }

@@ -113,13 +113,21 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 			"the prompt is %d tokens but the model's context length is %d tokens, which leaves no room for output; shorten the %s",
 			len(ids), f.cfg.ContextLength, r.promptParam)
 	}
-	maxTokens := f.cfg.DefaultMaxTokens
+	// An explicit budget that does not fit is refused, as OpenAI and vLLM do: the
+	// client asked for more than it can get and should know now, not from a short
+	// answer. The default budget is capped instead; the finish reason "length" says
+	// when it ran out.
+	maxTokens := min(f.cfg.DefaultMaxTokens, room)
 	if r.maxTokens > 0 {
+		if int(r.maxTokens) > room {
+			e := invalidField(r.maxTokensParam,
+				"the model's context length is %d tokens, but %d tokens were requested (%d in the %s, %d in %s); reduce the %s or %s",
+				f.cfg.ContextLength, len(ids)+int(r.maxTokens), len(ids), r.promptParam, r.maxTokens, r.maxTokensParam, r.promptParam, r.maxTokensParam)
+			e.oaiCode = "context_length_exceeded"
+			return nil, e
+		}
 		maxTokens = int(r.maxTokens)
 	}
-	// Capping rather than refusing lets a client ask for "as much as fits"; the
-	// finish reason "length" tells it the budget ran out.
-	maxTokens = min(maxTokens, room)
 
 	sp := &workerv1.SamplingParams{Temperature: f.cfg.DefaultTemperature, TopP: 1}
 	if r.temperature != nil {
