@@ -97,8 +97,19 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	}
 	eventually(t, 15*time.Second, "the undrained worker is passing again", func() bool { return len(passing(t, a, "tandem-decode")) == 2 })
 
-	// A stopped worker is removed from routing.
+	// A stopped worker is removed from routing. It deregisters itself as its drain
+	// begins: by the time the process has exited it is gone from the catalog, not
+	// merely failing its check (which would leave it listed as critical).
 	d2.stop(t)
+	all, _, err := a.API.Health().Service("tandem-decode", "", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all {
+		if strings.Contains(e.Service.ID, "decode-c2") {
+			t.Errorf("decode-c2 exited after SIGTERM but is still in Consul's catalog (checks %v)", e.Checks.AggregatedStatus())
+		}
+	}
 	eventually(t, 15*time.Second, "the stopped worker leaves Consul", func() bool { return len(passing(t, a, "tandem-decode")) == 1 })
 	onlyFirst(t, fe.addr, 20*time.Second, "after stopping decode-c2")
 
