@@ -44,8 +44,13 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("consul kv put: %v %s", err, out)
 	}
-	eventually(t, 10*time.Second, "the raised threshold makes the long prompt local", func() bool {
-		_, path := chat(t, fe.addr, long)
+	// Each check below uses a prompt the decode worker has never seen: a repeated
+	// one would be cached there from its remote prefill and go local whatever the
+	// threshold says.
+	fresh := 0
+	freshLong := func() string { fresh++; return fmt.Sprintf("Fresh prompt %d. %s", fresh, long) }
+	eventually(t, 10*time.Second, "the raised threshold makes a long prompt local", func() bool {
+		_, path := chat(t, fe.addr, freshLong())
 		return path == "local"
 	})
 	// Malformed config is refused; the last good one stays.
@@ -55,8 +60,10 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second) // let the watches see the bad values
-	if _, path := chat(t, fe.addr, long); path != "local" {
-		t.Errorf("after malformed config the long prompt went %s; the last good config (local) should stay", path)
+	for range 3 {
+		if _, path := chat(t, fe.addr, freshLong()); path != "local" {
+			t.Errorf("after malformed config a long prompt went %s; the last good config (threshold 100000: local) should stay", path)
+		}
 	}
 	if !metricAtLeast(t, d1.addr, `tandem_config_rejected_total{key="tandem/config/decode"}`, 3) {
 		t.Errorf("the rejected configs were not counted")
