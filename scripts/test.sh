@@ -33,6 +33,16 @@ export TANDEM_CONSUL_BIN
 "$TANDEM_CONSUL_BIN" version | head -n 1 || true
 
 step "go test"
+# The compose smoke test (integration/TestComposeSmoke) needs a Docker engine and
+# docker compose; without them it skips, and a skip inside `go test ./...` is silent,
+# so say it here.
+if ! docker info >/dev/null 2>&1; then
+  echo "SKIPPED: the compose smoke test (TestComposeSmoke): no Docker engine (docker info failed)"
+elif ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  echo "SKIPPED: the compose smoke test (TestComposeSmoke): neither docker compose nor docker-compose is installed"
+else
+  echo "the compose smoke test runs: $(docker compose version 2>/dev/null || docker-compose version --short)"
+fi
 go test -race -count=1 -timeout 20m ./...
 
 # go test above replays every fuzz target's seeds and committed corpus
