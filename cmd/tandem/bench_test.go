@@ -1,0 +1,718 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary also stands in for tandem itself. With benchTestMain set it runs
+// main, so that a test sees the real exit status; with benchTestFakeTandem set it
+// plays the service its first argument names for bench compare, as
+// bench/cluster's tests do: it logs where it listens as tandem does, the frontend
+// serves fakeOpenAI, and it exits on SIGTERM. (bench/cluster strips TANDEM_*
+// variables from the children's environment, so these names must not start so.)
+const (
+	benchTestMain       = "BENCHTEST_RUN_MAIN"
+	benchTestFakeTandem = "BENCHTEST_FAKE_TANDEM"
+)
+
+func TestMain(m *testing.M) {
+	switch {
+	case os.Getenv(benchTestMain) != "":
+		main()
+		os.Exit(0)
+	case os.Getenv(benchTestFakeTandem) != "":
+		fakeTandem(os.Args[1:])
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func fakeTandem(args []string) {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.Exit(3)
+	}
+	if args[0] == "frontend" {
+		go http.Serve(ln, newFakeOpenAI())
+	}
+	fmt.Fprintf(os.Stderr, `{"level":"INFO","msg":"%s listening","addr":%q}`+"\n", args[0], ln.Addr().String())
+	<-stop
+	os.Exit(0)
+}
+
+// fakeOpenAI is a small OpenAI-compatible server. It streams max_tokens content
+// chunks ("tok "), then a usage chunk when stream_options.include_usage asks for
+// one, then [DONE]. What it does depends on max_tokens, so that each class of a
+// mixed workload gets its own behaviour:
+//
+//	3: x-tandem-prefill-path: local
+//	4: x-tandem-prefill-path: remote
+//	5: no header; the first chunk says "tandem":{"prefill_path":"fallback"}
+//	6: 503 with an OpenAI error, before any stream
+//	7: like 3, but waits 60ms before its first chunk
+//
+// It reports prompt_tokens as 100+max_tokens. It counts what it sent.
+type fakeOpenAI struct {
+	mu       sync.Mutex
+	requests int            // generation requests, streamed or not
+	noUsage  int            // streamed requests that did not ask for usage
+	models   map[string]int // the "model" field of each request
+	paths    map[string]int // completed streams by the prefill path they were given
+	byMax    map[int]int    // completed streams by max_tokens
+	endpoint map[string]int // requests by URL path
+}
+
+func newFakeOpenAI() *fakeOpenAI {
+	return &fakeOpenAI{models: map[string]int{}, paths: map[string]int{}, byMax: map[int]int{}, endpoint: map[string]int{}}
+}
+
+func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+		io.WriteString(w, `{"object":"list","data":[{"id":"fake-model","object":"model"},{"id":"other","object":"model"}]}`)
+		return
+	}
+	chat := r.URL.Path == "/v1/chat/completions"
+	if r.Method != http.MethodPost || !chat && r.URL.Path != "/v1/completions" {
+		http.NotFound(w, r)
+		return
+	}
+	var req struct {
+		Model         string `json:"model"`
+		MaxTokens     int    `json:"max_tokens"`
+		Stream        bool   `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, `{"error":{"message":"bad body","type":"invalid_request_error"}}`, http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.requests++
+	f.models[req.Model]++
+	f.endpoint[r.URL.Path]++
+	if req.Stream && !req.StreamOptions.IncludeUsage {
+		f.noUsage++
+	}
+	f.mu.Unlock()
+	if !req.Stream { // bench/cluster's readiness probe
+		io.WriteString(w, `{"object":"text_completion","choices":[{"index":0,"text":"x","finish_reason":"length"}]}`)
+		return
+	}
+	if req.MaxTokens == 6 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":{"message":"overloaded","type":"server_error"}}`)
+		return
+	}
+	path := map[int]string{3: "local", 4: "remote", 7: "local"}[req.MaxTokens]
+	if path != "" {
+		w.Header().Set("x-tandem-prefill-path", path)
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	if req.MaxTokens == 7 {
+		time.Sleep(60 * time.Millisecond)
+	}
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		fl.Flush()
+	}
+	for i := range max(req.MaxTokens, 1) {
+		choice := map[string]any{"index": 0, "text": "tok ", "finish_reason": nil}
+		obj := "text_completion"
+		if chat {
+			choice = map[string]any{"index": 0, "delta": map[string]any{"content": "tok "}, "finish_reason": nil}
+			obj = "chat.completion.chunk"
+		}
+		ev := map[string]any{"id": "cmpl-1", "object": obj, "model": req.Model, "choices": []any{choice}}
+		if i == 0 && req.MaxTokens == 5 {
+			ev["tandem"] = map[string]any{"prefill_path": "fallback"}
+		}
+		send(ev)
+		time.Sleep(time.Millisecond) // gaps between chunks, so ITLs are not all zero
+	}
+	if req.StreamOptions.IncludeUsage {
+		send(map[string]any{"id": "cmpl-1", "object": "chat.completion.chunk", "choices": []any{},
+			"usage": map[string]any{"prompt_tokens": 100 + req.MaxTokens, "completion_tokens": req.MaxTokens, "total_tokens": 100 + 2*req.MaxTokens}})
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+	fl.Flush()
+	if path == "" && req.MaxTokens == 5 {
+		path = "fallback"
+	}
+	f.mu.Lock()
+	f.paths[path]++
+	f.byMax[req.MaxTokens]++
+	f.mu.Unlock()
+}
+
+func (f *fakeOpenAI) snapshot() (requests, noUsage int, models, paths map[string]int, byMax map[int]int, endpoint map[string]int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cp := func(m map[string]int) map[string]int {
+		c := map[string]int{}
+		for k, v := range m {
+			c[k] = v
+		}
+		return c
+	}
+	bm := map[int]int{}
+	for k, v := range f.byMax {
+		bm[k] = v
+	}
+	return f.requests, f.noUsage, cp(f.models), cp(f.paths), bm, cp(f.endpoint)
+}
+
+func startFake(t *testing.T) (*fakeOpenAI, string) {
+	t.Helper()
+	f := newFakeOpenAI()
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, srv.URL
+}
+
+// benchOut is the part of the JSON file the tests read.
+type benchOut struct {
+	Command []string `json:"command"`
+	Runs    []struct {
+		Label       string          `json:"label"`
+		Group       string          `json:"group"`
+		Workload    string          `json:"workload"`
+		Concurrency int             `json:"concurrency"`
+		Rate        float64         `json:"rate"`
+		SLO         string          `json:"slo"`
+		Overall     summaryOut      `json:"overall"`
+		Classes     []summaryOut    `json:"classes"`
+		Requests    json.RawMessage `json:"requests"`
+	} `json:"runs"`
+}
+
+type summaryOut struct {
+	Class        string          `json:"class"`
+	Requests     int             `json:"requests"`
+	Completed    int             `json:"completed"`
+	Failed       int             `json:"failed"`
+	Aborted      int             `json:"aborted"`
+	DurationS    float64         `json:"duration_s"`
+	InputTokens  int             `json:"input_tokens"`
+	OutputTokens int             `json:"output_tokens"`
+	GoodRequests *int            `json:"good_requests"`
+	Goodput      *float64        `json:"goodput"`
+	TTFT         struct{ N int } `json:"ttft"`
+	ITL          struct{ N int } `json:"itl"`
+	PrefillPaths map[string]int  `json:"prefill_paths"`
+	Errors       map[string]int  `json:"errors"`
+}
+
+func readBenchJSON(t *testing.T, path string) benchOut {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the --json file: %v", err)
+	}
+	var out benchOut
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("the --json file is not JSON: %v\n%s", err, b)
+	}
+	return out
+}
+
+func runTandem(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = run(ctx, args, func(string) string { return "" }, &o, &e)
+	return o.String(), e.String(), err
+}
+
+func checkNoProgressBar(t *testing.T, stderr string) {
+	t.Helper()
+	if strings.Contains(stderr, "\r") || strings.Contains(stderr, "in flight") {
+		t.Errorf("a progress bar was drawn on stderr, which is not a terminal:\n%q", stderr)
+	}
+}
+
+func checkPNGs(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.png"))
+	if len(files) == 0 {
+		t.Fatalf("no PNG written to %s", dir)
+	}
+	for _, w := range want {
+		if _, err := os.Stat(filepath.Join(dir, w)); err != nil {
+			t.Errorf("chart %s not written: %v", w, err)
+		}
+	}
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(r)
+		r.Close()
+		if err != nil {
+			t.Errorf("%s is not a PNG: %v", f, err)
+			continue
+		}
+		if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
+			t.Errorf("%s is %v, too small to be a chart", f, b)
+		}
+	}
+}
+
+// A mixed workload against a server whose classes succeed by different prefill
+// paths and one of which fails: the JSON, the charts and the table say what the
+// server did.
+func TestBenchMixedJSONPlotsSLO(t *testing.T) {
+	fake, url := startFake(t)
+	dir := t.TempDir()
+	jsonPath, plots := filepath.Join(dir, "out.json"), filepath.Join(dir, "charts")
+	stdout, stderr, err := runTandem(t, "bench", "--url", url, "--endpoint", "chat",
+		"--workload", "mixed", "--mix", "local=1:8/3,remote=1:12/4,fallback=1:16/5,broken=1:8/6",
+		"--requests", "24", "--concurrency", "4", "--seed", "7",
+		"--slo", "ttft=600000,tpot=600000", "--json", jsonPath, "--plots", plots)
+	if err != nil {
+		t.Fatalf("bench failed: %v\nstderr:\n%s", err, stderr)
+	}
+	requests, noUsage, models, paths, byMax, endpoint := fake.snapshot()
+	if requests != 24 || endpoint["/v1/chat/completions"] != 24 {
+		t.Errorf("the server saw %d requests (%v); want 24 to /v1/chat/completions", requests, endpoint)
+	}
+	if models["fake-model"] != 24 {
+		t.Errorf("models asked for: %v; want the first one /v1/models lists, fake-model, on all 24", models)
+	}
+	if noUsage != 0 {
+		t.Errorf("%d streamed requests did not ask for usage", noUsage)
+	}
+
+	out := readBenchJSON(t, jsonPath)
+	if len(out.Runs) != 1 {
+		t.Fatalf("%d runs in the JSON, want 1", len(out.Runs))
+	}
+	if got := strings.Join(out.Command, " "); !strings.HasPrefix(got, "tandem bench --url ") || !strings.Contains(got, "--workload mixed") {
+		t.Errorf("command in the JSON is %q", got)
+	}
+	rn := out.Runs[0]
+	if !strings.HasPrefix(rn.Workload, "mixed ") || rn.Concurrency != 4 || rn.SLO != "ttft=600000,tpot=600000" || rn.Label != "concurrency=4" {
+		t.Errorf("run: workload %q, concurrency %d, slo %q, label %q", rn.Workload, rn.Concurrency, rn.SLO, rn.Label)
+	}
+	all := rn.Overall
+	if all.Class != "all" || all.Requests != 24 || all.Completed+all.Failed != 24 || all.Aborted != 0 {
+		t.Errorf("overall: %+v; want 24 requests, each completed or failed", all)
+	}
+	// Prefill paths: exactly what the server sent, by header or in the stream.
+	delete(paths, "")
+	for k, v := range paths {
+		if all.PrefillPaths[k] != v {
+			t.Errorf("prefill_paths %v; the server sent %v", all.PrefillPaths, paths)
+			break
+		}
+	}
+	if len(all.PrefillPaths) != len(paths) {
+		t.Errorf("prefill_paths %v; the server sent %v", all.PrefillPaths, paths)
+	}
+	// Per class, in the mix's order, each with what the server did for its max_tokens.
+	want := []struct {
+		name, path string
+		max        int
+	}{{"local", "local", 3}, {"remote", "remote", 4}, {"fallback", "fallback", 5}, {"broken", "", 6}}
+	if len(rn.Classes) != len(want) {
+		t.Fatalf("classes %+v; want %d", rn.Classes, len(want))
+	}
+	sum := 0
+	for i, w := range want {
+		c := rn.Classes[i]
+		sum += c.Requests
+		if c.Class != w.name {
+			t.Errorf("classes[%d] is %q, want %q", i, c.Class, w.name)
+			continue
+		}
+		if c.Requests == 0 {
+			t.Errorf("class %s sent no request in 24 (seed 7): the mix is not drawn from", w.name)
+		}
+		if w.max == 6 {
+			if c.Completed != 0 || c.Failed != c.Requests || c.Errors["HTTP 503: overloaded"] != c.Requests {
+				t.Errorf("class broken: %+v; want every request failed with HTTP 503: overloaded", c)
+			}
+			if c.GoodRequests == nil || *c.GoodRequests != 0 || c.Goodput == nil || *c.Goodput != 0 {
+				t.Errorf("class broken: goodput %v (%v requests); a failed request is never good", c.Goodput, c.GoodRequests)
+			}
+			continue
+		}
+		if c.Completed != byMax[w.max] || c.Failed != 0 || c.Completed != c.Requests {
+			t.Errorf("class %s: %d completed, %d failed of %d; the server completed %d", w.name, c.Completed, c.Failed, c.Requests, byMax[w.max])
+		}
+		if len(c.PrefillPaths) != 1 || c.PrefillPaths[w.path] != c.Completed {
+			t.Errorf("class %s: prefill_paths %v, want %s=%d", w.name, c.PrefillPaths, w.path, c.Completed)
+		}
+		// Token counts come from the usage chunk, not from counting chunks.
+		if c.OutputTokens != c.Completed*w.max || c.InputTokens != c.Completed*(100+w.max) {
+			t.Errorf("class %s: %d in, %d out tokens; the server reported %d and %d per request", w.name, c.InputTokens, c.OutputTokens, 100+w.max, w.max)
+		}
+		if c.TTFT.N != c.Completed || c.ITL.N != c.Completed*(w.max-1) {
+			t.Errorf("class %s: %d TTFTs and %d ITLs for %d requests of %d chunks", w.name, c.TTFT.N, c.ITL.N, c.Completed, w.max)
+		}
+		// The SLO is generous: every completed request is good.
+		if c.GoodRequests == nil || *c.GoodRequests != c.Completed || c.Goodput == nil || c.DurationS <= 0 ||
+			!approx(*c.Goodput, float64(c.Completed)/c.DurationS) {
+			t.Errorf("class %s: good %v, goodput %v over %gs; want all %d completed good", w.name, c.GoodRequests, c.Goodput, c.DurationS, c.Completed)
+		}
+	}
+	if sum != 24 {
+		t.Errorf("the classes add up to %d requests, not 24", sum)
+	}
+	if all.GoodRequests == nil || *all.GoodRequests != all.Completed {
+		t.Errorf("overall good requests %v, completed %d", all.GoodRequests, all.Completed)
+	}
+	var recs []map[string]any
+	if err := json.Unmarshal(rn.Requests, &recs); err != nil || len(recs) != 24 {
+		t.Errorf("per-request records: %d (%v), want 24", len(recs), err)
+	}
+
+	checkPNGs(t, plots, "ttft_cdf.png", "itl_cdf.png")
+	for _, s := range []string{"== concurrency=4: mixed", "good/s (ttft=600000,tpot=600000)", "local", "remote", "fallback", "broken", "HTTP 503: overloaded", "TTFT", "ITL"} {
+		if !strings.Contains(stdout, s) {
+			t.Errorf("the report does not mention %q:\n%s", s, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "bench: wrote "+jsonPath) || !strings.Contains(stderr, "bench: wrote "+filepath.Join(plots, "ttft_cdf.png")) {
+		t.Errorf("stderr does not say what was written:\n%s", stderr)
+	}
+	checkNoProgressBar(t, stderr)
+}
+
+func approx(a, b float64) bool { return a-b < 1e-9*max(1, b) && b-a < 1e-9*max(1, b) }
+
+// An SLO that a class cannot meet by construction (the server waits 60ms before
+// its first chunk; the objective is 5ms) counts none of it as good.
+func TestBenchGoodputMissedSLO(t *testing.T) {
+	_, url := startFake(t)
+	jsonPath := filepath.Join(t.TempDir(), "out.json")
+	stdout, stderr, err := runTandem(t, "bench", "--url", url, "--model", "m", "--workload", "fixed", "--isl", "8", "--osl", "7",
+		"--requests", "3", "--concurrency", "3", "--slo", "ttft:5", "--json", jsonPath, "--per-request=false")
+	if err != nil {
+		t.Fatalf("bench failed: %v\n%s", err, stderr)
+	}
+	rn := readBenchJSON(t, jsonPath).Runs[0]
+	all := rn.Overall
+	if rn.SLO != "ttft=5" || all.Completed != 3 || all.GoodRequests == nil || *all.GoodRequests != 0 || all.Goodput == nil || *all.Goodput != 0 {
+		t.Errorf("slo %q, %d completed, good %v, goodput %v; want 3 completed, none good", rn.SLO, all.Completed, all.GoodRequests, all.Goodput)
+	}
+	if len(rn.Requests) != 0 {
+		t.Errorf("--per-request=false, yet the JSON has requests: %s", rn.Requests)
+	}
+	if !strings.Contains(stdout, "0.000 (0)") {
+		t.Errorf("the report does not show zero goodput:\n%s", stdout)
+	}
+}
+
+// Each --workload sends what it says, and the report names it and its classes.
+func TestBenchWorkloads(t *testing.T) {
+	jsonl := filepath.Join(t.TempDir(), "w.jsonl")
+	if err := os.WriteFile(jsonl, []byte(`{"prompt":"hello there","max_tokens":3,"class":"greet"}`+"\n"+
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		requests int
+		workload string
+		classes  []string
+	}{
+		{"fixed", []string{"--workload", "fixed", "--isl", "8", "--osl", "3", "--requests", "4"}, 4, "fixed 8/3", []string{"8/3"}},
+		{"default is fixed", []string{"--isl", "8", "--osl", "4", "--requests", "2"}, 2, "fixed 8/4", []string{"8/4"}},
+		{"shared-prefix", []string{"--workload", "shared-prefix", "--prefix-len", "16", "--isl", "4", "--osl", "3", "--turns", "2", "--conversations", "2", "--requests", "4", "--concurrency", "2"},
+			4, "shared-prefix prefix=16", []string{"turn-1", "turn-2"}},
+		{"jsonl", []string{"--workload", "jsonl", "--file", jsonl, "--requests", "2", "--concurrency", "1"}, 2, "jsonl (2 requests)", []string{"greet", "jsonl"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake, url := startFake(t)
+			jsonPath := filepath.Join(t.TempDir(), "out.json")
+			stdout, stderr, err := runTandem(t, append([]string{"bench", "--url", url, "--json", jsonPath}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("bench failed: %v\n%s", err, stderr)
+			}
+			n, _, _, _, _, endpoint := fake.snapshot()
+			if n != tc.requests || endpoint["/v1/completions"] != tc.requests {
+				t.Errorf("the server saw %d requests (%v), want %d to /v1/completions", n, endpoint, tc.requests)
+			}
+			rn := readBenchJSON(t, jsonPath).Runs[0]
+			if !strings.HasPrefix(rn.Workload, tc.workload) || rn.Overall.Requests != tc.requests || rn.Overall.Completed != tc.requests {
+				t.Errorf("workload %q with %d requests, %d completed; want %q, %d", rn.Workload, rn.Overall.Requests, rn.Overall.Completed, tc.workload, tc.requests)
+			}
+			var got []string
+			for _, c := range rn.Classes {
+				got = append(got, c.Class)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.classes, ",") {
+				t.Errorf("classes %v, want %v", got, tc.classes)
+			}
+			for _, c := range tc.classes {
+				if !strings.Contains(stdout, c) {
+					t.Errorf("the report does not mention class %s:\n%s", c, stdout)
+				}
+			}
+			checkNoProgressBar(t, stderr)
+		})
+	}
+}
+
+// A rate sweep runs once per rate and prints the sweep table; the JSON has a run
+// per rate.
+func TestBenchRateSweep(t *testing.T) {
+	fake, url := startFake(t)
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "out.json")
+	stdout, stderr, err := runTandem(t, "bench", "--url", url, "--isl", "8", "--osl", "3", "--rate", "200,400", "--requests", "3",
+		"--json", jsonPath, "--plots", dir)
+	if err != nil {
+		t.Fatalf("bench failed: %v\n%s", err, stderr)
+	}
+	if n, _, _, _, _, _ := fake.snapshot(); n != 6 {
+		t.Errorf("the server saw %d requests, want 3 per rate", n)
+	}
+	out := readBenchJSON(t, jsonPath)
+	if len(out.Runs) != 2 || out.Runs[0].Label != "rate=200" || out.Runs[1].Label != "rate=400" || out.Runs[1].Rate != 400 {
+		t.Fatalf("runs %+v, want rate=200 then rate=400", out.Runs)
+	}
+	if !strings.Contains(stdout, "== sweep") || !strings.Contains(stdout, "rate=400") {
+		t.Errorf("no sweep table:\n%s", stdout)
+	}
+	checkPNGs(t, dir, "ttft_cdf.png")
+}
+
+// Bad flags are refused with an error that names the problem, before any request
+// is sent.
+func TestBenchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workload", "nope"}, `unknown --workload "nope"`},
+		{[]string{"--slo", "ttft"}, `SLO "ttft": want key=milliseconds`},
+		{[]string{"--slo", "ttft=-5"}, "positive number of milliseconds"},
+		{[]string{"--slo", "latency=5"}, `unknown objective "latency"`},
+		{[]string{"--rate", "0"}, "each rate must be a positive number"},
+		{[]string{"--rate", "2", "--concurrency", "0"}, "--concurrency must be positive"},
+		{[]string{"--workload", "jsonl"}, "--workload jsonl needs --file"},
+		{[]string{"--workload", "mixed", "--mix", "0.5:64"}, "want weight:ISL/OSL"},
+		{[]string{"--endpoint", "embeddings"}, `endpoint "embeddings"`},
+		{[]string{"--requests", "-1"}, "must not be negative"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			fake, url := startFake(t)
+			_, stderr, err := runTandem(t, append([]string{"bench", "--url", url}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q\nstderr:\n%s", err, tc.want, stderr)
+			}
+			if n, _, _, _, _, _ := fake.snapshot(); n != 0 {
+				t.Errorf("%d requests sent despite the bad flag", n)
+			}
+		})
+	}
+	// A bad URL is refused the same way.
+	if _, _, err := runTandem(t, "bench", "--url", "localhost:1"); err == nil || !strings.Contains(err.Error(), "must start with http://") {
+		t.Errorf("--url without a scheme: %v", err)
+	}
+}
+
+// What a user running the binary sees: status 1 and the error on stderr for a bad
+// flag, status 0 for a good run.
+func TestBenchExitStatus(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := startFake(t)
+	for _, tc := range []struct {
+		args   []string
+		status int
+		stderr string
+	}{
+		{[]string{"bench", "--url", url, "--workload", "nope"}, 1, `tandem: bench: unknown --workload "nope"`},
+		{[]string{"bench", "--url", url, "--slo", "ttft=abc"}, 1, `tandem: bench: SLO "ttft=abc"`},
+		{[]string{"bench", "--url", url, "--model", "m", "--isl", "8", "--osl", "3", "--requests", "2"}, 0, ""},
+	} {
+		cmd := exec.Command(exe, tc.args...)
+		cmd.Env = append(os.Environ(), benchTestMain+"=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		status := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			status = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if status != tc.status || !strings.Contains(stderr.String(), tc.stderr) {
+			t.Errorf("tandem %s: status %d, stderr %q; want %d and %q", strings.Join(tc.args[2:], " "), status, stderr.String(), tc.status, tc.stderr)
+		}
+		if tc.status == 0 && !strings.Contains(stdout.String(), "== concurrency=4: fixed 8/3") {
+			t.Errorf("a good run printed no report:\n%s", stdout.String())
+		}
+	}
+}
+
+// On a terminal stderr the bar is drawn; elsewhere (every other test) it is not.
+func TestBenchProgressBarOnTerminal(t *testing.T) {
+	master, slave, err := openPTY()
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	defer master.Close()
+	var seen bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		io.Copy(&seen, master) // ends with EIO once the slave is closed
+	}()
+	_, url := startFake(t)
+	var stdout bytes.Buffer
+	err = run(context.Background(), []string{"bench", "--url", url, "--model", "m", "--isl", "8", "--osl", "3", "--requests", "4", "--concurrency", "2"},
+		func(string) string { return "" }, &stdout, slave)
+	slave.Close()
+	<-copied
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := seen.String(); !strings.Contains(s, "\rconcurrency=2 [") || !strings.Contains(s, "4/4") || !strings.Contains(s, "in flight") {
+		t.Errorf("no progress bar on the terminal:\n%q", s)
+	}
+	if strings.Contains(stdout.String(), "\r") {
+		t.Errorf("the bar leaked into stdout")
+	}
+}
+
+// openPTY opens a pseudo-terminal pair with the Linux ptmx interface.
+func openPTY() (master, slave *os.File, err error) {
+	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd := int(master.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+// bench compare starts its deployments as processes of the binary it is given.
+// Here that is this test binary playing each service (see TestMain), with the
+// frontend serving fakeOpenAI: what is tested is compare's own work (running the
+// workload on each deployment in turn, compare.md, results.json, the charts), not
+// the workers, which the integration suite and bench/cluster's tests cover.
+func TestBenchCompare(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(benchTestFakeTandem, "1")
+	out := t.TempDir()
+	stdout, stderr, err := runTandem(t, "bench", "compare", "--binary", exe, "--pin=false", "--out", out,
+		"--deployments", "aggregated,threshold", "--workers", "2",
+		"--mix", "local=1:8/3,remote=1:8/4", "--requests", "6", "--concurrency", "2", "--url", "http://ignored:1")
+	if err != nil {
+		t.Fatalf("compare failed: %v\nstderr:\n%s", err, stderr)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "compare.md"))
+	if err != nil {
+		t.Fatalf("compare.md: %v", err)
+	}
+	m := string(md)
+	if !strings.HasPrefix(m, "```\ntandem bench compare --binary ") || !strings.Contains(m, "| run | class |") {
+		t.Errorf("compare.md does not start with the command and a table:\n%s", m)
+	}
+	for _, row := range []string{"| aggregated | all | 6 | 0 |", "| threshold | all | 6 | 0 |", "| aggregated | local |", "| threshold | remote |"} {
+		if !strings.Contains(m, row) {
+			t.Errorf("compare.md has no row %q:\n%s", row, m)
+		}
+	}
+	res := readBenchJSON(t, filepath.Join(out, "results.json"))
+	if len(res.Runs) != 2 || res.Runs[0].Group != "aggregated" || res.Runs[1].Group != "threshold" {
+		t.Fatalf("results.json runs: %+v; want aggregated then threshold", res.Runs)
+	}
+	for _, r := range res.Runs {
+		if r.Overall.Completed != 6 || !strings.HasPrefix(r.Workload, "mixed ") || r.Overall.PrefillPaths["local"]+r.Overall.PrefillPaths["remote"] != 6 {
+			t.Errorf("run %s: %+v", r.Label, r.Overall)
+		}
+	}
+	if res.Command[2] != "compare" {
+		t.Errorf("results.json command %v", res.Command)
+	}
+	checkPNGs(t, out, "ttft_cdf.png", "itl_cdf.png")
+	if !strings.Contains(stdout, "== comparison") || !strings.Contains(stdout, "== aggregated: mixed") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	for _, s := range []string{"compare: --url is ignored", "compare: not pinning", "compare: starting aggregated (0 prefill, 2 decode", "compare: starting threshold (1 prefill, 1 decode", "compare: wrote " + filepath.Join(out, "compare.md")} {
+		if !strings.Contains(stderr, s) {
+			t.Errorf("stderr does not say %q:\n%s", s, stderr)
+		}
+	}
+	if logs, _ := filepath.Glob(filepath.Join(out, "logs", "threshold-*.log")); len(logs) != 4 {
+		t.Errorf("logs of the threshold deployment: %v; want prefill, decode, router and frontend", logs)
+	}
+	checkNoProgressBar(t, stderr)
+}
+
+func TestBenchCompareBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workers", "1"}, "--workers must be at least 2"},
+		{[]string{"--deployments", "aggregated,bogus"}, `unknown deployment "bogus"`},
+		{[]string{"--workload", "nope"}, `unknown --workload "nope"`},
+		{[]string{"--slo", "tpot"}, `SLO "tpot"`},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			_, _, err := runTandem(t, append([]string{"bench", "compare", "--binary", "/nonexistent/tandem", "--out", out}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("--out %s was created although the flags were refused", out)
+			}
+		})
+	}
+}
