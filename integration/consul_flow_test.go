@@ -32,6 +32,11 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	if p := passing(t, a, "tandem-prefill")[0].Service; p.Meta["mode"] != "prefill" || p.Meta["kv_transfer_port"] == "" {
 		t.Errorf("tandem-prefill registered with meta %v, want its mode and KV transfer port", p.Meta)
 	}
+	for _, name := range []string{"tandem-router", "tandem-frontend"} {
+		if m := passing(t, a, name)[0].Service.Meta; m["version"] == "" || m["block_size"] != "16" {
+			t.Errorf("%s registered with meta %v, want its version and block size", name, m)
+		}
+	}
 	waitHealthy(t, fe.addr)
 	long := strings.Repeat("Disaggregation ships the KV cache between workers. ", 10)
 	eventually(t, 30*time.Second, "a long prompt is prefilled remotely", func() bool {

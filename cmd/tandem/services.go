@@ -101,7 +101,7 @@ func runWorker(ctx context.Context, mode string, args []string, getenv func(stri
 	if err != nil {
 		return err
 	}
-	workersvc.Version = version()
+	process.Version = version()
 	env, err := process.NewEnv(log, cfg.Serve.TLS)
 	if err != nil {
 		return err

@@ -56,7 +56,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	if *nDecode < 1 || *nPrefill < 0 {
 		return errors.New("up: --decode must be at least 1 and --prefill at least 0")
 	}
-	workersvc.Version = version()
+	process.Version = version()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (

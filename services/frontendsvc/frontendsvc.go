@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +134,8 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
-	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+telemetry.NewRequestID()[:8], srv.Addr(), nil)
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+telemetry.NewRequestID()[:8], srv.Addr(),
+		map[string]string{"model": cfg.Frontend.Model, "block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version})
 	if err != nil {
 		rc.Close()
 		srv.Close()

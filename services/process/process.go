@@ -22,6 +22,10 @@ import (
 	"github.com/tandem-serve/tandem/services/tlsconf"
 )
 
+// Version is the build's version, reported in WorkerInfo and in every service's
+// Consul metadata; cmd/tandem sets it from the build info before starting anything.
+var Version = "dev"
+
 // Serve is the flags every service shares.
 type Serve struct {
 	Listen string

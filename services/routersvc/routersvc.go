@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 
 	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/telemetry"
@@ -97,7 +98,8 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
-	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+telemetry.NewRequestID()[:8], srv.Addr(), nil)
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+telemetry.NewRequestID()[:8], srv.Addr(),
+		map[string]string{"block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version})
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("consul: %w", err)

@@ -26,8 +26,6 @@ import (
 	"github.com/tandem-serve/tandem/worker"
 )
 
-// Version is reported in WorkerInfo and Consul metadata; cmd/tandem sets it.
-var Version = "dev"
 
 // Service is a started worker.
 type Service struct {
@@ -69,7 +67,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	env.Logger = env.Logger.With("worker_id", id)
 	opts := env.HandlerOptions()
 	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
-	s.worker = worker.New(id, telemetry.NewRequestID(), mode, Version, eng)
+	s.worker = worker.New(id, telemetry.NewRequestID(), mode, process.Version, eng)
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
 	defer func() {
 		if err != nil && s.kv != nil {
@@ -115,7 +113,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	meta := map[string]string{
 		"mode": cfg.Mode, "model": info.Model, "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
-		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": Version,
+		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": process.Version,
 	}
 	if port := s.worker.WorkerInfo().GetKvTransferPort(); port != 0 {
 		// For operators reading the catalog; decode workers take it from WorkerInfo.
