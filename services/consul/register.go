@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -22,6 +23,11 @@ type Registration struct {
 type Registrar struct {
 	c   *Client
 	reg *api.AgentServiceRegistration
+
+	// mu makes Deregister final: a check-and-register in Run that was under way when
+	// the drain began would otherwise put the service back in the catalog.
+	mu   sync.Mutex
+	gone bool
 }
 
 // NewRegistrar prepares the registration of r with cfg's health check settings.
@@ -49,6 +55,11 @@ func (c *Client) NewRegistrar(cfg Config, r Registration) (*Registrar, error) {
 func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 	registered := false
 	for {
+		r.mu.Lock()
+		if r.gone {
+			r.mu.Unlock()
+			return
+		}
 		if !registered || !r.known() {
 			if err := r.c.API.Agent().ServiceRegister(r.reg); err != nil {
 				r.c.metrics.errors.WithLabelValues("register").Inc()
@@ -60,6 +71,7 @@ func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 				registered = true
 			}
 		}
+		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -79,6 +91,9 @@ func (r *Registrar) known() bool {
 
 // Deregister removes the service, so that nobody is sent to it while it drains.
 func (r *Registrar) Deregister() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gone = true
 	if err := r.c.API.Agent().ServiceDeregister(r.reg.ID); err != nil {
 		r.c.metrics.errors.WithLabelValues("deregister").Inc()
 		r.c.log.Warn("consul: cannot deregister", "id", r.reg.ID, "error", err)
