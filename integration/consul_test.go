@@ -62,15 +62,19 @@ type consulAgent struct {
 	bin     string
 	dataDir string
 	ports   [5]int // http, serf lan, serf wan, server, grpc
+	extra   []string
 	cmd     *exec.Cmd
 	done    chan struct{}
 	Addr    string
 	API     *api.Client
 }
 
-func startConsul(t *testing.T) *consulAgent {
+func startConsul(t *testing.T) *consulAgent { t.Helper(); return startConsulWith(t) }
+
+// startConsulWith starts a dev agent with extra command-line arguments.
+func startConsulWith(t *testing.T, extra ...string) *consulAgent {
 	t.Helper()
-	a := &consulAgent{t: t, bin: consulBinary(t), dataDir: t.TempDir()}
+	a := &consulAgent{t: t, bin: consulBinary(t), dataDir: t.TempDir(), extra: extra}
 	for i := range a.ports {
 		a.ports[i] = freePort(t)
 	}
@@ -93,6 +97,7 @@ func (a *consulAgent) start() {
 		"-http-port", fmt.Sprint(a.ports[0]), "-serf-lan-port", fmt.Sprint(a.ports[1]),
 		"-serf-wan-port", fmt.Sprint(a.ports[2]), "-server-port", fmt.Sprint(a.ports[3]),
 		"-grpc-port", fmt.Sprint(a.ports[4]), "-grpc-tls-port", "-1", "-dns-port", "-1")
+	a.cmd.Args = append(a.cmd.Args, a.extra...)
 	logf, err := os.Create(filepath.Join(a.dataDir, fmt.Sprintf("consul-%d.log", time.Now().UnixNano())))
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	wfs := newFlagSet("worker", "", stderr)
 	worker.RegisterFlags(wfs, "decode")
 	// Consul and TLS are for deployments across hosts; up runs on loopback.
-	consulFlags := []string{"consul", "advertise", "check-interval", "check-timeout", "deregister-after", "tags", "tls-cert", "tls-key", "tls-ca"}
+	consulFlags := []string{"consul", "advertise", "check-interval", "check-timeout", "deregister-after", "tags", "tls-cert", "tls-key", "tls-ca", "check-tls-verify", "check-tls-server-name"}
 	merge(fs, wfs, append([]string{"listen", "id", "prefill-workers", "kv-listen", "kv-advertise-port"}, consulFlags...)...)
 	var front frontendsvc.Config
 	ffs := newFlagSet("frontend", "", stderr)

@@ -46,6 +46,11 @@ type Config struct {
 	Tags            services.List
 	// CheckTLS makes the health check speak TLS, for a service serving it.
 	CheckTLS bool
+	// CheckTLSVerify makes the agent verify the service's certificate in that check,
+	// against the CA of its own TLS configuration; CheckTLSServerName is the name it
+	// checks (default: the advertised host).
+	CheckTLSVerify     bool
+	CheckTLSServerName string
 }
 
 // RegisterFlags registers the Consul flags.
@@ -56,6 +61,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", time.Second, "timeout of Consul's gRPC health check")
 	fs.DurationVar(&c.DeregisterAfter, "deregister-after", time.Minute, "Consul removes this service after its check has been critical this long (a backstop for crashes)")
 	fs.Var(&c.Tags, "tags", "comma-separated tags to register with")
+	fs.BoolVar(&c.CheckTLSVerify, "check-tls-verify", false,
+		"with TLS on, make Consul's health check verify this service's certificate; the agent needs enable_agent_tls_for_checks and a tls ca_file that trusts --tls-ca (without it the check only tests that the service answers over TLS)")
+	fs.StringVar(&c.CheckTLSServerName, "check-tls-server-name", "", "name the verifying health check expects in the certificate (default: the advertised host)")
 }
 
 // Enabled reports whether a Consul agent is configured.
@@ -68,6 +76,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CheckInterval <= 0 || c.CheckTimeout <= 0 || c.CheckTimeout > c.CheckInterval {
 		return fmt.Errorf("--check-timeout %s must be positive and at most --check-interval %s", c.CheckTimeout, c.CheckInterval)
+	}
+	if c.CheckTLSServerName != "" && !c.CheckTLSVerify {
+		return fmt.Errorf("--check-tls-server-name %q is used only with --check-tls-verify", c.CheckTLSServerName)
 	}
 	if c.DeregisterAfter < time.Minute {
 		// Consul rounds anything shorter up to a minute.

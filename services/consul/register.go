@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -36,15 +37,20 @@ func (c *Client) NewRegistrar(cfg Config, r Registration) (*Registrar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("advertise address %q: %w", r.Addr, err)
 	}
+	// Unless asked to verify, the check tests that the service answers, not who it
+	// is: an agent trusts this deployment's CA only when configured to.
+	verify := cfg.CheckTLS && cfg.CheckTLSVerify
+	serverName := ""
+	if verify {
+		serverName = cmp.Or(cfg.CheckTLSServerName, host)
+	}
 	return &Registrar{c: c, reg: &api.AgentServiceRegistration{
 		ID: r.ID, Name: r.Name, Address: host, Port: port, Tags: cfg.Tags, Meta: r.Meta,
 		Check: &api.AgentServiceCheck{
 			CheckID: r.ID + "-grpc", Name: "gRPC health of " + r.ID,
 			GRPC: r.Addr, Interval: cfg.CheckInterval.String(), Timeout: cfg.CheckTimeout.String(),
 			DeregisterCriticalServiceAfter: cfg.DeregisterAfter.String(),
-			// The agent holds no certificate of this deployment's CA: the check
-			// tests that the service answers, not who it is.
-			GRPCUseTLS: cfg.CheckTLS, TLSSkipVerify: cfg.CheckTLS,
+			GRPCUseTLS: cfg.CheckTLS, TLSSkipVerify: cfg.CheckTLS && !verify, TLSServerName: serverName,
 		},
 	}}, nil
 }
