@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -121,4 +122,53 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestUserOnLogLines: OpenAI's "user" field reaches the request's log lines (cut
+// to a bound), so a response can be traced to the end user it was served to.
+func TestUserOnLogLines(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(lockedWriter{&buf, &mu}, nil))
+	tok := testTokenizer(t)
+	b := &fakeBackend{output: tok.Encode("fine"), path: decodev1.PrefillPath_PREFILL_PATH_LOCAL}
+	f, err := New(testConfig(), tok, b, logger, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.HTTPHandler()
+	long := strings.Repeat("é", 1000)
+	if r := do(t, h, "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"user":"user-42"}`, "X-Request-Id", "u-1"); r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if r := do(t, h, "POST", "/v1/completions", `{"prompt":"hi","stream":true,"user":"`+long+`"}`, "X-Request-Id", "u-2"); r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	users := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec struct {
+			Msg       string `json:"msg"`
+			RequestID string `json:"request_id"`
+			User      string `json:"user"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == "generation started" || rec.Msg == "generation ended" {
+			users[rec.RequestID] = append(users[rec.RequestID], rec.User)
+		}
+	}
+	if got := users["u-1"]; len(got) != 2 || got[0] != "user-42" || got[1] != "user-42" {
+		t.Errorf("u-1's generation lines carry user %q, want user-42 on both", got)
+	}
+	for _, u := range users["u-2"] {
+		if len(u) > 256+len("…") || !strings.HasPrefix(long, strings.TrimSuffix(u, "…")) || !utf8.ValidString(u) {
+			t.Errorf("a 2000-byte user logged as %d bytes (%q...), want at most 256, cut on a character", len(u), u[:min(len(u), 20)])
+		}
+	}
+	if len(users["u-2"]) != 2 {
+		t.Errorf("u-2 has %d generation lines with a user, want 2", len(users["u-2"]))
+	}
 }

@@ -219,6 +219,7 @@ func (s *samplingFields) toGen(g *genRequest) error {
 		g.seed = &seed
 	}
 	g.stops = s.Stop
+	g.user = s.User
 	return nil
 }
 

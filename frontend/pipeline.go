@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -43,6 +44,9 @@ type genRequest struct {
 	seed           *uint64
 	stops          []string
 	explain        bool
+	// user is the client's end-user id (OpenAI's "user"): it goes on the request's
+	// log lines, so abuse or a bad answer can be traced to whom it was served.
+	user string
 }
 
 // prepared is a validated, tokenized request ready for the backend.
@@ -51,6 +55,7 @@ type prepared struct {
 	promptLen int
 	maxTokens int
 	stops     []string
+	user      string
 }
 
 // prepare validates r against the model and turns it into a decode request.
@@ -154,6 +159,7 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		promptLen: len(ids),
 		maxTokens: maxTokens,
 		stops:     stops,
+		user:      r.user,
 	}, nil
 }
 
@@ -199,6 +205,9 @@ type generation struct {
 // prefill decision: HTTP needs it for a response header, and headers go before the
 // body.
 func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, started time.Time) (*generation, error) {
+	if p.user != "" {
+		log = log.With("user", logSafe(p.user, maxLoggedUser))
+	}
 	stream, route, err := f.backend.Generate(ctx, p.req)
 	if err != nil {
 		return nil, backendError(err)
@@ -365,4 +374,19 @@ func (g *generation) close(endpoint string) {
 	}
 	g.log.Info("generation ended", "finish_reason", g.finish, "prompt_tokens", u.prompt,
 		"completion_tokens", u.completion, "cached_tokens", u.cached, "duration", time.Since(g.started))
+}
+
+// maxLoggedUser bounds the "user" a log line carries: it is the client's string,
+// and a client must not be able to fill the logs with it.
+const maxLoggedUser = 256
+
+// logSafe is s cut to at most n bytes, on a character boundary.
+func logSafe(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
