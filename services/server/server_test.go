@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/engine/sim"
@@ -189,6 +190,29 @@ func TestReflection(t *testing.T) {
 		t.Errorf("no file descriptor for %s: %v", workerv1connect.WorkerServiceName, resp.GetErrorResponse())
 	}
 	_ = stream.CloseSend()
+
+	// Older clients (grpcurl before v1.8.8, many IDEs) speak only v1alpha.
+	alpha, err := reflectionv1alpha.NewServerReflectionClient(r.conn).ServerReflectionInfo(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alpha.Send(&reflectionv1alpha.ServerReflectionRequest{
+		MessageRequest: &reflectionv1alpha.ServerReflectionRequest_ListServices{ListServices: "*"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	aresp, err := alpha.Recv()
+	if err != nil {
+		t.Fatalf("reflection v1alpha: %v", err)
+	}
+	names = names[:0]
+	for _, s := range aresp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !slices.Contains(names, workerv1connect.WorkerServiceName) {
+		t.Errorf("reflection v1alpha lists %v, missing %s", names, workerv1connect.WorkerServiceName)
+	}
+	_ = alpha.CloseSend()
 }
 
 func TestMetrics(t *testing.T) {
