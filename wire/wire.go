@@ -7,6 +7,8 @@ import (
 	"errors"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/engine"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
@@ -58,24 +60,42 @@ func Layout(p *workerv1.KVLayout) engine.Layout {
 	}
 }
 
-// Error gives an engine failure the status code a caller can act on.
+// Error gives an engine failure the status code a caller can act on. A failure that
+// already carries a code keeps it: a Connect error as it is, a grpc-go status (e.g.
+// a remote prefill stream's Canceled when this request's client went away) by its
+// code, so that a cancelled request is Canceled end to end, never Internal.
 func Error(err error) error {
-	code := connect.CodeInternal
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce == err {
+		return ce
+	}
+	return connect.NewError(Code(err), err)
+}
+
+// Code is the status code Error gives err.
+func Code(err error) connect.Code {
 	switch {
 	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
+		return connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
+		return connect.CodeDeadlineExceeded
 	case errors.Is(err, engine.ErrPromptTooLong):
-		code = connect.CodeInvalidArgument
+		return connect.CodeInvalidArgument
 	case errors.Is(err, engine.ErrNoBlocks):
-		code = connect.CodeResourceExhausted
+		return connect.CodeResourceExhausted
 	case errors.Is(err, engine.ErrClosed):
-		code = connect.CodeUnavailable
+		return connect.CodeUnavailable
 	case errors.Is(err, engine.ErrLayoutMismatch), errors.Is(err, engine.ErrBadBlock):
-		code = connect.CodeFailedPrecondition
+		return connect.CodeFailedPrecondition
 	}
-	return connect.NewError(code, err)
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code()
+	}
+	if s, ok := status.FromError(err); ok && s.Code() != codes.OK {
+		return connect.Code(s.Code())
+	}
+	return connect.CodeInternal
 }
 
 // PathName is the name a prefill path goes by in headers, bodies, logs and metric
