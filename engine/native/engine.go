@@ -57,6 +57,7 @@ type Engine struct {
 
 	running, waiting, waitingTokens atomic.Int64
 	preemptions                     atomic.Uint64
+	maxDecodeBatch                  atomic.Int64
 }
 
 type cancelReq struct {
@@ -138,6 +139,10 @@ func (e *Engine) Stats() engine.Stats {
 
 // Preemptions counts sequences whose blocks were taken back to be recomputed later.
 func (e *Engine) Preemptions() uint64 { return e.preemptions.Load() }
+
+// MaxDecodeBatch is the most sequences one forward pass has decoded a token for:
+// above 1 means continuous batching has happened.
+func (e *Engine) MaxDecodeBatch() int { return int(e.maxDecodeBatch.Load()) }
 
 // validate rejects requests the engine could never run.
 func (e *Engine) validate(req engine.Request) error {

@@ -169,6 +169,11 @@ func TestBatchedDecodeMatchesUnbatched(t *testing.T) {
 		}
 	}
 	waitIdle(t, e)
+	// Three 20-token generations started together must have shared forward passes;
+	// otherwise this test compared unbatched with unbatched.
+	if got := e.MaxDecodeBatch(); got < 2 {
+		t.Errorf("at most %d sequence decoded per forward pass; the requests were never batched", got)
+	}
 }
 
 // A prompt whose prefix is cached must continue exactly as a cold run does.

@@ -176,6 +176,7 @@ func (sc *sched) step() bool {
 	e := sc.e
 	sc.planSeqs, sc.planN = sc.planSeqs[:0], sc.planN[:0]
 	budget := e.cfg.MaxBatchTokens
+	decodes := 0
 	// Decodes first: they are what inter-token latency is made of.
 	for i := 0; i < len(sc.running) && budget > 0; {
 		s := sc.running[i]
@@ -200,8 +201,12 @@ func (sc *sched) step() bool {
 		if ok {
 			sc.plan(s, 1)
 			budget--
+			decodes++
 		}
 		i++
+	}
+	if int64(decodes) > e.maxDecodeBatch.Load() {
+		e.maxDecodeBatch.Store(int64(decodes)) // only this goroutine writes it
 	}
 	// Chunked prefill of admitted sequences, then admission of waiting ones.
 	for _, s := range sc.running {
