@@ -47,12 +47,18 @@ func (i *ServerInterceptor) grpcBegin(ctx context.Context) (context.Context, str
 	return ctx, id
 }
 
-// connectError lets end read a grpc-go status like a Connect error.
+// connectError lets end read a grpc-go status like a Connect error, with the code
+// grpc-go sends for it: a context error the handler returns is Canceled or
+// DeadlineExceeded, not Unknown.
 func connectError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return connect.NewError(connect.Code(status.Code(err)), err)
+	s, ok := status.FromError(err)
+	if !ok {
+		s = status.FromContextError(err)
+	}
+	return connect.NewError(connect.Code(s.Code()), err)
 }
 
 func (i *ServerInterceptor) grpcUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -65,6 +65,9 @@ func (i *ServerInterceptor) begin(ctx context.Context, h interface{ Get(string) 
 	return telemetry.WithRequestID(ctx, id), id
 }
 
+// end logs and counts a call's outcome. err must carry the code the caller is sent
+// (coded for Connect, connectError for grpc-go). A cancelled call is the caller's
+// choice, not a failure: it is logged at debug, like a success.
 func (i *ServerInterceptor) end(ctx context.Context, procedure, id string, start time.Time, err error) {
 	i.Metrics.observe(procedure, start, err)
 	level := slog.LevelDebug
@@ -72,13 +75,35 @@ func (i *ServerInterceptor) end(ctx context.Context, procedure, id string, start
 	if err != nil {
 		code := connect.CodeOf(err)
 		attrs = append(attrs, "code", code.String(), "error", err.Error())
-		if code == connect.CodeInternal || code == connect.CodeUnknown || code == connect.CodeDataLoss {
+		switch code {
+		case connect.CodeCanceled:
+		case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:
 			level = slog.LevelError
-		} else if !errors.Is(err, context.Canceled) && code != connect.CodeCanceled {
+		default:
 			level = slog.LevelWarn
 		}
 	}
 	i.Logger.Log(ctx, level, "rpc", attrs...)
+}
+
+// coded gives err the code a Connect handler sends for it: a context error that is
+// not already a Connect error (Connect's unary handler returns ctx.Err() as it is
+// when the caller has gone before the call starts) is Canceled or DeadlineExceeded,
+// as on the wire, not Unknown.
+func coded(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+		return err
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return err
 }
 
 func (i *ServerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
@@ -92,7 +117,7 @@ func (i *ServerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		if resp != nil {
 			resp.Header().Set(telemetry.RequestIDHeader, id)
 		}
-		i.end(ctx, req.Spec().Procedure, id, start, err)
+		i.end(ctx, req.Spec().Procedure, id, start, coded(err))
 		return resp, err
 	}
 }
@@ -107,7 +132,7 @@ func (i *ServerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 		ctx, id := i.begin(ctx, conn.RequestHeader())
 		conn.ResponseHeader().Set(telemetry.RequestIDHeader, id)
 		err := next(ctx, conn)
-		i.end(ctx, conn.Spec().Procedure, id, start, err)
+		i.end(ctx, conn.Spec().Procedure, id, start, coded(err))
 		return err
 	}
 }
