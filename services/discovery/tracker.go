@@ -118,7 +118,7 @@ func (t *Tracker) closeReady() {
 func (t *Tracker) watch(ctx context.Context, addr string) {
 	cc, err := t.dial(addr)
 	if err != nil {
-		t.log.Error("cannot dial worker", "addr", addr, "error", err)
+		t.log.Error("cannot dial worker", "peer_addr", addr, "error", err)
 		return
 	}
 	defer cc.Close()
@@ -129,7 +129,7 @@ func (t *Tracker) watch(ctx context.Context, addr string) {
 		if ctx.Err() != nil {
 			return
 		}
-		t.log.Warn("worker stream ended; retrying", "addr", addr, "error", err)
+		t.log.Warn("worker stream ended; retrying", "peer_addr", addr, "error", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(t.retry):
@@ -159,19 +159,19 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 	}
 	w.Draining = first.GetDraining()
 	t.join(w, counted)
-	t.log.Info("worker joined", "addr", addr, "worker_id", w.ID, "mode", w.Mode.String(), "draining", w.Draining)
+	t.log.Info("worker joined", "peer_addr", addr, "peer_id", w.ID, "mode", w.Mode.String(), "draining", w.Draining)
 	defer t.leave(addr, w)
 	for msg := first; ; {
 		if msg.GetDraining() != w.Draining {
 			w.Draining = msg.GetDraining()
 			t.setDraining(addr, w.Draining)
-			t.log.Info("worker draining changed", "addr", addr, "worker_id", w.ID, "draining", w.Draining)
+			t.log.Info("worker draining changed", "peer_addr", addr, "peer_id", w.ID, "draining", w.Draining)
 		}
 		if t.observer != nil {
 			if err := t.observer.Update(w, msg); err != nil {
 				// The observer lost sync: a new subscription starts with a snapshot.
 				// The worker stays a member meanwhile; it is only the index that waits.
-				t.log.Warn("resubscribing for a snapshot", "addr", addr, "worker_id", w.ID, "reason", err)
+				t.log.Warn("resubscribing for a snapshot", "peer_addr", addr, "peer_id", w.ID, "reason", err)
 				stream.CloseSend()
 				if stream, err = client.WatchEvents(ctx, &workerv1.WatchEventsRequest{}); err != nil {
 					return err
@@ -213,7 +213,7 @@ func (t *Tracker) leave(addr string, w router.Worker) {
 	if t.observer != nil {
 		t.observer.Leave(w)
 	}
-	t.log.Info("worker left", "addr", addr, "worker_id", w.ID)
+	t.log.Info("worker left", "peer_addr", addr, "peer_id", w.ID)
 }
 
 // kvAddress is where the KV transfer port of the worker reached at addr listens:
