@@ -342,7 +342,25 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*rout
 	slices.SortStableFunc(out, func(a, b *routerv1.RankedWorker) int {
 		return cmp.Or(cmp.Compare(a.Cost, b.Cost), cmp.Compare(a.Worker.GetId(), b.Worker.GetId()))
 	})
+	r.shuffleTies(out)
 	return out
+}
+
+// shuffleTies puts workers of equal cost in random order. Ordered by id, the
+// first of several idle prefill workers would get every remote prefill until its
+// next load report showed a queue, while the others sat idle.
+func (r *Router) shuffleTies(ws []*routerv1.RankedWorker) {
+	for i := 0; i < len(ws); {
+		j := i + 1
+		for j < len(ws) && ws[j].GetCost() == ws[i].GetCost() {
+			j++
+		}
+		for k := j - 1; k > i; k-- {
+			m := i + r.rng.IntN(k-i+1)
+			ws[k], ws[m] = ws[m], ws[k]
+		}
+		i = j
+	}
 }
 
 // reasonFor is the decision in a line. It is built by hand: fmt.Sprintf was a

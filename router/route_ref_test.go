@@ -278,6 +278,7 @@ func (r *Router) refRankPrefill(p Params, ps []refCandidate, promptBlocks int) [
 	slices.SortStableFunc(out, func(a, b *routerv1.RankedWorker) int {
 		return cmp.Or(cmp.Compare(a.Cost, b.Cost), cmp.Compare(a.Worker.GetId(), b.Worker.GetId()))
 	})
+	r.shuffleTies(out)
 	return out
 }
 

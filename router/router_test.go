@@ -270,3 +270,31 @@ func TestRouteInvalidArgument(t *testing.T) {
 		mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 5, BlockSize: 16})
 	})
 }
+
+// Idle prefill workers of equal cost take turns at the head of the ranking: by id
+// alone the first would get every remote prefill while the other sat idle.
+func TestRoutePrefillTiesShare(t *testing.T) {
+	prefillQ := router.Worker{ID: "prefill-q", Address: "10.0.0.4:7001", Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL}
+	start(t, []router.Worker{prefillP, prefillQ, decodeA}, func(t *testing.T, r *router.Router, c client) {
+		first := map[string]int{}
+		const n = 200
+		for range n {
+			ws := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetPrefillWorkers()
+			if len(ws) != 2 {
+				t.Fatalf("ranked %v, want both prefill workers", ws)
+			}
+			first[ws[0].GetWorker().GetId()]++
+		}
+		// Each is first with probability 1/2; fewer than 60 of 200 has odds below 1e-8.
+		if first[prefillP.ID] < 60 || first[prefillQ.ID] < 60 {
+			t.Errorf("first in the ranking over %d routes: %v; equal-cost workers should share it", n, first)
+		}
+		// A queue breaks the tie, every time.
+		observeLoad(t, r, prefillP, &workerv1.Load{WaitingTokens: 512})
+		for range 20 {
+			if got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetPrefillWorkers()[0].GetWorker().GetId(); got != prefillQ.ID {
+				t.Fatalf("with %s queued, %s ranked first", prefillP.ID, got)
+			}
+		}
+	})
+}
