@@ -295,6 +295,10 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 		var sb strings.Builder
 		for {
 			text, done, err := gen.next()
+			if err != nil && r.Context().Err() != nil {
+				rc.log.Info("client went away before the answer", "err", err)
+				return
+			}
 			if err != nil {
 				f.writeError(w, rc, err)
 				return
@@ -318,6 +322,11 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 	for {
 		text, done, err := gen.next()
 		if err != nil {
+			if r.Context().Err() != nil {
+				// The client cancelled: nothing failed, and there is no one to tell.
+				rc.log.Info("client went away during the stream", "err", err)
+				return
+			}
 			// The status is already 200; the SDKs surface an error event instead.
 			ae := asAPIError(err)
 			rc.log.Warn("stream failed after it started", "err", err)

@@ -1,0 +1,119 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+)
+
+// logRecords keeps every log record a test's frontend writes.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecords) WithGroup(string) slog.Handler            { return l }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Clone())
+	return nil
+}
+
+// startedBackend is an endlessBackend that says when a generation has begun.
+type startedBackend struct {
+	*endlessBackend
+	started chan struct{}
+	once    sync.Once
+}
+
+func (b *startedBackend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (TokenStream, *routerv1.RouteResponse, error) {
+	b.once.Do(func() { close(b.started) })
+	return b.endlessBackend.Generate(ctx, req)
+}
+
+// TestClientCancelIsNotAFailure: a client that cancels its request while the answer
+// is being generated is routine. The frontend logs it at INFO ("client went away"),
+// never as a WARN or ERROR failure, and writes no error event to a client that is
+// gone, whether the answer was streamed or not.
+func TestClientCancelIsNotAFailure(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		name := map[bool]string{true: "stream", false: "whole"}[stream]
+		t.Run(name, func(t *testing.T) {
+			recs := &logRecords{}
+			tok := testTokenizer(t)
+			b := &startedBackend{
+				endlessBackend: &endlessBackend{token: tok.Encode("x")[0], closed: make(chan struct{})},
+				started:        make(chan struct{}),
+			}
+			f, err := New(testConfig(), tok, b, slog.New(recs), prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := newHTTPServer(t, f)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			body := `{"model":"tandem-test","prompt":"hi","stream":` + map[bool]string{true: "true", false: "false"}[stream] + `}`
+			req, err := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/completions", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				defer resp.Body.Close()
+				if stream {
+					// Read the first event, then go away mid-stream.
+					line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+					if !strings.HasPrefix(line, "data: ") {
+						t.Errorf("first line of the stream %q, want an event", line)
+					}
+					cancel()
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}()
+			if !stream {
+				<-b.started
+				cancel()
+			}
+			select {
+			case <-b.closed:
+			case <-time.After(30 * time.Second): // a deadlock guard, not a speed check
+				t.Fatal("backend stream never closed after the client went away")
+			}
+			<-done
+			recs.mu.Lock()
+			defer recs.mu.Unlock()
+			wentAway := false
+			for _, r := range recs.recs {
+				if r.Level >= slog.LevelWarn {
+					t.Errorf("client cancel logged at %v: %q", r.Level, r.Message)
+				}
+				if strings.HasPrefix(r.Message, "client went away") && r.Level == slog.LevelInfo {
+					wentAway = true
+				}
+			}
+			if !wentAway {
+				t.Error(`no INFO "client went away" line for the cancelled request`)
+			}
+		})
+	}
+}
