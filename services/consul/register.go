@@ -50,7 +50,9 @@ func (c *Client) NewRegistrar(cfg Config, r Registration) (*Registrar, error) {
 			CheckID: r.ID + "-grpc", Name: "gRPC health of " + r.ID,
 			GRPC: r.Addr, Interval: cfg.CheckInterval.String(), Timeout: cfg.CheckTimeout.String(),
 			DeregisterCriticalServiceAfter: cfg.DeregisterAfter.String(),
-			GRPCUseTLS: cfg.CheckTLS, TLSSkipVerify: cfg.CheckTLS && !verify, TLSServerName: serverName,
+			GRPCUseTLS:                     cfg.CheckTLS,
+			TLSSkipVerify:                  cfg.CheckTLS && !verify,
+			TLSServerName:                  serverName,
 		},
 	}}, nil
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/tandem-serve/tandem/worker"
 )
 
-
 // Service is a started worker.
 type Service struct {
 	ID     string
