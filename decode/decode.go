@@ -225,9 +225,16 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			s.metrics.queueWait.Observe(ho.queue.Seconds())
 			return stream, nil
 		}
+		if ctx.Err() != nil {
+			// The client went away (or its deadline passed) during the prefill. What
+			// the stream or the import then said ("import: context canceled", a
+			// Canceled status, an aborted import) is that, not the prefill worker
+			// failing, and there is no one to fall back for.
+			return nil, s.clientGone(ctx, req.ID, id, d, err)
+		}
 		var re *remoteError
 		if !errors.As(err, &re) {
-			return nil, wire.Error(err) // the client went away
+			return nil, wire.Error(err)
 		}
 		d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
 		s.metrics.remoteFailures.WithLabelValues(re.reason).Inc()
@@ -245,9 +252,19 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			}
 		}
 		if ctx.Err() != nil {
-			return nil, wire.Error(ctx.Err())
+			return nil, s.clientGone(ctx, req.ID, id, d, err)
 		}
 		d.Reason = re.reason
 	}
 	return fail(d.GetReason(), "no prefill worker succeeded before any KV arrived")
+}
+
+// clientGone ends a request whose client went away during a remote prefill. It is
+// logged at info and counted as none of a remote prefill failure, a fallback or a
+// decision (no path was taken); the call itself is counted as Canceled (or
+// DeadlineExceeded when the client's own deadline passed), which the caller sees.
+func (s *Service) clientGone(ctx context.Context, reqID, prefillWorker string, d *decodev1.PrefillDecision, err error) error {
+	s.log.InfoContext(ctx, "client went away during the remote prefill", "request_id", reqID,
+		"prefill_worker", prefillWorker, "reason", d.GetReason(), "error", err)
+	return connect.NewError(wire.Code(ctx.Err()), fmt.Errorf("remote prefill on %s: %w", prefillWorker, err))
 }
