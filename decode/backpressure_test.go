@@ -66,8 +66,11 @@ func TestDecodeAdmission(t *testing.T) {
 // prefills locally instead of waiting.
 func TestPrefillQueueLimit(t *testing.T) {
 	peng := newNative(t)
+	// The first prefill is held until the end, so the queue stays full for as long
+	// as the test needs, however slow the machine.
+	gate := gatedPrefill{Engine: peng, arrived: make(chan struct{}, 4), release: make(chan struct{})}
 	svc, err := prefill.New(prefill.Config{WorkerID: "p", ChunkBytes: 64 << 10, MaxLease: 10 * time.Second, MaxQueuedTokens: 100},
-		slowPrefill{peng, time.Second}, quietLog(), prometheus.NewRegistry())
+		gate, quietLog(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +80,7 @@ func TestPrefillQueueLimit(t *testing.T) {
 	pc := prefillv1connect.NewPrefillServiceClient(h2ctest.Client(t), srv.URL, connect.WithGRPC())
 
 	// 80 queued tokens fit; 80 more do not. (The call returns only when the
-	// response starts, after the slow prefill, so it runs on its own.)
+	// response starts, after the held prefill, so it runs on its own.)
 	firstDone := make(chan error, 1)
 	go func() {
 		first, err := pc.Prefill(context.Background(), connect.NewRequest(&prefillv1.PrefillRequest{RequestId: "a", PromptTokenIds: prompt(1, 80)}))
@@ -89,7 +92,7 @@ func TestPrefillQueueLimit(t *testing.T) {
 		}
 		firstDone <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // let it enter the queue
+	<-gate.arrived // the first prompt's 80 tokens are queued at p
 	second, err := pc.Prefill(context.Background(), connect.NewRequest(&prefillv1.PrefillRequest{RequestId: "b", PromptTokenIds: prompt(2, 80)}))
 	if err == nil {
 		for second.Receive() {
@@ -110,6 +113,7 @@ func TestPrefillQueueLimit(t *testing.T) {
 	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK {
 		t.Errorf("path %v (%s), want a fallback to local prefill", r.decision.GetPath(), r.decision.GetReason())
 	}
+	close(gate.release)
 	if err := <-firstDone; err != nil {
 		t.Errorf("the first prefill, within the limit: %v", err)
 	}
