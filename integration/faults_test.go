@@ -72,18 +72,135 @@ func metricValue(addr, sample string) (float64, bool) {
 	return total, found
 }
 
-// A prefill worker SIGKILLed while long prompts are being handed off: every request
-// still completes, through the fallback, and the decode worker counts it.
+// streamedChat is what a client of a streamed /v1/chat/completions saw.
+type streamedChat struct {
+	status       int
+	path, reason string // from the first chunk's tandem field
+	text         string
+	completion   int  // usage.completion_tokens of the usage chunk
+	done         bool // the stream ended with data: [DONE]
+	errEvent     bool // an error object came in the stream
+	err          error
+}
+
+func chatStreamed(ctx context.Context, fe, content string, maxTokens int) streamedChat {
+	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return streamedChat{err: err}
+	}
+	defer resp.Body.Close()
+	r := streamedChat{status: resp.StatusCode}
+	var text strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if line == "[DONE]" {
+			r.done = true
+			break
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Tandem *struct {
+				PrefillPath   string `json:"prefill_path"`
+				PrefillReason string `json:"prefill_reason"`
+			} `json:"tandem"`
+			Error *struct{} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+			r.err = fmt.Errorf("chunk %q: %w", line, err)
+			continue
+		}
+		for _, c := range chunk.Choices {
+			text.WriteString(c.Delta.Content)
+		}
+		if chunk.Usage != nil {
+			r.completion = chunk.Usage.CompletionTokens
+		}
+		if chunk.Tandem != nil && r.path == "" {
+			r.path, r.reason = chunk.Tandem.PrefillPath, chunk.Tandem.PrefillReason
+		}
+		if chunk.Error != nil {
+			r.errEvent = true
+		}
+	}
+	r.text = text.String()
+	if r.err == nil {
+		r.err = sc.Err()
+	}
+	return r
+}
+
+// kvBehindProxy starts a prefill worker whose KV transfer port is reached only
+// through a fault proxy: decode workers learn the proxy's port from it.
+func kvBehindProxy(t *testing.T, args ...string) (*service, *faultProxy) {
+	t.Helper()
+	kvPort := freePort(t)
+	kvProxy := newFaultProxy(t, fmt.Sprintf("127.0.0.1:%d", kvPort))
+	pre := runService(t, append([]string{"prefill", "--listen", "127.0.0.1:0",
+		"--kv-listen", fmt.Sprintf("127.0.0.1:%d", kvPort), "--kv-advertise-port", fmt.Sprint(kvProxy.ln.Addr().(*net.TCPAddr).Port)}, args...)...)
+	return pre, kvProxy
+}
+
+// warmKVPort waits until the decode worker sends remote prefills to the KV
+// transfer port (it learns the port from the prefill worker; until then it uses
+// the main port, which no proxy sits in front of). Each try is a prompt of about
+// tokens tokens that shares no prefix with any other prompt of the tests.
+func warmKVPort(t *testing.T, fe string, pre *service, tokens int) {
+	t.Helper()
+	try := 0
+	eventually(t, 45*time.Second, "a remote prefill goes through the KV transfer port", func() bool {
+		try++
+		r := chatFull(context.Background(), fe, longPrompt(1000+try, tokens), 2)
+		v, _ := metricValue(pre.addr, `tandem_prefill_sent_bytes_total{port="kv"}`)
+		return r.path == "remote" && v > 0
+	})
+}
+
+// A prefill worker SIGKILLed while long prompts are being handed off, under
+// concurrent load: every client still gets its whole streamed answer, through the
+// fallback, and the decode worker counts each fallback with its reason, at least
+// one of them a KV transfer cut in the middle.
+//
+// The kill is timed by the KV traffic, not by a clock. The KV transfer port sits
+// behind a fault proxy that, the first time one prefill's stream has carried its
+// header and a whole first chunk (a chunk is 1 MiB; 1 MiB + 4 KiB covers both with
+// their framing), SIGKILLs the prefill worker and drops its connections before
+// passing another byte, as the network does when the host dies. Each prompt's KV
+// is about 1.8 MB (two chunks of the tiny model's 16 KiB blocks) and the proxy
+// passes at most 32 KiB at a time, so at that moment no handoff has finished and
+// the decode worker has imported a chunk of at least one: every run, at least one
+// request falls back with remote_error_mid_transfer and none went remote.
 func TestPrefillKilledMidHandoff(t *testing.T) {
-	pre := runService(t, "prefill", "--listen", "127.0.0.1:0", "--id", "prefill-k")
+	pre, kvProxy := kvBehindProxy(t, "--id", "prefill-k")
 	dec := runService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-k", "--prefill-workers", pre.addr,
-		"--short-prefill-threshold", "16", "--remote-deadline-min", "10s")
+		"--short-prefill-threshold", "16", "--remote-deadline-min", "20s")
 	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", dec.addr, "--prefill-workers", pre.addr)
 	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
 	waitHealthy(t, fe)
+	// About 350 tokens: 22 blocks, 360 KB of KV, well short of the cut.
+	warmKVPort(t, fe, pre, 300)
+	killed := make(chan struct{})
+	kvProxy.tripAfterStreamData(1<<20+4<<10, true, func() {
+		_ = pre.cmd.Process.Signal(syscall.SIGKILL)
+		close(killed)
+	})
 
-	const n = 8
-	results := make([]chatResult, n)
+	const n = 6
+	results := make([]streamedChat, n)
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -91,28 +208,45 @@ func TestPrefillKilledMidHandoff(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = chatFull(ctx, fe, longPrompt(i, 3000), 8)
+			// About 1780 tokens: 111 blocks, two chunks.
+			results[i] = chatStreamed(ctx, fe, longPrompt(i, 1500), 8)
 		}()
 	}
-	time.Sleep(150 * time.Millisecond)
-	_ = pre.cmd.Process.Signal(syscall.SIGKILL)
 	wg.Wait()
+	select {
+	case <-killed:
+	default:
+		t.Fatalf("no prefill stream carried 1 MiB through the KV transfer port, so the prefill worker was never killed; the clients saw %+v", results)
+	}
 	// And after the kill, with the prefill worker gone.
-	results = append(results, chatFull(ctx, fe, longPrompt(100, 3000), 8))
+	results = append(results, chatStreamed(ctx, fe, longPrompt(100, 1500), 8))
 
-	paths := map[string]int{}
+	reasons := map[string]int{}
 	for i, r := range results {
-		if r.err != nil || r.status != 200 || r.completion != 8 {
-			t.Errorf("request %d: status %d, %d tokens, err %v", i, r.status, r.completion, r.err)
+		if r.err != nil || r.status != 200 || !r.done || r.errEvent || r.completion != 8 || r.text == "" {
+			t.Errorf("request %d: status %d, [DONE] %v, error event %v, %d tokens %q, err %v", i, r.status, r.done, r.errEvent, r.completion, r.text, r.err)
 		}
-		paths[r.path]++
+		if r.path != "fallback" {
+			t.Errorf("request %d: prefill path %q (%s), want fallback: no handoff can have finished before the kill", i, r.path, r.reason)
+		}
+		reasons[r.reason]++
 	}
-	if paths["fallback"] == 0 || paths["local"] != 0 {
-		t.Errorf("paths %v: want the remote ones cut off by the kill to fall back", paths)
+	if reasons["remote_error_mid_transfer"] == 0 {
+		t.Errorf("fallback reasons %v: the kill cut no KV transfer in the middle", reasons)
 	}
-	if v, _ := metricValue(dec.addr, `tandem_prefill_decisions_total{path="fallback"`); int(v) != paths["fallback"] {
-		t.Errorf("decode worker counted %v fallbacks, the clients saw %d", v, paths["fallback"])
+	// The decode worker counts what the clients saw, reason by reason.
+	for reason, want := range reasons {
+		if v, _ := metricValue(dec.addr, fmt.Sprintf(`tandem_decode_fallbacks_total{reason=%q}`, reason)); int(v) != want {
+			t.Errorf("decode worker counted %v fallbacks for %s, the clients saw %d", v, reason, want)
+		}
+		if v, _ := metricValue(dec.addr, fmt.Sprintf(`tandem_prefill_decisions_total{path="fallback",reason=%q}`, reason)); int(v) != want {
+			t.Errorf("decode worker counted %v fallback decisions for %s, the clients saw %d", v, reason, want)
+		}
 	}
+	if v, _ := metricValue(dec.addr, `tandem_decode_fallbacks_total{`); int(v) != len(results) {
+		t.Errorf("decode worker counted %v fallbacks in all, the clients saw %d", v, len(results))
+	}
+	t.Logf("fallback reasons: %v", reasons)
 }
 
 // A decode worker killed mid-stream: its clients get a clear error, not a hang,
@@ -251,22 +385,89 @@ func TestSlowAndPartitionedPrefillLink(t *testing.T) {
 	kvProxy.blackhole.Store(false)
 }
 
-// A client that disconnects mid-stream frees the blocks its request held, on the
-// decode worker and on the prefill worker.
+// metricsText is one scrape of a service's /metrics.
+type metricsText string
+
+// scrape reads addr's /metrics, trying again for a while if it cannot: a
+// missing scrape would read as zeros.
+func scrape(addr string) metricsText {
+	var out []byte
+	for try := 0; try < 20; try++ {
+		var err error
+		if out, err = exec.Command("curl", "-s", "--max-time", "5", "http://"+addr+"/metrics").Output(); err == nil && strings.Contains(string(out), "tandem_") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return metricsText(out)
+}
+
+// sum adds up the samples whose line starts with sample.
+func (m metricsText) sum(sample string) float64 {
+	total := 0.0
+	for _, line := range strings.Split(string(m), "\n") {
+		if strings.HasPrefix(line, sample) {
+			fields := strings.Fields(line)
+			var v float64
+			if _, err := fmt.Sscan(fields[len(fields)-1], &v); err == nil {
+				total += v
+			}
+		}
+	}
+	return total
+}
+
+const activeBlocks = `tandem_kv_cache_blocks{state="active"}`
+
+// A client that disconnects frees the KV blocks its request held, on the decode
+// worker and on the prefill worker, wherever the request was: streaming tokens
+// after a local or a remote prefill, or still waiting for its remote prefill,
+// which the disconnect cancels (DESIGN section 3) whether the prefill worker is
+// computing the prompt or handing its KV over.
+//
+// Both workers run the small model, whose prefill of a long prompt takes
+// seconds: long enough to see it under way in the prefill worker's metrics and
+// cut it. The handoff is held in the middle by the fault proxy in front of the KV
+// transfer port: once the decode worker has the header and the first chunk (and
+// so holds every block of the import), the proxy passes nothing more from the
+// prefill worker, which is left holding its blocks in a blocked send (the KV,
+// 10 MB, is more than the 4 MiB stream window); what the decode worker sends,
+// its cancel included, still passes.
 func TestClientDisconnectFreesBlocks(t *testing.T) {
-	pre := runService(t, "prefill", "--listen", "127.0.0.1:0", "--id", "prefill-d")
-	dec := runService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-d", "--prefill-workers", pre.addr, "--short-prefill-threshold", "16")
+	pre, kvProxy := kvBehindProxy(t, "--id", "prefill-d", "--model", "small")
+	dec := runService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-d", "--model", "small", "--prefill-workers", pre.addr,
+		"--short-prefill-threshold", "64", "--remote-deadline-min", "60s", "--remote-deadline-max", "90s")
 	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", dec.addr, "--prefill-workers", pre.addr)
 	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
 	waitHealthy(t, fe)
+	warmKVPort(t, fe, pre, 60)
 
-	for i, content := range []string{"short", longPrompt(7, 2000)} {
+	bothFree := func(what string) {
+		t.Helper()
+		for _, w := range []*service{dec, pre} {
+			eventually(t, 20*time.Second, fmt.Sprintf("%s: %s holds no active blocks", what, w.addr), func() bool {
+				m := scrape(w.addr)
+				return strings.Contains(string(m), activeBlocks) && m.sum(activeBlocks) == 0
+			})
+		}
+	}
+
+	// Streaming tokens: cut after the first few chunks.
+	for _, tc := range []struct {
+		name, content, path string
+	}{
+		{"local prefill", "short", "local"},
+		{"remote prefill", longPrompt(7, 200), "remote"},
+	} {
 		ctx, cancel := context.WithCancel(context.Background())
-		body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":3000,"stream":true,"messages":[{"role":"user","content":%q}]}`, content)
+		body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":%q}]}`, tc.content)
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if p := resp.Header.Get("X-Tandem-Prefill-Path"); p != tc.path {
+			t.Errorf("%s: prefill path %q, want %s", tc.name, p, tc.path)
 		}
 		sc := bufio.NewScanner(resp.Body)
 		for got := 0; got < 4 && sc.Scan(); {
@@ -274,16 +475,100 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 				got++
 			}
 		}
-		if v, _ := metricValue(dec.addr, `tandem_kv_cache_blocks{state="active"}`); v == 0 {
-			t.Errorf("request %d: no active blocks while streaming; the check below would prove nothing", i)
+		if v := scrape(dec.addr).sum(activeBlocks); v == 0 {
+			t.Errorf("%s: no active blocks on the decode worker while streaming; the check below would prove nothing", tc.name)
 		}
 		cancel()
 		resp.Body.Close()
-		for _, w := range []*service{dec, pre} {
-			eventually(t, 15*time.Second, fmt.Sprintf("request %d: %s frees its blocks", i, w.addr), func() bool {
-				v, ok := metricValue(w.addr, `tandem_kv_cache_blocks{state="active"}`)
-				return ok && v == 0
-			})
+		bothFree(tc.name + ", cut while streaming")
+	}
+
+	// Still waiting for the remote prefill: cut while the workers show it under
+	// way, before the client has had a byte.
+	for _, tc := range []struct {
+		name    string
+		content string
+		hold    bool // hold the handoff after its first chunk
+		// underWay says, from one scrape of each worker, that the phase to cut is.
+		underWay func(pre, dec metricsText) bool
+		// outcome is how the prefill worker counts a prefill its client abandoned.
+		// It has no outcome of its own for a cancel: a cancelled computation is
+		// counted as prefill_error, an abandoned transfer as send_error.
+		outcome string
+	}{
+		{
+			// About 3500 tokens: seconds of the small model's prefill.
+			name: "computing the prompt", content: longPrompt(8, 3000), outcome: "prefill_error",
+			underWay: func(pre, dec metricsText) bool {
+				return pre.sum("tandem_num_requests_running") > 0 && pre.sum(activeBlocks) > 0 && dec.sum(activeBlocks) == 0
+			},
+		},
+		{
+			// About 1780 tokens: 111 blocks of 96 KiB.
+			name: "handing the KV over", content: longPrompt(9, 1500), outcome: "send_error", hold: true,
+			underWay: func(pre, dec metricsText) bool {
+				// The decode worker allocates every block of an import when the
+				// header arrives; the prefill worker holds its blocks until the
+				// last chunk is sent.
+				return pre.sum(activeBlocks) > 0 && dec.sum(activeBlocks) > 0
+			},
+		},
+	} {
+		tripped := make(chan struct{})
+		if tc.hold {
+			kvProxy.tripAfterStreamData(1<<20+4<<10, false, func() { close(tripped) })
+		}
+		before, decBefore := scrape(pre.addr), scrape(dec.addr)
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make(chan streamedChat, 1)
+		go func() { res <- chatStreamed(ctx, fe, tc.content, 100) }()
+		deadline := time.Now().Add(60 * time.Second)
+		for !tc.underWay(scrape(pre.addr), scrape(dec.addr)) {
+			select {
+			case r := <-res:
+				t.Fatalf("%s: the request ended before the remote prefill was seen under way: %+v", tc.name, r)
+			default:
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("%s: never saw the remote prefill under way; the client saw %+v", tc.name, <-res)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if tc.hold {
+			select {
+			case <-tripped:
+			default:
+				t.Errorf("%s: both workers hold blocks, but the handoff has not reached the proxy's hold", tc.name)
+			}
+		}
+		cancel()
+		if r := <-res; r.err == nil || r.done || r.status != 0 {
+			t.Errorf("%s: the cancelled client saw status %d, [DONE] %v, %q (err %v): the request was not cut before its answer", tc.name, r.status, r.done, r.text, r.err)
+		}
+		bothFree(tc.name)
+		eventually(t, 10*time.Second, tc.name+": the prefill worker ends the abandoned prefill", func() bool {
+			return scrape(pre.addr).sum("tandem_num_requests_running") == 0
+		})
+		kvProxy.release()
+		after, decAfter := scrape(pre.addr), scrape(dec.addr)
+		delta := func(sample string) float64 { return after.sum(sample) - before.sum(sample) }
+		if d := delta(`tandem_prefill_requests_total{outcome="ok"}`); d != 0 {
+			t.Errorf("%s: the prefill worker counted %v prefills sent whole after the client left", tc.name, d)
+		}
+		if d := delta(fmt.Sprintf(`tandem_prefill_requests_total{outcome=%q}`, tc.outcome)); d != 1 {
+			t.Errorf("%s: the prefill worker counted %v prefills %s, want 1 (outcomes in all: %v before, %v after)", tc.name, d, tc.outcome,
+				before.sum("tandem_prefill_requests_total{"), after.sum("tandem_prefill_requests_total{"))
+		}
+		if d := delta("tandem_prefill_compute_seconds_count"); !tc.hold && d != 0 {
+			t.Errorf("%s: the prefill worker ran %v prefills to their end after the client left", tc.name, d)
+		}
+		// A client that left is no failure of the prefill worker: no fallback, and
+		// no local prefill for nobody.
+		for _, sample := range []string{"tandem_decode_fallbacks_total{", "tandem_prefill_decisions_total{", "tandem_decode_remote_prefill_failures_total{"} {
+			if d := decAfter.sum(sample) - decBefore.sum(sample); d != 0 {
+				t.Errorf("%s: the decode worker counted %v more %s", tc.name, d, strings.TrimSuffix(sample, "{"))
+			}
 		}
 	}
 }
