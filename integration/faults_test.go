@@ -491,21 +491,20 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 		hold    bool // hold the handoff after its first chunk
 		// underWay says, from one scrape of each worker, that the phase to cut is.
 		underWay func(pre, dec metricsText) bool
-		// outcome is how the prefill worker counts a prefill its client abandoned.
-		// It has no outcome of its own for a cancel: a cancelled computation is
-		// counted as prefill_error, an abandoned transfer as send_error.
+		// outcome is how the prefill worker counts a prefill its client abandoned:
+		// as cancelled, not as a failure of its own, in either phase.
 		outcome string
 	}{
 		{
 			// About 3500 tokens: seconds of the small model's prefill.
-			name: "computing the prompt", content: longPrompt(8, 3000), outcome: "prefill_error",
+			name: "computing the prompt", content: longPrompt(8, 3000), outcome: "cancelled",
 			underWay: func(pre, dec metricsText) bool {
 				return pre.sum("tandem_num_requests_running") > 0 && pre.sum(activeBlocks) > 0 && dec.sum(activeBlocks) == 0
 			},
 		},
 		{
 			// About 1780 tokens: 111 blocks of 96 KiB.
-			name: "handing the KV over", content: longPrompt(9, 1500), outcome: "send_error", hold: true,
+			name: "handing the KV over", content: longPrompt(9, 1500), outcome: "cancelled", hold: true,
 			underWay: func(pre, dec metricsText) bool {
 				// The decode worker allocates every block of an import when the
 				// header arrives; the prefill worker holds its blocks until the

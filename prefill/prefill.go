@@ -99,13 +99,21 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		s.metrics.requests.WithLabelValues("queue_full").Inc()
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("prefill queue full: %d tokens queued, limit %d", q-tokens, s.cfg.MaxQueuedTokens))
 	}
+	// failed counts a request that ended early: "cancelled" when the receiver went
+	// away (a client that left is not a failure of this worker), else outcome.
+	failed := func(outcome string) {
+		if ctx.Err() != nil {
+			outcome = "cancelled"
+		}
+		s.metrics.requests.WithLabelValues(outcome).Inc()
+	}
 	start := time.Now()
 	exp, err := s.eng.Prefill(ctx, engine.Request{
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: wire.Sampling(m.GetSampling()), MaxTokens: 1,
 	})
 	s.queued.Add(-tokens)
 	if err != nil {
-		s.metrics.requests.WithLabelValues("prefill_error").Inc()
+		failed("prefill_error")
 		return wire.Error(err)
 	}
 	defer exp.Release()
@@ -151,6 +159,9 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		SkippedBlocks: uint32(skip), PrefillCachedBlocks: uint32(exp.CachedBlocks()), WorkerId: s.cfg.WorkerID,
 	}}})
 	if err != nil {
+		if !expired {
+			failed("send_error")
+		}
 		return err
 	}
 	per := max(1, s.cfg.ChunkBytes/max(1, layout.BlockBytes))
@@ -167,14 +178,17 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		}
 		chunk := &prefillv1.Chunk{FirstBlock: uint32(first), BlockCount: uint32(count), Data: buf, Crc32C: crc32.Checksum(buf, castagnoli)}
 		if err := send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Chunk{Chunk: chunk}}); err != nil {
-			s.metrics.requests.WithLabelValues("send_error").Inc()
+			if !expired { // an expired lease was counted as such
+				failed("send_error")
+			}
 			return err
 		}
 		sentBlocks += count
 		sentBytes += len(buf)
+		// Per chunk, so that a long handoff shows on a dashboard while it runs.
+		s.metrics.bytes.WithLabelValues(port).Add(float64(len(buf)))
 	}
 	transfer := time.Since(sendStart)
-	s.metrics.bytes.WithLabelValues(port).Add(float64(sentBytes))
 	s.metrics.requests.WithLabelValues("ok").Inc()
 	s.log.InfoContext(ctx, "prefill sent", "request_id", m.GetRequestId(), "prompt_tokens", len(m.GetPromptTokenIds()),
 		"blocks", sentBlocks, "skipped", skip, "bytes", sentBytes, "port", port, "prefill", exp.PrefillTime(), "transfer", transfer, "total", time.Since(start))
