@@ -77,7 +77,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.Float64Var(&c.ITLWeight, "itl-weight", 0.25, "decode mode, cost policy: weight of the stall a local prefill inflicts on each running sequence")
 	fs.BoolVar(&c.EnforceDisagg, "enforce-disagg", false, "decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
 	fs.DurationVar(&c.RemoteDeadlineMin, "remote-deadline-min", 5*time.Second, "decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
-	fs.IntVar(&c.MaxRunning, "max-running-requests", 0, "decode mode: requests served at once (0: unbounded); past it new ones get ResourceExhausted and go elsewhere")
+	fs.IntVar(&c.MaxRunning, "max-running-requests", 512, "decode mode: requests served or queued at once (0: unbounded); past it new ones get ResourceExhausted and the frontend tries another worker, then answers 429")
 	fs.IntVar(&c.MaxPrefillQueueTokens, "max-prefill-queue-tokens", 0, "decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
 	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); past it requests are refused so decode workers prefill locally")
 	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode: address of the KV transfer port, Prefill on grpc-go's transport for bulk data (default: --listen's host and port + 1, a free port when --listen's is 0; \"off\": Prefill on the main port only)")
