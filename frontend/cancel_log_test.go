@@ -59,7 +59,8 @@ func TestClientCancelIsNotAFailure(t *testing.T) {
 				endlessBackend: &endlessBackend{token: tok.Encode("x")[0], closed: make(chan struct{})},
 				started:        make(chan struct{}),
 			}
-			f, err := New(testConfig(), tok, b, slog.New(recs), prometheus.NewRegistry())
+			reg := prometheus.NewRegistry()
+			f, err := New(testConfig(), tok, b, slog.New(recs), reg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,6 +114,34 @@ func TestClientCancelIsNotAFailure(t *testing.T) {
 			}
 			if !wentAway {
 				t.Error(`no INFO "client went away" line for the cancelled request`)
+			}
+			if stream {
+				return // its 200 went out with the first event
+			}
+			// Counted as 499 (client closed), not as a 200 answered.
+			codes := func() map[string]float64 {
+				out := map[string]float64{}
+				mfs, _ := reg.Gather()
+				for _, mf := range mfs {
+					if mf.GetName() != "tandem_frontend_requests_total" {
+						continue
+					}
+					for _, m := range mf.GetMetric() {
+						for _, l := range m.GetLabel() {
+							if l.GetName() == "code" {
+								out[l.GetValue()] += m.GetCounter().GetValue()
+							}
+						}
+					}
+				}
+				return out
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for codes()["499"] == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond) // the count is taken as the handler returns
+			}
+			if got := codes(); got["499"] != 1 || got["200"] != 0 {
+				t.Errorf("requests by code %v, want one 499 and no 200", got)
 			}
 		})
 	}

@@ -99,7 +99,7 @@ func (e *apiError) httpStatus() int {
 	case connect.CodeDeadlineExceeded:
 		return http.StatusGatewayTimeout
 	case connect.CodeCanceled:
-		return 499 // client closed request, as nginx and Connect's own mapping say
+		return statusClientClosed
 	}
 	if e.upstream {
 		return http.StatusBadGateway
@@ -167,3 +167,7 @@ func (e *apiError) openAI() openAIError {
 	}
 	return openAIError{Error: body}
 }
+
+// statusClientClosed is nginx's 499 (client closed request), which Connect's own
+// mapping uses for Canceled: the client left before the answer.
+const statusClientClosed = 499

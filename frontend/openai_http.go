@@ -297,6 +297,9 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 			text, done, err := gen.next()
 			if err != nil && r.Context().Err() != nil {
 				rc.log.Info("client went away before the answer", "err", err)
+				// Nobody reads it; it records the request as 499 (client closed), as
+				// writeError would, not as a 200 with a cut-short latency.
+				w.WriteHeader(statusClientClosed)
 				return
 			}
 			if err != nil {
