@@ -100,9 +100,14 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("prefill queue full: %d tokens queued, limit %d", q-tokens, s.cfg.MaxQueuedTokens))
 	}
 	// failed counts a request that ended early: "cancelled" when the receiver went
-	// away (a client that left is not a failure of this worker), else outcome.
+	// away (a client that left is not a failure of this worker), "deadline_exceeded"
+	// when the decode worker's deadline for it ran out, else outcome.
 	failed := func(outcome string) {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() == nil:
+		case errors.Is(ctx.Err(), context.DeadlineExceeded) || pastDeadline(ctx):
+			outcome = "deadline_exceeded"
+		default:
 			outcome = "cancelled"
 		}
 		s.metrics.requests.WithLabelValues(outcome).Inc()
@@ -173,6 +178,7 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		buf = buf[:0]
 		for i := first; i < first+count; i++ {
 			if buf, err = exp.AppendBlock(buf, i); err != nil {
+				failed("read_error")
 				return connect.NewError(connect.CodeInternal, fmt.Errorf("read block %d: %w", i, err))
 			}
 		}
@@ -189,11 +195,27 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		s.metrics.bytes.WithLabelValues(port).Add(float64(len(buf)))
 	}
 	transfer := time.Since(sendStart)
+	// The decode worker needs the trailer to use the KV: only once it is sent is
+	// the prefill done.
+	if err := send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
+		BlocksSent: uint32(sentBlocks), BytesSent: uint64(sentBytes), PrefillTime: durationpb.New(exp.PrefillTime()),
+		QueueTime: durationpb.New(exp.QueueTime()), TransferTime: durationpb.New(transfer),
+	}}}); err != nil {
+		if !expired {
+			failed("send_error")
+		}
+		return err
+	}
 	s.metrics.requests.WithLabelValues("ok").Inc()
 	s.log.InfoContext(ctx, "prefill sent", "request_id", m.GetRequestId(), "prompt_tokens", len(m.GetPromptTokenIds()),
 		"blocks", sentBlocks, "skipped", skip, "bytes", sentBytes, "port", port, "prefill", exp.PrefillTime(), "transfer", transfer, "total", time.Since(start))
-	return send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
-		BlocksSent: uint32(sentBlocks), BytesSent: uint64(sentBytes), PrefillTime: durationpb.New(exp.PrefillTime()),
-		QueueTime: durationpb.New(exp.QueueTime()), TransferTime: durationpb.New(transfer),
-	}}})
+	return nil
+}
+
+// pastDeadline reports whether ctx's deadline has (nearly) come. When a caller's
+// deadline runs out, its cancel and this side's own deadline race: the caller's
+// reset often arrives first, and ctx then says Canceled.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < 50*time.Millisecond
 }
