@@ -63,9 +63,10 @@ func (b *backend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (
 	for attempt := 0; attempt < 2; attempt++ {
 		route, err := b.router.Route(ctx, rreq)
 		if err != nil {
-			if lastErr != nil && status.Code(err) == codes.Unavailable {
-				// Nobody else to try: the worker's own answer ("at capacity", 429)
-				// says more than the router's "no decode worker is available".
+			if status.Code(lastErr) == codes.ResourceExhausted && status.Code(err) == codes.Unavailable {
+				// Nobody else to try: the full worker's own answer ("at capacity",
+				// 429) says more than the router's "no decode worker is available".
+				// (An unreachable worker's dial error is not for the client.)
 				return nil, nil, lastErr
 			}
 			return nil, nil, err

@@ -133,6 +133,14 @@ func TestBackendFullOnlyWorker(t *testing.T) {
 		t.Errorf("only worker full: %v, want ResourceExhausted saying it is at capacity", err)
 	}
 
+	// The only worker unreachable: the router's answer, not a dial error naming an
+	// internal address.
+	r = &fakeRouter{workers: []*routerv1.Worker{{Id: "dead", Address: deadAddr(t)}}}
+	_, err = generate(t, newTestBackend(t, r))
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no decode worker") {
+		t.Errorf("only worker unreachable: %v, want the router's Unavailable", err)
+	}
+
 	// With no worker at all the router's own answer stands.
 	_, err = generate(t, newTestBackend(t, &fakeRouter{}))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no decode worker") {
