@@ -116,7 +116,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	st := s.eng.Stats()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
 	bs := info.Layout.BlockSize
-	candidates, displaced := s.pending.rerank(s.candidates(m.GetPrefillWorkers()), len(ereq.Prompt), bs)
+	candidates, displaced := s.pending.rerank(s.candidates(m.GetPrefillWorkers()), len(ereq.Prompt), bs, s.knownPrefill)
 	queued := 0
 	if len(candidates) > 0 {
 		// The larger, not the sum: the router's figure may already include some of
@@ -136,7 +136,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		PromptTokens: uint32(sit.prompt), CachedTokens: uint32(cached), EffectiveTokens: uint32(sit.effective()),
 	}
 
-	if displaced != "" {
+	if displaced != "" && c.remote {
 		s.metrics.reranked.Inc()
 		decision.Detail += fmt.Sprintf("; prefill worker %s ahead of the router's %s, which has %d tokens pending from this worker",
 			candidates[0].GetWorkerId(), displaced, s.pending.of(displaced))
@@ -164,6 +164,12 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		"cached_tokens", decision.CachedTokens, "effective_tokens", decision.EffectiveTokens,
 		"prefill_worker", decision.PrefillWorkerId, "failed_prefill_workers", decision.FailedPrefillWorkerIds)
 	return s.pump(ctx, stream, decision, start, out)
+}
+
+// knownPrefill reports whether discovery knows prefill worker id.
+func (s *Service) knownPrefill(id string) bool {
+	_, ok := s.prefill.Client(id)
+	return ok
 }
 
 // candidates keeps the router's suggestions that discovery knows, in order, and

@@ -66,8 +66,12 @@ func (p *pendingPrefills) of(workerID string) int {
 // on the same terms (with its default weights), so the order changes only when
 // this worker knows of queued work the router has not heard of yet: a burst of
 // long prompts from here would otherwise all queue on the router's favourite while
-// another prefill worker sits idle. moved names the worker displaced, or is "".
-func (p *pendingPrefills) rerank(cands []*decodev1.PrefillCandidate, prompt, blockSize int) (out []*decodev1.PrefillCandidate, moved string) {
+// another prefill worker sits idle. The terms have unit weights, the router's
+// defaults: with other prefill_weight/queue_weight the order this worker picks
+// can differ from the router's in more cases than pending work. Only a candidate
+// known reports true for (one discovery knows) is moved ahead. moved names the
+// worker displaced, or is "".
+func (p *pendingPrefills) rerank(cands []*decodev1.PrefillCandidate, prompt, blockSize int, known func(string) bool) (out []*decodev1.PrefillCandidate, moved string) {
 	if len(cands) < 2 {
 		return cands, ""
 	}
@@ -85,7 +89,7 @@ func (p *pendingPrefills) rerank(cands []*decodev1.PrefillCandidate, prompt, blo
 	}
 	best := 0
 	for i := range work {
-		if work[i] < work[best] {
+		if work[i] < work[best] && known(cands[i].GetWorkerId()) {
 			best = i
 		}
 	}

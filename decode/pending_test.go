@@ -62,14 +62,15 @@ func TestRerankByPending(t *testing.T) {
 		}
 		return out
 	}
+	all := func(string) bool { return true }
 	var p pendingPrefills
 	router := []*decodev1.PrefillCandidate{cand("a", 0, 0), cand("b", 0, 0), cand("c", 100, 0)}
-	if got, moved := p.rerank(router, 512, 16); moved != "" || !slices.Equal(ids(got), []string{"a", "b", "c"}) {
+	if got, moved := p.rerank(router, 512, 16, all); moved != "" || !slices.Equal(ids(got), []string{"a", "b", "c"}) {
 		t.Errorf("nothing pending: order %v (moved %q), want the router's a b c", ids(got), moved)
 	}
 
 	done := p.add("a", 2048) // a burst this worker sent to a, not yet in a's load report
-	got, moved := p.rerank(router, 512, 16)
+	got, moved := p.rerank(router, 512, 16, all)
 	if moved != "a" || !slices.Equal(ids(got), []string{"b", "a", "c"}) {
 		t.Errorf("2048 tokens pending at a: order %v (moved %q), want b a c with a displaced", ids(got), moved)
 	}
@@ -78,15 +79,20 @@ func TestRerankByPending(t *testing.T) {
 	}
 
 	// The router already counts what is pending: its report is at least as large.
-	if got, moved := p.rerank([]*decodev1.PrefillCandidate{cand("a", 4096, 0), cand("b", 0, 0)}, 512, 16); moved != "" || got[0].GetWorkerId() != "a" {
+	if got, moved := p.rerank([]*decodev1.PrefillCandidate{cand("a", 4096, 0), cand("b", 0, 0)}, 512, 16, all); moved != "" || got[0].GetWorkerId() != "a" {
 		t.Errorf("router's queue covers the pending tokens: order %v (moved %q), want the router's", ids(got), moved)
 	}
 	// A cached prefix on a outweighs a short pending queue there.
-	if got, moved := p.rerank([]*decodev1.PrefillCandidate{cand("a", 0, 200), cand("b", 0, 0)}, 4096, 16); moved != "" || got[0].GetWorkerId() != "a" {
+	if got, moved := p.rerank([]*decodev1.PrefillCandidate{cand("a", 0, 200), cand("b", 0, 0)}, 4096, 16, all); moved != "" || got[0].GetWorkerId() != "a" {
 		t.Errorf("a caches 3200 of 4096 tokens, 2048 pending: order %v (moved %q), want a first", ids(got), moved)
 	}
+	// A candidate discovery does not know is never moved ahead: the request would
+	// fall back at once instead of trying the router's choice.
+	if got, moved := p.rerank(router, 512, 16, func(id string) bool { return id != "b" }); moved != "a" || got[0].GetWorkerId() != "c" {
+		t.Errorf("b unknown: order %v (moved %q), want c (100 queued) ahead of a (2048 pending)", ids(got), moved)
+	}
 	done()
-	if got, _ := p.rerank(router, 512, 16); got[0].GetWorkerId() != "a" {
+	if got, _ := p.rerank(router, 512, 16, all); got[0].GetWorkerId() != "a" {
 		t.Errorf("after a's prefill is done: first %s, want a", got[0].GetWorkerId())
 	}
 }
