@@ -19,6 +19,10 @@ type Registration struct {
 	Meta map[string]string
 }
 
+// agentCallTimeout bounds each call to the local agent: a hung agent must not
+// hold up a drain, which deregisters first.
+const agentCallTimeout = 5 * time.Second
+
 // Registrar keeps a service registered: it registers on Run, registers again
 // whenever the agent has lost it (a Consul restart), and deregisters on Deregister.
 type Registrar struct {
@@ -68,8 +72,10 @@ func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 			r.mu.Unlock()
 			return
 		}
-		if !registered || !r.known() {
-			if err := r.c.API.Agent().ServiceRegister(r.reg); err != nil {
+		// Bounded: the lock is held across these calls, and a drain waits on it.
+		cctx, cancel := context.WithTimeout(ctx, agentCallTimeout)
+		if !registered || !r.known(cctx) {
+			if err := r.c.API.Agent().ServiceRegisterOpts(r.reg, api.ServiceRegisterOpts{}.WithContext(cctx)); err != nil {
 				r.c.metrics.errors.WithLabelValues("register").Inc()
 				r.c.log.Warn("consul: cannot register; retrying", "consul_service", r.reg.Name, "id", r.reg.ID, "error", err)
 				registered = false
@@ -79,6 +85,7 @@ func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 				registered = true
 			}
 		}
+		cancel()
 		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -88,8 +95,8 @@ func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-func (r *Registrar) known() bool {
-	s, _, err := r.c.API.Agent().Service(r.reg.ID, nil)
+func (r *Registrar) known(ctx context.Context) bool {
+	s, _, err := r.c.API.Agent().Service(r.reg.ID, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		r.c.metrics.errors.WithLabelValues("service_lookup").Inc()
 		return false
@@ -102,7 +109,9 @@ func (r *Registrar) Deregister() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.gone = true
-	if err := r.c.API.Agent().ServiceDeregister(r.reg.ID); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), agentCallTimeout)
+	defer cancel()
+	if err := r.c.API.Agent().ServiceDeregisterOpts(r.reg.ID, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
 		r.c.metrics.errors.WithLabelValues("deregister").Inc()
 		r.c.log.Warn("consul: cannot deregister", "id", r.reg.ID, "error", err)
 		return
