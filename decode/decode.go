@@ -52,6 +52,9 @@ func (c Config) Validate() error {
 	if c.MinRemoteDeadline <= 0 || c.MaxRemoteDeadline < c.MinRemoteDeadline {
 		return fmt.Errorf("decode: remote deadline bounds [%s, %s] are not a range", c.MinRemoteDeadline, c.MaxRemoteDeadline)
 	}
+	if c.MaxRunning < 0 {
+		return fmt.Errorf("decode: --max-running-requests %d: want 0 (no bound) or more", c.MaxRunning)
+	}
 	return c.Params.Validate()
 }
 

@@ -66,6 +66,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CheckTLSServerName, "check-tls-server-name", "", "name the verifying health check expects in the certificate (default: the advertised host)")
 }
 
+// ValidateServing is Validate for a service that serves TLS or not: verifying
+// the certificate in the health check needs one to verify.
+func (c *Config) ValidateServing(tls bool) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Enabled() && c.CheckTLSVerify && !tls {
+		return errors.New("--check-tls-verify needs TLS on the service (--tls-cert, --tls-key)")
+	}
+	return nil
+}
+
 // Enabled reports whether a Consul agent is configured.
 func (c *Config) Enabled() bool { return c.Addr != "" }
 

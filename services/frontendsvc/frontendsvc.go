@@ -71,7 +71,7 @@ func (c *Config) Validate() error {
 	if c.Router == "" && !c.Consul.Enabled() {
 		return errors.New("--router: the router's address is required without --consul")
 	}
-	if err := c.Consul.Validate(); err != nil {
+	if err := c.Consul.ValidateServing(c.Serve.TLS.Enabled()); err != nil {
 		return err
 	}
 	if c.BlockSize <= 0 {

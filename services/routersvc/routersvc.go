@@ -62,7 +62,7 @@ func (c *Config) Validate() error {
 	if len(c.DecodeWorkers) == 0 && !c.Consul.Enabled() {
 		return errors.New("--decode-workers: at least one address is needed without --consul")
 	}
-	if err := c.Consul.Validate(); err != nil {
+	if err := c.Consul.ValidateServing(c.Serve.TLS.Enabled()); err != nil {
 		return err
 	}
 	if c.BlockSize <= 0 {

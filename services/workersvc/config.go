@@ -122,7 +122,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("decode flags: %w", err)
 		}
 	}
-	if err := c.Consul.Validate(); err != nil {
+	if err := c.Consul.ValidateServing(c.Serve.TLS.Enabled()); err != nil {
 		return err
 	}
 	if c.BlockSize <= 0 {
