@@ -13,25 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandem-serve/tandem/internal/slogtest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
-
-// logRecords keeps every log record a test's frontend writes.
-type logRecords struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *logRecords) WithGroup(string) slog.Handler            { return l }
-func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recs = append(l.recs, r.Clone())
-	return nil
-}
 
 // startedBackend is an endlessBackend that says when a generation has begun.
 type startedBackend struct {
@@ -53,7 +38,7 @@ func TestClientCancelIsNotAFailure(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		name := map[bool]string{true: "stream", false: "whole"}[stream]
 		t.Run(name, func(t *testing.T) {
-			recs := &logRecords{}
+			recs := &slogtest.Recorder{}
 			tok := testTokenizer(t)
 			b := &startedBackend{
 				endlessBackend: &endlessBackend{token: tok.Encode("x")[0], closed: make(chan struct{})},
@@ -101,10 +86,8 @@ func TestClientCancelIsNotAFailure(t *testing.T) {
 				t.Fatal("backend stream never closed after the client went away")
 			}
 			<-done
-			recs.mu.Lock()
-			defer recs.mu.Unlock()
 			wentAway := false
-			for _, r := range recs.recs {
+			for _, r := range recs.Records() {
 				if r.Level >= slog.LevelWarn {
 					t.Errorf("client cancel logged at %v: %q", r.Level, r.Message)
 				}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -14,33 +13,20 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-serve/tandem/internal/slogtest"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
 // records keeps every log record, to check the level a call's end was logged at.
-type records struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *records) WithGroup(string) slog.Handler            { return r }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recs = append(r.recs, rec.Clone())
-	return nil
-}
+type records struct{ slogtest.Recorder }
 
 func (r *records) only(t *testing.T) slog.Record {
 	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.recs) != 1 {
-		t.Fatalf("%d log records, want 1", len(r.recs))
+	recs := r.Records()
+	if len(recs) != 1 {
+		t.Fatalf("%d log records, want 1", len(recs))
 	}
-	return r.recs[0]
+	return recs[0]
 }
 
 func handledCodes(t *testing.T, reg *prometheus.Registry) map[string]float64 {
