@@ -43,6 +43,8 @@ type proc struct {
 	mu     sync.Mutex
 	stderr strings.Builder
 	done   chan error
+	// routerAddr is the router's address, from the line tandem up prints after ready.
+	routerAddr chan string
 }
 
 // startUp runs `tandem up` with args and waits for its "ready: URL" line.
@@ -56,7 +58,7 @@ func startUp(t *testing.T, args ...string) (*proc, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, done: make(chan error, 1), routerAddr: make(chan string, 1)}
 	cmd.Stderr = writerFunc(func(b []byte) (int, error) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -71,6 +73,13 @@ func startUp(t *testing.T, args ...string) (*proc, string) {
 		for sc.Scan() {
 			if url, ok := strings.CutPrefix(sc.Text(), "ready: "); ok {
 				ready <- url
+			}
+			if rest, ok := strings.CutPrefix(sc.Text(), "router "); ok {
+				addr, _, _ := strings.Cut(rest, ",")
+				select {
+				case p.routerAddr <- addr:
+				default:
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)

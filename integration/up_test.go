@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,17 @@ func TestUpStreamedChat(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Errorf("reflection lists %q, want %s", joined, want)
 		}
+	}
+
+	// tandem up says where its router is; tandem workers lists the workers there.
+	select {
+	case addr := <-p.routerAddr:
+		out, err := exec.Command(tandemBin, "workers", "--router", addr).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "decode-0") || !strings.Contains(string(out), "prefill-0") {
+			t.Errorf("tandem workers --router %s: %v\n%s\nwant decode-0 and prefill-0", addr, err, out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("tandem up printed no router line after ready")
 	}
 
 	if err := p.stop(t); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,6 +143,10 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	ulog, _ := lf.logger(stderr, "up")
 	ulog.Info("services ready", "frontend", f.Addr(), "router", r.Addr(), "decode_workers", decodeAddrs, "prefill_workers", prefillAddrs)
 	fmt.Fprintf(stdout, "ready: http://%s\n", f.Addr())
+	// The other services' ports are free ones; say them, for tandem workers, route,
+	// drain and health, and for their /metrics.
+	fmt.Fprintf(stdout, "router %s, decode workers %s, prefill workers %s (tandem workers --router %s)\n",
+		r.Addr(), cmp.Or(strings.Join(decodeAddrs, " "), "none"), cmp.Or(strings.Join(prefillAddrs, " "), "none"), r.Addr())
 	<-ctx.Done()
 	return stopAll(nil)
 }
