@@ -142,7 +142,7 @@ func (s *seqTimes) snapshot() []time.Time {
 
 // background keeps n sequences decoding on the decode worker, each restarted with
 // a fresh prompt when it reaches max_tokens. Their length keeps them all, and the
-// measured request, within the engine's default 1024 blocks, so that nothing is
+// measured request, within the engine's default pool (1024 blocks when measured), so that nothing is
 // preempted.
 type background struct {
 	seqs   []*seqTimes

@@ -39,6 +39,17 @@ var models = []ModelConfig{
 		ContextLength: 8192, RopeTheta: 10000, NormEps: 1e-5},
 }
 
+// DefaultKVBytes is the KV pool a worker gets when not told its size: 16,384
+// blocks of tiny (262,144 tokens), 2,730 of small. A pool of a fixed 1,024 blocks
+// held only 16,384 tokens of tiny and filled under a 256-stream soak.
+const DefaultKVBytes = 256 << 20
+
+// BlockBytes is the size of one KV block of blockSize tokens: keys and values
+// of every layer and KV head, in f32.
+func (mc ModelConfig) BlockBytes(blockSize int) int {
+	return mc.Layers * mc.KVHeads * mc.HeadDim * 2 * 4 * blockSize
+}
+
 // Models lists the names New accepts.
 func Models() []string {
 	names := make([]string, len(models))
@@ -61,7 +72,8 @@ func LookupModel(name string) (ModelConfig, bool) {
 type Config struct {
 	Model string // a name from Models(); "" is tiny
 	Seed  uint64 // weights seed; both sides of a KV handoff must agree
-	// NumBlocks is the KV pool size in blocks (default 1024).
+	// NumBlocks is the KV pool size in blocks (default: as many as DefaultKVBytes
+	// holds, and at least 1024).
 	NumBlocks int
 	// BlockSize is tokens per KV block, a multiple of 16 (default 16).
 	BlockSize int
@@ -84,11 +96,11 @@ func (c *Config) withDefaults() (Config, ModelConfig, error) {
 	if !ok {
 		return out, mc, fmt.Errorf("native: unknown model %q (have %v)", out.Model, Models())
 	}
-	if out.NumBlocks == 0 {
-		out.NumBlocks = 1024
-	}
 	if out.BlockSize == 0 {
 		out.BlockSize = kvcache.DefaultBlockSize
+	}
+	if out.NumBlocks == 0 {
+		out.NumBlocks = max(1024, DefaultKVBytes/mc.BlockBytes(out.BlockSize))
 	}
 	if out.MaxBatchTokens == 0 {
 		out.MaxBatchTokens = 512
