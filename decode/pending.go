@@ -60,28 +60,38 @@ func (p *pendingPrefills) of(workerID string) int {
 	return p.tokens[workerID]
 }
 
-// rerank puts first the candidate that would finish this prompt soonest by this
-// worker's own count: its uncached prompt tokens plus the larger of its reported
-// queue and the tokens pending there from here. The router ranked the candidates
-// on the same terms (with its default weights), so the order changes only when
-// this worker knows of queued work the router has not heard of yet: a burst of
-// long prompts from here would otherwise all queue on the router's favourite while
-// another prefill worker sits idle. The terms have unit weights, the router's
-// defaults: with other prefill_weight/queue_weight the order this worker picks
-// can differ from the router's in more cases than pending work. Only a candidate
-// known reports true for (one discovery knows) is moved ahead. moved names the
-// worker displaced, or is "".
+// rerank puts first the candidate that is cheapest once the tokens this worker
+// has pending there, beyond what the router last heard, are counted in its queue.
+// The router ranked the candidates on the same terms, so the order changes only
+// when this worker knows of queued work the router has not heard of yet: a burst
+// of long prompts from here would otherwise all queue on the router's favourite
+// while another prefill worker sits idle. The router's own weights are used (a
+// candidate carries its cost and what a queued token adds to it): with
+// queue_weight 0, cache affinity alone, the router's order stands. Only a candidate known reports true for (one
+// discovery knows) is moved ahead. moved names the worker displaced, or is "".
 func (p *pendingPrefills) rerank(cands []*decodev1.PrefillCandidate, prompt, blockSize int, known func(string) bool) (out []*decodev1.PrefillCandidate, moved string) {
 	if len(cands) < 2 {
 		return cands, ""
 	}
+	// Ranked by the router, a candidate's cost is the router's plus what the tokens
+	// pending here beyond its report add on the router's terms (its queue weight);
+	// unranked (the router suggested none), uncached plus queued tokens.
+	ranked := false
+	for _, c := range cands {
+		ranked = ranked || c.GetCost() != 0 || c.GetQueueCostPerToken() != 0
+	}
 	p.mu.Lock()
 	ahead := false
-	work := make([]int, len(cands))
+	work := make([]float64, len(cands))
 	for i, c := range cands {
 		pending := p.tokens[c.GetWorkerId()]
-		ahead = ahead || pending > int(c.GetQueuedTokens())
-		work[i] = max(prompt-int(c.GetCachedBlocks())*blockSize, 0) + max(int(c.GetQueuedTokens()), pending)
+		unseen := max(pending-int(c.GetQueuedTokens()), 0)
+		ahead = ahead || unseen > 0
+		if ranked {
+			work[i] = c.GetCost() + c.GetQueueCostPerToken()*float64(unseen)
+		} else {
+			work[i] = float64(max(prompt-int(c.GetCachedBlocks())*blockSize, 0) + int(c.GetQueuedTokens()) + unseen)
+		}
 	}
 	p.mu.Unlock()
 	if !ahead {

@@ -96,3 +96,36 @@ func TestRerankByPending(t *testing.T) {
 		t.Errorf("after a's prefill is done: first %s, want a", got[0].GetWorkerId())
 	}
 }
+
+// Candidates the router ranked are re-ranked on the router's own terms: its cost
+// plus what the tokens pending here beyond its report add at its queue weight.
+func TestRerankOnRouterTerms(t *testing.T) {
+	all := func(string) bool { return true }
+	ranked := func(id string, cost, perToken float64, queued uint64) *decodev1.PrefillCandidate {
+		return &decodev1.PrefillCandidate{WorkerId: id, Cost: cost, QueueCostPerToken: perToken, QueuedTokens: queued}
+	}
+	var p pendingPrefills
+	done := p.add("a", 64)
+	defer done()
+
+	// 64 unseen tokens at queue weight 1 (1/16 a token) make a cost 14 against b's 12.
+	got, moved := p.rerank([]*decodev1.PrefillCandidate{ranked("a", 10, 1.0/16, 0), ranked("b", 12, 1.0/16, 0)}, 512, 16, all)
+	if moved != "a" || got[0].GetWorkerId() != "b" {
+		t.Errorf("a at 10 + 64 unseen tokens, b at 12: first %s (moved %q), want b", got[0].GetWorkerId(), moved)
+	}
+	// At half that queue weight the same tokens add 2: a ties b at 12 and stays first.
+	got, moved = p.rerank([]*decodev1.PrefillCandidate{ranked("a", 10, 1.0/32, 0), ranked("b", 12, 1.0/32, 0)}, 512, 16, all)
+	if moved != "" || got[0].GetWorkerId() != "a" {
+		t.Errorf("a at 10 + 2, b at 12: first %s (moved %q), want a (a tie keeps the router's order)", got[0].GetWorkerId(), moved)
+	}
+	// queue_weight 0: cache affinity alone; pending work changes nothing.
+	got, moved = p.rerank([]*decodev1.PrefillCandidate{ranked("a", 10, 0, 0), ranked("b", 12, 0, 0)}, 512, 16, all)
+	if moved != "" || got[0].GetWorkerId() != "a" {
+		t.Errorf("queue weight 0: first %s (moved %q), want the router's a", got[0].GetWorkerId(), moved)
+	}
+	// The router already heard of the pending tokens (a reports 64 queued): nothing unseen.
+	got, moved = p.rerank([]*decodev1.PrefillCandidate{ranked("a", 14, 1.0/16, 64), ranked("b", 15, 1.0/16, 0)}, 512, 16, all)
+	if moved != "" || got[0].GetWorkerId() != "a" {
+		t.Errorf("pending already reported: first %s (moved %q), want the router's a", got[0].GetWorkerId(), moved)
+	}
+}

@@ -336,7 +336,8 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*rout
 		q := c.st.waiting
 		out = append(out, &routerv1.RankedWorker{
 			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), QueuedTokens: q,
-			Cost: p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(float64(q)/bs+float64(c.st.pendingBlocks)),
+			Cost:              p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(float64(q)/bs+float64(c.st.pendingBlocks)),
+			QueueCostPerToken: p.QueueWeight / bs,
 		})
 	}
 	slices.SortStableFunc(out, func(a, b *routerv1.RankedWorker) int {

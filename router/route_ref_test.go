@@ -272,7 +272,8 @@ func (r *Router) refRankPrefill(p Params, ps []refCandidate, promptBlocks int) [
 		q := c.st.load.GetWaitingTokens()
 		out = append(out, &routerv1.RankedWorker{
 			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), QueuedTokens: q,
-			Cost: p.PrefillWeight*float64(promptBlocks-c.cached) + p.QueueWeight*(float64(q)/bs+float64(c.st.pendingBlocks)),
+			Cost:              p.PrefillWeight*float64(promptBlocks-c.cached) + p.QueueWeight*(float64(q)/bs+float64(c.st.pendingBlocks)),
+			QueueCostPerToken: p.QueueWeight / bs,
 		})
 	}
 	slices.SortStableFunc(out, func(a, b *routerv1.RankedWorker) int {

@@ -98,6 +98,7 @@ func (b *backend) start(ctx context.Context, route *routerv1.RouteResponse, req 
 	for _, p := range route.GetPrefillWorkers() {
 		r.PrefillWorkers = append(r.PrefillWorkers, &decodev1.PrefillCandidate{
 			WorkerId: p.GetWorker().GetId(), QueuedTokens: p.GetQueuedTokens(), CachedBlocks: p.GetCachedBlocks(),
+			Cost: p.GetCost(), QueueCostPerToken: p.GetQueueCostPerToken(),
 		})
 	}
 	sctx, cancel := context.WithCancel(ctx)

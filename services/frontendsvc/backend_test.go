@@ -28,9 +28,15 @@ type fakeDecode struct {
 	decodev1connect.UnimplementedDecodeServiceHandler
 	id   string
 	full bool
+
+	mu   sync.Mutex
+	last *decodev1.GenerateRequest
 }
 
-func (d *fakeDecode) Generate(_ context.Context, _ *connect.Request[decodev1.GenerateRequest], out *connect.ServerStream[decodev1.GenerateResponse]) error {
+func (d *fakeDecode) Generate(_ context.Context, req *connect.Request[decodev1.GenerateRequest], out *connect.ServerStream[decodev1.GenerateResponse]) error {
+	d.mu.Lock()
+	d.last = req.Msg
+	d.mu.Unlock()
 	if d.full {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s is at capacity (1 requests)", d.id))
 	}
@@ -42,6 +48,7 @@ func (d *fakeDecode) Generate(_ context.Context, _ *connect.Request[decodev1.Gen
 type fakeRouter struct {
 	routerv1.RouterServiceClient
 	workers []*routerv1.Worker
+	prefill []*routerv1.RankedWorker
 
 	mu       sync.Mutex
 	excluded [][]string
@@ -53,7 +60,7 @@ func (r *fakeRouter) Route(_ context.Context, in *routerv1.RouteRequest, _ ...gr
 	r.mu.Unlock()
 	for _, w := range r.workers {
 		if !slices.Contains(in.GetExcludeWorkerIds(), w.GetId()) {
-			return &routerv1.RouteResponse{DecodeWorker: w}, nil
+			return &routerv1.RouteResponse{DecodeWorker: w, PrefillWorkers: r.prefill}, nil
 		}
 	}
 	return nil, status.Error(codes.Unavailable, "no decode worker is available")
@@ -145,5 +152,25 @@ func TestBackendFullOnlyWorker(t *testing.T) {
 	_, err = generate(t, newTestBackend(t, &fakeRouter{}))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no decode worker") {
 		t.Errorf("no worker: %v, want the router's Unavailable", err)
+	}
+}
+
+// TestBackendPassesPrefillRanking: the decode worker gets the router's prefill
+// ranking with the terms it needs to re-rank on the router's weights.
+func TestBackendPassesPrefillRanking(t *testing.T) {
+	d := &fakeDecode{id: "ok"}
+	r := &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, d)}, prefill: []*routerv1.RankedWorker{
+		{Worker: &routerv1.Worker{Id: "p1"}, CachedBlocks: 3, QueuedTokens: 40, Cost: 7.5, QueueCostPerToken: 0.0625},
+		{Worker: &routerv1.Worker{Id: "p2"}, Cost: 9},
+	}}
+	if _, err := generate(t, newTestBackend(t, r)); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	got := d.last.GetPrefillWorkers()
+	if len(got) != 2 || got[0].GetWorkerId() != "p1" || got[0].GetCachedBlocks() != 3 || got[0].GetQueuedTokens() != 40 ||
+		got[0].GetCost() != 7.5 || got[0].GetQueueCostPerToken() != 0.0625 || got[1].GetWorkerId() != "p2" || got[1].GetCost() != 9 {
+		t.Errorf("decode worker got prefill candidates %v, want p1 (3 cached, 40 queued, cost 7.5, 0.0625 a token) then p2 (cost 9)", got)
 	}
 }

@@ -238,9 +238,13 @@ type PrefillCandidate struct {
 	// Prompt tokens queued on it when the router last heard.
 	QueuedTokens uint64 `protobuf:"varint,2,opt,name=queued_tokens,json=queuedTokens,proto3" json:"queued_tokens,omitempty"`
 	// Leading prompt blocks already in its cache.
-	CachedBlocks  uint32 `protobuf:"varint,3,opt,name=cached_blocks,json=cachedBlocks,proto3" json:"cached_blocks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CachedBlocks uint32 `protobuf:"varint,3,opt,name=cached_blocks,json=cachedBlocks,proto3" json:"cached_blocks,omitempty"`
+	// The router's cost for it (lower is better) and what each more queued token
+	// adds to that cost; 0 and 0 when the router did not rank it.
+	Cost              float64 `protobuf:"fixed64,4,opt,name=cost,proto3" json:"cost,omitempty"`
+	QueueCostPerToken float64 `protobuf:"fixed64,5,opt,name=queue_cost_per_token,json=queueCostPerToken,proto3" json:"queue_cost_per_token,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PrefillCandidate) Reset() {
@@ -290,6 +294,20 @@ func (x *PrefillCandidate) GetQueuedTokens() uint64 {
 func (x *PrefillCandidate) GetCachedBlocks() uint32 {
 	if x != nil {
 		return x.CachedBlocks
+	}
+	return 0
+}
+
+func (x *PrefillCandidate) GetCost() float64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *PrefillCandidate) GetQueueCostPerToken() float64 {
+	if x != nil {
+		return x.QueueCostPerToken
 	}
 	return 0
 }
@@ -585,11 +603,13 @@ const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"max_tokens\x18\x04 \x01(\rR\tmaxTokens\x12$\n" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x12K\n" +
 	"\x0fprefill_workers\x18\x06 \x03(\v2\".tandem.decode.v1.PrefillCandidateR\x0eprefillWorkers\x12\x18\n" +
-	"\aexplain\x18\a \x01(\bR\aexplain\"y\n" +
+	"\aexplain\x18\a \x01(\bR\aexplain\"\xbe\x01\n" +
 	"\x10PrefillCandidate\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
 	"\rqueued_tokens\x18\x02 \x01(\x04R\fqueuedTokens\x12#\n" +
-	"\rcached_blocks\x18\x03 \x01(\rR\fcachedBlocks\"\xcb\x03\n" +
+	"\rcached_blocks\x18\x03 \x01(\rR\fcachedBlocks\x12\x12\n" +
+	"\x04cost\x18\x04 \x01(\x01R\x04cost\x12/\n" +
+	"\x14queue_cost_per_token\x18\x05 \x01(\x01R\x11queueCostPerToken\"\xcb\x03\n" +
 	"\x0fPrefillDecision\x121\n" +
 	"\x04path\x18\x01 \x01(\x0e2\x1d.tandem.decode.v1.PrefillPathR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +

@@ -191,10 +191,14 @@ type RankedWorker struct {
 	// Leading prompt blocks already in this worker's cache.
 	CachedBlocks uint32 `protobuf:"varint,2,opt,name=cached_blocks,json=cachedBlocks,proto3" json:"cached_blocks,omitempty"`
 	// Prompt tokens queued on it.
-	QueuedTokens  uint64  `protobuf:"varint,3,opt,name=queued_tokens,json=queuedTokens,proto3" json:"queued_tokens,omitempty"`
-	Cost          float64 `protobuf:"fixed64,4,opt,name=cost,proto3" json:"cost,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	QueuedTokens uint64  `protobuf:"varint,3,opt,name=queued_tokens,json=queuedTokens,proto3" json:"queued_tokens,omitempty"`
+	Cost         float64 `protobuf:"fixed64,4,opt,name=cost,proto3" json:"cost,omitempty"`
+	// What each more queued token would add to cost (queue_weight / block size), so
+	// that a decode worker that knows of work the router has not heard of yet can
+	// re-rank on the router's own terms.
+	QueueCostPerToken float64 `protobuf:"fixed64,5,opt,name=queue_cost_per_token,json=queueCostPerToken,proto3" json:"queue_cost_per_token,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RankedWorker) Reset() {
@@ -251,6 +255,13 @@ func (x *RankedWorker) GetQueuedTokens() uint64 {
 func (x *RankedWorker) GetCost() float64 {
 	if x != nil {
 		return x.Cost
+	}
+	return 0
+}
+
+func (x *RankedWorker) GetQueueCostPerToken() float64 {
+	if x != nil {
+		return x.QueueCostPerToken
 	}
 	return 0
 }
@@ -621,12 +632,13 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x120\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x1c.tandem.worker.v1.WorkerModeR\x04mode\x12\x1a\n" +
-	"\bdraining\x18\x04 \x01(\bR\bdraining\"\x9e\x01\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\"\xcf\x01\n" +
 	"\fRankedWorker\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12#\n" +
 	"\rcached_blocks\x18\x02 \x01(\rR\fcachedBlocks\x12#\n" +
 	"\rqueued_tokens\x18\x03 \x01(\x04R\fqueuedTokens\x12\x12\n" +
-	"\x04cost\x18\x04 \x01(\x01R\x04cost\"\xb2\x02\n" +
+	"\x04cost\x18\x04 \x01(\x01R\x04cost\x12/\n" +
+	"\x14queue_cost_per_token\x18\x05 \x01(\x01R\x11queueCostPerToken\"\xb2\x02\n" +
 	"\rCandidateCost\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12#\n" +
 	"\rcached_blocks\x18\x02 \x01(\rR\fcachedBlocks\x12'\n" +
