@@ -202,6 +202,7 @@ type benchOut struct {
 		Label       string          `json:"label"`
 		Group       string          `json:"group"`
 		Workload    string          `json:"workload"`
+		Seed        uint64          `json:"seed"`
 		Concurrency int             `json:"concurrency"`
 		Rate        float64         `json:"rate"`
 		SLO         string          `json:"slo"`
@@ -500,6 +501,11 @@ func TestBenchRateSweep(t *testing.T) {
 	out := readBenchJSON(t, jsonPath)
 	if len(out.Runs) != 2 || out.Runs[0].Label != "rate=200" || out.Runs[1].Label != "rate=400" || out.Runs[1].Rate != 400 {
 		t.Fatalf("runs %+v, want rate=200 then rate=400", out.Runs)
+	}
+	// Each rate its own prompts, so that a later rate does not resend what the
+	// server cached during the earlier one.
+	if out.Runs[0].Seed != 1 || out.Runs[1].Seed != 2 {
+		t.Errorf("seeds %d and %d, want 1 and 2 (--seed 1, one more a rate)", out.Runs[0].Seed, out.Runs[1].Seed)
 	}
 	if !strings.Contains(stdout, "== sweep") || !strings.Contains(stdout, "rate=400") {
 		t.Errorf("no sweep table:\n%s", stdout)
