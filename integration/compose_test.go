@@ -284,17 +284,7 @@ func (c *composeRun) streamChat(t *testing.T, content string, maxTokens int) (wo
 		b, _ := bufio.NewReader(resp.Body).Peek(512)
 		t.Fatalf("streamed chat: status %d, content type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
-	done := false
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			done = true
-			break
-		}
+	done, err := eachSSE(resp.Body, func(data string) bool {
 		var chunk composeChunk
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
 			t.Fatalf("streamed chat: chunk %q: %v", data, err)
@@ -310,8 +300,9 @@ func (c *composeRun) streamChat(t *testing.T, content string, maxTokens int) (wo
 				pieces++
 			}
 		}
-	}
-	if err := sc.Err(); err != nil || !done {
+		return true
+	})
+	if err != nil || !done {
 		t.Fatalf("streamed chat ended without [DONE]: %v", err)
 	}
 	return worker, path, pieces

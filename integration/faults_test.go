@@ -94,17 +94,7 @@ func chatStreamed(ctx context.Context, fe, content string, maxTokens int) stream
 	defer resp.Body.Close()
 	r := streamedChat{status: resp.StatusCode}
 	var text strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if line == "[DONE]" {
-			r.done = true
-			break
-		}
+	done, err := eachSSE(resp.Body, func(line string) bool {
 		var chunk struct {
 			Choices []struct {
 				Delta struct {
@@ -122,7 +112,7 @@ func chatStreamed(ctx context.Context, fe, content string, maxTokens int) stream
 		}
 		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
 			r.err = fmt.Errorf("chunk %q: %w", line, err)
-			continue
+			return true
 		}
 		for _, c := range chunk.Choices {
 			text.WriteString(c.Delta.Content)
@@ -136,10 +126,11 @@ func chatStreamed(ctx context.Context, fe, content string, maxTokens int) stream
 		if chunk.Error != nil {
 			r.errEvent = true
 		}
-	}
-	r.text = text.String()
+		return true
+	})
+	r.done, r.text = done, text.String()
 	if r.err == nil {
-		r.err = sc.Err()
+		r.err = err
 	}
 	return r
 }
@@ -279,17 +270,7 @@ func TestDecodeKilled(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			var e streamEnd
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			for sc.Scan() {
-				line, ok := strings.CutPrefix(sc.Text(), "data: ")
-				if !ok {
-					continue
-				}
-				if line == "[DONE]" {
-					e.sawDone = true
-					break
-				}
+			e.sawDone, _ = eachSSE(resp.Body, func(line string) bool {
 				var chunk struct {
 					Tandem *struct {
 						DecodeWorker string `json:"decode_worker"`
@@ -304,7 +285,8 @@ func TestDecodeKilled(t *testing.T) {
 				if chunk.Error != nil {
 					e.sawErr = true
 				}
-			}
+				return true
+			})
 			ends <- e
 		}()
 	}

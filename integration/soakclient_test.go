@@ -4,7 +4,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -62,17 +61,7 @@ func soakStream(ctx context.Context, client *http.Client, url, body string, canc
 		cancel()
 		return r
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			r.sawDone = true
-			break
-		}
+	done, err := eachSSE(resp.Body, func(data string) bool {
 		var ev struct {
 			Choices []struct {
 				FinishReason *string `json:"finish_reason"`
@@ -90,7 +79,7 @@ func soakStream(ctx context.Context, client *http.Client, url, body string, canc
 		}
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			r.errMsg = "undecodable event: " + err.Error()
-			continue
+			return true
 		}
 		if ev.Tandem != nil {
 			r.path, r.reason = ev.Tandem.PrefillPath, ev.Tandem.PrefillReason
@@ -108,10 +97,12 @@ func soakStream(ctx context.Context, client *http.Client, url, body string, canc
 		}
 		if events++; events == cancelAfter {
 			cancel()
-			return r
+			return false
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return true
+	})
+	r.sawDone = done
+	if err != nil {
 		r.err = err
 	}
 	return r
