@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +22,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/soaktest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
@@ -57,14 +56,10 @@ func TestSoak(t *testing.T) {
 	if os.Getenv("TANDEM_SOAK") != "1" {
 		t.Skip("set TANDEM_SOAK=1 to run the soak test")
 	}
-	duration := soakEnvDuration(t, "TANDEM_SOAK_DURATION", time.Minute)
-	faultPeriod := soakEnvDuration(t, "TANDEM_SOAK_FAULTS", 5*time.Second)
+	duration := soaktest.Duration(t, "TANDEM_SOAK_DURATION", time.Minute)
+	faultPeriod := soaktest.Duration(t, "TANDEM_SOAK_FAULTS", 5*time.Second)
 	streams := 256
-	if s := os.Getenv("TANDEM_SOAK_STREAMS"); s != "" {
-		if _, err := fmt.Sscan(s, &streams); err != nil || streams < 1 {
-			t.Fatalf("TANDEM_SOAK_STREAMS=%q: want a positive number", s)
-		}
-	}
+	streams = soaktest.Count(t, "TANDEM_SOAK_STREAMS", streams)
 	newEngine := soakEngine(t, os.Getenv("TANDEM_SOAK_ENGINE"))
 
 	ignore := goleak.IgnoreCurrent()
@@ -154,7 +149,7 @@ func TestSoak(t *testing.T) {
 				case timedOut:
 					note(errs, "no answer within 2 minutes")
 				case err != nil:
-					note(errs, connect.CodeOf(err).String()+": "+soakTrim(err.Error()))
+					note(errs, connect.CodeOf(err).String()+": "+soaktest.Trim(err.Error()))
 				case r.finish == decodev1.FinishReason_FINISH_REASON_UNSPECIFIED || r.usage.GetCompletionTokens() != uint32(len(r.tokens)) || len(r.tokens) == 0:
 					note(errs, fmt.Sprintf("incomplete stream: %d tokens, finish %v, usage %v", len(r.tokens), r.finish, r.usage))
 				default:
@@ -186,18 +181,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 
-	total, nerr := 0, 0
-	var lines []string
-	for k, v := range outcomes {
-		total += v
-		lines = append(lines, fmt.Sprintf("  %6d  %s", v, k))
-	}
-	for k, v := range errs {
-		total += v
-		nerr += v
-		lines = append(lines, fmt.Sprintf("  %6d  ERROR %s", v, k))
-	}
-	sort.Strings(lines)
+	lines, total, nerr := soaktest.Tally(outcomes, errs)
 	leakedBlocks := 0
 	for _, st := range leaked {
 		leakedBlocks += st.ActiveBlocks
@@ -267,26 +251,6 @@ func soakGenerate(ctx context.Context, node *decodeNode, req *decodev1.GenerateR
 		}
 	}
 	return r, stream.Err()
-}
-
-// soakTrim drops request-specific numbers from an error so that like errors count
-// together.
-func soakTrim(s string) string {
-	return soakDigits.ReplaceAllString(s, "N")
-}
-
-var soakDigits = regexp.MustCompile(`[0-9]+`)
-
-func soakEnvDuration(t *testing.T, name string, def time.Duration) time.Duration {
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		t.Fatalf("%s=%q: want a positive duration", name, s)
-	}
-	return d
 }
 
 // soakEngine returns a constructor of engines of the given kind and pool size.

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tandem-serve/tandem/internal/soaktest"
 )
 
 // TestSoakThroughUp is issue 9's bounded soak through the real binary: concurrent
@@ -50,13 +52,9 @@ func TestSoakThroughUp(t *testing.T) {
 	if full {
 		duration, streams, faultPeriod = time.Minute, 256, 5*time.Second
 	}
-	duration = soakDuration(t, "TANDEM_SOAK_DURATION", duration)
-	faultPeriod = soakDuration(t, "TANDEM_SOAK_FAULTS", faultPeriod)
-	if s := os.Getenv("TANDEM_SOAK_STREAMS"); s != "" {
-		if _, err := fmt.Sscan(s, &streams); err != nil || streams < 1 {
-			t.Fatalf("TANDEM_SOAK_STREAMS=%q: want a positive number", s)
-		}
-	}
+	duration = soaktest.Duration(t, "TANDEM_SOAK_DURATION", duration)
+	faultPeriod = soaktest.Duration(t, "TANDEM_SOAK_FAULTS", faultPeriod)
+	streams = soaktest.Count(t, "TANDEM_SOAK_STREAMS", streams)
 
 	// Info logs carry the addresses of the services `tandem up` started.
 	p, url := startUp(t, "--log-level", "info")
@@ -186,7 +184,7 @@ func TestSoakThroughUp(t *testing.T) {
 				cancel()
 				switch {
 				case cancelled && r.status != 0 && r.status != 200:
-					note(errs, fmt.Sprintf("status %d before the client cancelled: %s", r.status, soakTrim(r.errMsg)))
+					note(errs, fmt.Sprintf("status %d before the client cancelled: %s", r.status, soaktest.Trim(r.errMsg)))
 				case cancelled && r.status == 0:
 					note(outcomes, "cancelled before the response")
 				case cancelled:
@@ -240,18 +238,8 @@ func TestSoakThroughUp(t *testing.T) {
 		}
 	}
 
-	total, nerr, leakedBlocks := 0, 0, 0
-	var lines []string
-	for k, v := range outcomes {
-		total += v
-		lines = append(lines, fmt.Sprintf("  %6d  %s", v, k))
-	}
-	for k, v := range errs {
-		total += v
-		nerr += v
-		lines = append(lines, fmt.Sprintf("  %6d  ERROR %s", v, k))
-	}
-	sort.Strings(lines)
+	lines, total, nerr := soaktest.Tally(outcomes, errs)
+	leakedBlocks := 0
 	for _, v := range leaked {
 		leakedBlocks += v
 	}
@@ -335,7 +323,7 @@ func soakWarnings(logs string) string {
 			continue
 		}
 		key := strings.TrimSpace(fmt.Sprintf("%s %s: %s %s %s%s", rec.Level, rec.Service, rec.Msg, rec.Reason, rec.Err, rec.Error))
-		counts[soakTrim(key)]++
+		counts[soaktest.Trim(key)]++
 	}
 	var lines []string
 	for k, v := range counts {

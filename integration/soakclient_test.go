@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"regexp"
 	"strings"
-	"testing"
-	"time"
+
+	"github.com/tandem-serve/tandem/internal/soaktest"
 )
 
 func soakBody(content string, maxTokens int, temperature float64, seed uint64) string {
@@ -112,13 +110,13 @@ func soakStream(ctx context.Context, client *http.Client, url, body string, canc
 func (r soakResult) check(maxTokens int) string {
 	switch {
 	case r.err != nil && r.status == 0:
-		return "request failed: " + soakTrim(r.err.Error())
+		return "request failed: " + soaktest.Trim(r.err.Error())
 	case r.status != http.StatusOK:
-		return fmt.Sprintf("status %d: %s", r.status, soakTrim(r.errMsg))
+		return fmt.Sprintf("status %d: %s", r.status, soaktest.Trim(r.errMsg))
 	case r.errMsg != "":
-		return soakTrim(r.errMsg)
+		return soaktest.Trim(r.errMsg)
 	case r.err != nil:
-		return "stream broken: " + soakTrim(r.err.Error())
+		return "stream broken: " + soaktest.Trim(r.err.Error())
 	case !r.sawDone:
 		return "stream ended without [DONE]"
 	case r.finish != "length" && r.finish != "stop":
@@ -131,23 +129,4 @@ func (r soakResult) check(maxTokens int) string {
 		return fmt.Sprintf("x-tandem-prefill-path %q but the stream says %q", r.header, r.path)
 	}
 	return ""
-}
-
-// soakTrim drops request-specific numbers so that like errors count together.
-func soakTrim(s string) string {
-	return soakDigits.ReplaceAllString(s, "N")
-}
-
-var soakDigits = regexp.MustCompile(`[0-9]+`)
-
-func soakDuration(t *testing.T, name string, def time.Duration) time.Duration {
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		t.Fatalf("%s=%q: want a positive duration", name, s)
-	}
-	return d
 }
