@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tandem_decode_rejected_total", Help: "Requests refused because the worker was at --max-running-requests.",
+		Name: "tandem_decode_rejected_total", Help: "Requests refused because the worker already held its maximum of requests.",
 	})
 	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tandem_decode_pending_remote_prefill_tokens",

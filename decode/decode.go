@@ -53,7 +53,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("decode: remote deadline bounds [%s, %s] are not a range", c.MinRemoteDeadline, c.MaxRemoteDeadline)
 	}
 	if c.MaxRunning < 0 {
-		return fmt.Errorf("decode: --max-running-requests %d: want 0 (no bound) or more", c.MaxRunning)
+		return fmt.Errorf("decode: MaxRunning %d: want 0 (no bound) or more", c.MaxRunning)
 	}
 	return c.Params.Validate()
 }
@@ -193,7 +193,7 @@ func (s *Service) candidates(suggested []*decodev1.PrefillCandidate) []*decodev1
 
 // tryRemote walks the fallback ladder: the first prefill worker; on an error before
 // any KV arrived, one other; then nil, meaning prefill locally. It returns an error
-// only when the client is gone or --enforce-disagg forbids the fallback.
+// only when the client is gone or EnforceDisagg forbids the fallback.
 func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates []*decodev1.PrefillCandidate, skip int, deadline time.Duration, d *decodev1.PrefillDecision) (engine.Stream, error) {
 	fail := func(reason, detail string) (engine.Stream, error) {
 		s.metrics.fallbacks.WithLabelValues(reason).Inc()

@@ -117,6 +117,9 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return err
 	}
+	if c.MaxRunning < 0 {
+		return fmt.Errorf("--max-running-requests %d: want 0 (no bound) or more", c.MaxRunning)
+	}
 	if mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
 		if err := c.DecodeConfig("validate", mode).Validate(); err != nil {
 			return fmt.Errorf("decode flags: %w", err)
