@@ -285,7 +285,7 @@ func (c *composeRun) streamChat(t *testing.T, content string, maxTokens int) (wo
 		t.Fatalf("streamed chat: status %d, content type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
 	done, err := eachSSE(resp.Body, func(data string) bool {
-		var chunk composeChunk
+		var chunk sseChunk
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
 			t.Fatalf("streamed chat: chunk %q: %v", data, err)
 		}
@@ -318,21 +318,6 @@ type composeChatRequest struct {
 type composeMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
-}
-
-type composeChunk struct {
-	Choices []struct {
-		Delta struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-	} `json:"choices"`
-	Tandem *struct {
-		DecodeWorker string `json:"decode_worker"`
-		PrefillPath  string `json:"prefill_path"`
-	} `json:"tandem"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
 }
 
 func composeCount(m map[string]int) int {

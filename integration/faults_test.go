@@ -95,21 +95,7 @@ func chatStreamed(ctx context.Context, fe, content string, maxTokens int) stream
 	r := streamedChat{status: resp.StatusCode}
 	var text strings.Builder
 	done, err := eachSSE(resp.Body, func(line string) bool {
-		var chunk struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Tandem *struct {
-				PrefillPath   string `json:"prefill_path"`
-				PrefillReason string `json:"prefill_reason"`
-			} `json:"tandem"`
-			Error *struct{} `json:"error"`
-		}
+		var chunk sseChunk
 		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
 			r.err = fmt.Errorf("chunk %q: %w", line, err)
 			return true
@@ -271,12 +257,7 @@ func TestDecodeKilled(t *testing.T) {
 			defer resp.Body.Close()
 			var e streamEnd
 			e.sawDone, _ = eachSSE(resp.Body, func(line string) bool {
-				var chunk struct {
-					Tandem *struct {
-						DecodeWorker string `json:"decode_worker"`
-					} `json:"tandem"`
-					Error *struct{} `json:"error"`
-				}
+				var chunk sseChunk
 				_ = json.Unmarshal([]byte(line), &chunk)
 				if chunk.Tandem != nil {
 					e.worker = chunk.Tandem.DecodeWorker

@@ -60,21 +60,7 @@ func soakStream(ctx context.Context, client *http.Client, url, body string, canc
 		return r
 	}
 	done, err := eachSSE(resp.Body, func(data string) bool {
-		var ev struct {
-			Choices []struct {
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Tandem *struct {
-				PrefillPath   string `json:"prefill_path"`
-				PrefillReason string `json:"prefill_reason"`
-			} `json:"tandem"`
-			Error *struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var ev sseChunk
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			r.errMsg = "undecodable event: " + err.Error()
 			return true

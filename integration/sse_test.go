@@ -26,3 +26,24 @@ func eachSSE(r io.Reader, fn func(data string) bool) (done bool, err error) {
 	}
 	return false, sc.Err()
 }
+
+// sseChunk is what the tests read of a streamed chat completion chunk.
+type sseChunk struct {
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Tandem *struct {
+		DecodeWorker  string `json:"decode_worker"`
+		PrefillPath   string `json:"prefill_path"`
+		PrefillReason string `json:"prefill_reason"`
+	} `json:"tandem"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
