@@ -62,3 +62,4 @@ fuzz ./tokenizer FuzzTokenizer
 fuzz ./decode FuzzRemotePrefillHandoff
 fuzz ./decode FuzzParseChunk
 fuzz ./services/consul FuzzOverlay
+fuzz ./gguf FuzzParse
