@@ -126,6 +126,17 @@ func strftime(t time.Time, format string) string {
 	return sb.String()
 }
 
+// keywordDict is dict(a=x, b=y) and namespace(a=x, b=y), rewritten by New as
+// __tandem_dict("a", x, "b", y) so that the keys keep their order (the library's
+// own build the dict from a Go map).
+func keywordDict(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	d := jinja.NewDict()
+	for i := 0; i+1 < len(args); i += 2 {
+		d.AsDict().Set(text(args[i]), args[i+1])
+	}
+	return d, nil
+}
+
 // The bounds of one render (see the package documentation).
 const (
 	maxSteps      = 1 << 18

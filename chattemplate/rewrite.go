@@ -20,6 +20,8 @@ import (
 //     the library only \n, \t, \\, \' and \". rewrite re-encodes each literal.
 //   - A closer inside brackets: Jinja reads {{ {'a': {'b': 1}} }} as one tag, the
 //     library ends it at the first "}}". rewrite writes "} }" there.
+//   - dict(a=1, b=2) and namespace(...): the library builds them from a Go map,
+//     in random key order; rewrite calls __tandem_dict("a", 1, "b", 2) instead.
 //   - Bounds. The library has no hook inside a loop or a macro, so the top of every
 //     loop body gets {{ __tandem_step() }}, every macro body is framed by
 //     {{ __tandem_enter() }} ... {{ __tandem_leave() }}, and every set is followed
@@ -37,6 +39,8 @@ const (
 	// guardAssigned(ns, "attr") every `set ns.attr = value`; see budget.assigned.
 	guardAssigned = guardPrefix + "assigned"
 	// guardUnsafe prefixes the name of a method that mutates; see mutators.
+	// guardDict builds dict(...) and namespace(...); see writeKeywordCall.
+	guardDict   = guardPrefix + "dict"
 	guardUnsafe = guardPrefix + "unsafe_"
 )
 
@@ -225,13 +229,7 @@ func setTarget(content string) (name, attr string) {
 }
 
 func isIdentifier(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9')) {
-			return false
-		}
-	}
-	return s != ""
+	return s != "" && identEnd(s, 0) == len(s)
 }
 
 // mutators are the library's methods that change a list or dict in place.
@@ -243,7 +241,9 @@ func isIdentifier(s string) bool {
 var mutators = map[string]bool{"append": true, "pop": true, "insert": true, "update": true}
 
 // writeCode writes the inside of a tag with its string literals decoded as Python
-// does and re-encoded for the library, and "}}" split outside strings.
+// does and re-encoded for the library, "}}" split outside strings, the mutating
+// methods renamed (see mutators) and dict(...) and namespace(...) calls made to
+// keep the order of their arguments (see writeKeywordCall).
 func writeCode(sb *strings.Builder, code string) {
 	for i := 0; i < len(code); {
 		c := code[i]
@@ -264,24 +264,114 @@ func writeCode(sb *strings.Builder, code string) {
 			sb.WriteString("} ")
 			i++
 		case c == '.':
-			j := i + 1
-			for j < len(code) && (code[j] == ' ' || code[j] == '\t' || code[j] == '\n' || code[j] == '\r') {
-				j++
-			}
-			k := j
-			for k < len(code) && isIdentifier(code[j:k+1]) {
-				k++
-			}
+			j := skipSpace(code, i+1)
+			k := identEnd(code, j)
 			sb.WriteString(code[i:j])
 			if mutators[code[j:k]] {
 				sb.WriteString(guardUnsafe)
 			}
-			i = j
+			sb.WriteString(code[j:k])
+			i = k
+		case isIdentStart(c):
+			k := identEnd(code, i)
+			if word := code[i:k]; word == "dict" || word == "namespace" {
+				if end := writeKeywordCall(sb, code, k); end > 0 {
+					i = end
+					continue
+				}
+			}
+			sb.WriteString(code[i:k])
+			i = k
 		default:
 			sb.WriteByte(c)
 			i++
 		}
 	}
+}
+
+// writeKeywordCall rewrites dict(a=x, b=y) or namespace(a=x, b=y), whose name ends
+// at k, as __tandem_dict("a", x, "b", y), and returns the offset past the call; 0
+// when the call has positional arguments or is not one. The library builds these
+// from a Go map, so their keys come out in random order: tojson(dict(...)) would
+// differ from request to request.
+func writeKeywordCall(sb *strings.Builder, code string, k int) int {
+	open := skipSpace(code, k)
+	if open >= len(code) || code[open] != '(' {
+		return 0
+	}
+	var args []string
+	depth, start := 0, open+1
+	for i := open; i < len(code); i++ {
+		switch code[i] {
+		case '\'', '"':
+			end := skipString(code, i)
+			if end < 0 {
+				return 0
+			}
+			i = end - 1
+		case '(', '[', '{':
+			depth++
+		case ')', ']', '}':
+			depth--
+			if depth == 0 {
+				args = append(args, code[start:i])
+				return writeKeywordArgs(sb, code[k:i+1], args, i+1)
+			}
+		case ',':
+			if depth == 1 {
+				args = append(args, code[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return 0
+}
+
+func writeKeywordArgs(sb *strings.Builder, call string, args []string, end int) int {
+	var out strings.Builder
+	out.WriteString(guardDict + "(")
+	for n, arg := range args {
+		if strings.TrimSpace(arg) == "" && n == len(args)-1 {
+			break // a trailing comma, or no arguments
+		}
+		j := skipSpace(arg, 0)
+		k := identEnd(arg, j)
+		eq := skipSpace(arg, k)
+		if k == j || eq >= len(arg) || arg[eq] != '=' || (eq+1 < len(arg) && arg[eq+1] == '=') {
+			return 0 // positional: leave the call to the library
+		}
+		if n > 0 {
+			out.WriteString(", ")
+		}
+		out.WriteString(`"` + arg[j:k] + `", `)
+		writeCode(&out, arg[eq+1:])
+	}
+	out.WriteString(")")
+	sb.WriteString(out.String())
+	// The call's lines, as whitespace after it.
+	sb.WriteString(strings.Repeat("\n", max(0, strings.Count(call, "\n")-strings.Count(out.String(), "\n"))))
+	return end
+}
+
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+// identEnd is the end of the identifier starting at i (i itself if none does).
+func identEnd(s string, i int) int {
+	if i >= len(s) || !isIdentStart(s[i]) {
+		return i
+	}
+	for i++; i < len(s) && (isIdentStart(s[i]) || (s[i] >= '0' && s[i] <= '9')); i++ {
+	}
+	return i
 }
 
 // decodePyEscapes decodes the body of a Python string literal as Jinja does

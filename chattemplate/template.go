@@ -165,6 +165,7 @@ func (t *Template) data(msgs []Message, addGenerationPrompt bool, b *budget) map
 		"raise_exception":       jinja.NewCallable("raise_exception", raiseException),
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
 		"range":                 jinja.NewCallable("range", b.rangeFunc),
+		guardDict:               jinja.NewCallable(guardDict, keywordDict),
 		guardStep:               jinja.NewCallable(guardStep, b.step),
 		guardEnter:              jinja.NewCallable(guardEnter, b.enter),
 		guardLeave:              jinja.NewCallable(guardLeave, b.leave),

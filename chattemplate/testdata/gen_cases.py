@@ -164,6 +164,7 @@ SNIPPETS = [
     ("messages", "{{ messages[0]['role'] }}|{{ messages[0].content }}|{{ messages | length }}|{{ messages[-1].role }}|{{ messages[5] is defined }}|{{ messages[0].tool_calls is defined }}|{{ 'tool_calls' in messages[0] }}|{{ messages | map(attribute='role') | join(', ') }}"),
     ("globals", "{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ tools is none }}|{{ documents is none }}|{{ enable_thinking is defined }}"),
     ("generation", "{% generation %}gen {{ 1 }}{% endgeneration %}"),
+    ("dict-order", "{{ dict(zeta=1, alpha=[1, 2], mid=dict(b=1, a='x'), k4=4, k5=5, k6=6, k7=7, k8=8, k9=9, k10=10, k11=11, k12=12) | tojson }}|{{ dict() | tojson }}|{% set ns = namespace(z=1, a=2) %}{% set ns.a = ns.a + ns.z %}{{ ns.a }}"),
     ("logic", "{{ not true }}|{{ not none }}|{{ not [] }}|{{ -(1+2) }}|{{ 1 == 1.0 }}|{{ 'a' < 'b' }}|{{ '-' * 3 }}|{{ true and 'x' }}|{{ false or 'y' }}"),
 ]
 
