@@ -229,7 +229,12 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		f.writeError(w, rc, err)
 		return
 	}
-	g := &genRequest{requestID: rc.id, isChat: true, promptParam: "messages"}
+	served, err := f.current()
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	g := &genRequest{requestID: rc.id, served: served, isChat: true, promptParam: "messages"}
 	if err := req.toGen(g); err != nil {
 		f.writeError(w, rc, err)
 		return
@@ -242,7 +247,7 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		}
 		g.messages = append(g.messages, Message{Role: m.Role, Content: m.Content.Text})
 	}
-	out := &chatFormat{id: "chatcmpl-" + rc.id, model: f.cfg.Model, created: time.Now().Unix()}
+	out := &chatFormat{id: "chatcmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
 }
 
@@ -252,7 +257,12 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 		f.writeError(w, rc, err)
 		return
 	}
-	g := &genRequest{requestID: rc.id, promptParam: "prompt"}
+	served, err := f.current()
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	g := &genRequest{requestID: rc.id, served: served, promptParam: "prompt"}
 	if err := req.toGen(g); err != nil {
 		f.writeError(w, rc, err)
 		return
@@ -272,7 +282,7 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 	default:
 		g.prompt = p.Text
 	}
-	out := &completionFormat{id: "cmpl-" + rc.id, model: f.cfg.Model, created: time.Now().Unix()}
+	out := &completionFormat{id: "cmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
 }
 
@@ -384,12 +394,17 @@ func (s *sseWriter) write(msg string) {
 	}
 }
 
+// models lists the model served; empty until a worker has published one.
 func (f *Frontend) models() modelList {
-	return modelList{Object: "list", Data: []modelJSON{f.model()}}
+	list := modelList{Object: "list", Data: []modelJSON{}}
+	if m := f.Model(); m != nil {
+		list.Data = append(list.Data, f.modelJSON(m))
+	}
+	return list
 }
 
-func (f *Frontend) model() modelJSON {
-	return modelJSON{ID: f.cfg.Model, Object: "model", Created: f.created, OwnedBy: "tandem", MaxModelLen: f.cfg.ContextLength}
+func (f *Frontend) modelJSON(m *Model) modelJSON {
+	return modelJSON{ID: m.ID, Object: "model", Created: f.created, OwnedBy: "tandem", MaxModelLen: m.ContextLength}
 }
 
 func (f *Frontend) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {
@@ -397,11 +412,16 @@ func (f *Frontend) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqCt
 }
 
 func (f *Frontend) handleModel(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	if name := r.PathValue("model"); name != f.cfg.Model {
-		f.writeError(w, rc, modelNotFound(name, f.cfg.Model))
+	m, err := f.current()
+	if err != nil {
+		f.writeError(w, rc, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, f.model())
+	if name := r.PathValue("model"); name != m.ID {
+		f.writeError(w, rc, modelNotFound(name, m.ID))
+		return
+	}
+	writeJSON(w, http.StatusOK, f.modelJSON(m))
 }
 
 func (f *Frontend) handleHealth(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {
