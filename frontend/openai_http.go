@@ -29,6 +29,8 @@ func (f *Frontend) HTTPHandler() http.Handler {
 	mux.Handle("/v1/models", f.endpoint("models", get, f.handleModels))
 	mux.Handle("/v1/models/{model}", f.endpoint("models", get, f.handleModel))
 	mux.Handle("/healthz", f.endpoint("healthz", get, f.handleHealth))
+	mux.Handle("/tokenize", f.endpoint("tokenize", post, f.handleTokenize))
+	mux.Handle("/detokenize", f.endpoint("detokenize", post, f.handleDetokenize))
 	mux.Handle("/v1/", f.endpoint("unknown", nil, func(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		f.writeError(w, rc, &apiError{code: connect.CodeNotFound, status: http.StatusNotFound,
 			msg: fmt.Sprintf("unknown path %s", r.URL.Path)})
@@ -168,7 +170,7 @@ func jsonError(err error) *apiError {
 		return &apiError{code: connect.CodeInvalidArgument, msg: fmt.Sprintf("request body is not valid JSON: %v (at byte %d)", syn, syn.Offset)}
 	case errors.As(err, &typ) && typ.Field != "":
 		// The path names Go's embedded struct too; clients know only JSON names.
-		field := strings.TrimPrefix(typ.Field, "samplingFields.")
+		field := strings.TrimPrefix(strings.TrimPrefix(typ.Field, "samplingFields."), "unsupportedFields.")
 		return invalidField(field, "%s: expected %s, got a JSON %s", field, jsonTypeName(typ.Type), typ.Value)
 	case errors.As(err, &typ):
 		return &apiError{code: connect.CodeInvalidArgument, msg: "request body must be a JSON object"}
@@ -200,6 +202,9 @@ func jsonTypeName(t reflect.Type) string {
 func (s *samplingFields) toGen(g *genRequest) error {
 	if s.N != nil && *s.N != 1 {
 		return invalidField("n", "n=%d is not supported; only n=1", *s.N)
+	}
+	if err := s.unsupportedFields.check(); err != nil {
+		return err
 	}
 	g.model = s.Model
 	g.maxTokensParam = "max_tokens"
@@ -239,13 +244,9 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		f.writeError(w, rc, err)
 		return
 	}
-	for i, m := range req.Messages {
-		if m.Content.badPart >= 0 {
-			f.writeError(w, rc, invalidField(fmt.Sprintf("messages[%d].content[%d].type", i, m.Content.badPart),
-				"content part type %q is not supported; only text parts are", m.Content.partType))
-			return
-		}
-		g.messages = append(g.messages, Message{Role: m.Role, Content: m.Content.Text})
+	if g.messages, err = chatMessages(req.Messages); err != nil {
+		f.writeError(w, rc, err)
+		return
 	}
 	out := &chatFormat{id: "chatcmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
@@ -412,13 +413,9 @@ func (f *Frontend) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqCt
 }
 
 func (f *Frontend) handleModel(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	m, err := f.current()
+	m, err := f.served(r.PathValue("model"))
 	if err != nil {
 		f.writeError(w, rc, err)
-		return
-	}
-	if name := r.PathValue("model"); name != m.ID {
-		f.writeError(w, rc, modelNotFound(name, m.ID))
 		return
 	}
 	writeJSON(w, http.StatusOK, f.modelJSON(m))
