@@ -3,7 +3,6 @@ package native
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -16,14 +15,11 @@ import (
 // stories260K, or a path to a GGUF file. The caller closes the file when the engine
 // that uses it is closed.
 func OpenModelFile(name string) (*gguf.File, error) {
-	if name == models.Stories260KName {
-		return gguf.Parse(models.Stories260K)
+	f, err := models.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w (or a random shape: %s)", err, strings.Join(Models(), ", "))
 	}
-	if _, err := os.Stat(name); err != nil {
-		return nil, fmt.Errorf("native: model %q is not %s, %s or a readable GGUF file: %w",
-			name, strings.Join(Models(), ", "), models.Stories260KName, err)
-	}
-	return gguf.Open(name)
+	return f, nil
 }
 
 // IsRandom reports whether name is one of the random-weight benchmark shapes.
