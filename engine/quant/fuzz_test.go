@@ -56,7 +56,7 @@ func FuzzMulAdd(f *testing.F) {
 		if f := formats[typ]; f.block == qkK {
 			a.quantizeK(rows, x, k, k)
 		} else {
-			a.quantize32(rows, x, k, k, f.offset)
+			a.quantize32(rows, x, k, k, f.hasMin)
 		}
 		mulGo(w, &a, 0, cols, want, cols)
 		for i := range got {

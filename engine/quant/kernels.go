@@ -10,8 +10,8 @@ type kernelSet struct {
 
 var portable = &kernelSet{name: "go", cols: 4, mul: mulGo}
 
-// active is chosen at start-up from the CPU's features (kernels_amd64.go); tests
-// switch it to hold each implementation to the portable one.
-var active = portable
+// active is the fastest implementation the CPU runs (supportedKernels, per
+// architecture); tests switch it to hold each one to the portable kernels.
+var active = supportedKernels()[0]
 
 func kernels() *kernelSet { return active }

@@ -1,26 +1,27 @@
 package quant
 
-import "github.com/tandem-serve/tandem/gguf"
+import (
+	"math"
+
+	"github.com/tandem-serve/tandem/gguf"
+)
 
 // format is what the kernels need to know of a weight type.
 type format struct {
-	block int // 32, or 256 for the K-quants
-	// offset is subtracted from a 32-value format's unsigned codes (Q8_0's are read as
-	// unsigned by flipping their top bit, so 128); hasMin formats add d_min*sum(x).
-	offset int32
-	hasMin bool
+	block  int                                    // 32, or 256 for the K-quants
+	hasMin bool                                   // value = d*q + min (Q4_1, Q5_1; Q4_K and Q5_K per sub-block)
 	decode func(b []byte, r *decodedRow, blk int) // one block into r
 }
 
 var formats = map[gguf.Type]format{
-	gguf.TypeQ8_0: {qk, 128, false, decodeQ8_0},
-	gguf.TypeQ4_0: {qk, 8, false, decodeQ4_0},
-	gguf.TypeQ5_0: {qk, 16, false, decodeQ5_0},
-	gguf.TypeQ4_1: {qk, 0, true, decodeQ4_1},
-	gguf.TypeQ5_1: {qk, 0, true, decodeQ5_1},
-	gguf.TypeQ4_K: {qkK, 0, true, decodeQ4K},
-	gguf.TypeQ5_K: {qkK, 0, true, decodeQ5K},
-	gguf.TypeQ6_K: {qkK, 32, false, decodeQ6K},
+	gguf.TypeQ8_0: {qk, false, decodeQ8_0},
+	gguf.TypeQ4_0: {qk, false, decodeQ4_0},
+	gguf.TypeQ5_0: {qk, false, decodeQ5_0},
+	gguf.TypeQ4_1: {qk, true, decodeQ4_1},
+	gguf.TypeQ5_1: {qk, true, decodeQ5_1},
+	gguf.TypeQ4_K: {qkK, true, decodeQ4K},
+	gguf.TypeQ5_K: {qkK, true, decodeQ5K},
+	gguf.TypeQ6_K: {qkK, false, decodeQ6K},
 }
 
 // decodedRow is one weight row unpacked for the portable kernels: per value its code
@@ -158,24 +159,22 @@ func mulGo(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
 
 // dot32 folds one activation row into acc for a 32-value format.
 func dot32(acc *[8]float32, r *decodedRow, a *acts, i int, hasMin bool) {
-	nb := a.k / qk
-	for b := range nb {
-		blk := i*nb + b
-		x := a.q[blk*qk : blk*qk+qk]
+	for b := range a.nb {
 		c := r.codes[b*qk : b*qk+qk]
-		dx := a.d[blk]
+		xb := a.x[(i*a.nb+b)*a.xs:][:qk] // codes plus 128
+		dx := a.d[i*a.nbp+b]
 		s := r.d[b] * dx
 		for l := range 8 {
 			var lane int32
 			for k := 4 * l; k < 4*l+4; k++ {
-				lane += int32(c[k]) * int32(x[k])
+				lane += int32(c[k]) * (int32(xb[k]) - 128)
 			}
 			acc[l] = fma32(float32(lane), s, acc[l])
 		}
 		if hasMin {
 			sm := r.dm[b] * dx
 			for l := range 8 {
-				acc[l] = fma32(a.lsum[8*blk+l], sm, acc[l])
+				acc[l] = fma32(a.lane32(i, b, l), sm, acc[l])
 			}
 		}
 	}
@@ -187,26 +186,28 @@ func dot32(acc *[8]float32, r *decodedRow, a *acts, i int, hasMin bool) {
 // l) with a second fma, Q6_K subtracts 32*scale*sum per 16 (lane l takes sub-blocks 2l
 // and 2l+1) in the integer lane.
 func dotK(acc *[8]float32, r *decodedRow, a *acts, i int, q6 bool) {
-	nb := a.k / qkK
-	for b := range nb {
-		blk := i*nb + b
-		x := a.q[blk*qkK : blk*qkK+qkK]
+	for b := range a.nb {
+		blk := a.blockK(i, b)
+		dx := math.Float32frombits(le32(blk))
+		x := blk[4 : 4+qkK]
+		var bs [16]int32
+		for j := range bs {
+			bs[j] = int32(int16(le16(blk[4+qkK+2*j:])))
+		}
 		c := r.codes[b*qkK : b*qkK+qkK]
 		sc := r.sc[b*16 : b*16+16]
-		bs := a.bsums[blk*16 : blk*16+16]
-		dx := a.d[blk]
 		var lane [8]int32
 		for run := range 8 {
 			for l := range 8 {
 				for k := 32*run + 4*l; k < 32*run+4*l+4; k++ {
-					lane[l] += sc[k/16] * int32(c[k]) * int32(x[k])
+					lane[l] += sc[k/16] * int32(c[k]) * int32(int8(x[k]))
 				}
 			}
 		}
 		s := r.d[b] * dx
 		if q6 {
 			for l := range 8 {
-				m := sc[2*l]*int32(bs[2*l]) + sc[2*l+1]*int32(bs[2*l+1])
+				m := sc[2*l]*bs[2*l] + sc[2*l+1]*bs[2*l+1]
 				acc[l] = fma32(float32(lane[l]-32*m), s, acc[l])
 			}
 			continue
@@ -215,7 +216,7 @@ func dotK(acc *[8]float32, r *decodedRow, a *acts, i int, q6 bool) {
 		mn := r.mn[b*8 : b*8+8]
 		for l := range 8 {
 			acc[l] = fma32(float32(lane[l]), s, acc[l])
-			acc[l] = fma32(-float32(mn[l]*(int32(bs[2*l])+int32(bs[2*l+1]))), sm, acc[l])
+			acc[l] = fma32(-float32(mn[l]*(bs[2*l]+bs[2*l+1])), sm, acc[l])
 		}
 	}
 }

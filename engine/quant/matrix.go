@@ -90,7 +90,7 @@ func (w *Matrix) MulAdd(m int, x []float32, ldx int, out []float32, ldo int) {
 	if f.block == qkK {
 		s.quantizeK(m, x, ldx, w.k)
 	} else {
-		s.quantize32(m, x, ldx, w.k, f.offset)
+		s.quantize32(m, x, ldx, w.k, f.hasMin)
 	}
 	k := kernels()
 	units := (w.n + k.cols - 1) / k.cols
