@@ -53,10 +53,10 @@ func FuzzMulAdd(f *testing.F) {
 		w.MulAdd(rows, x, k, got, cols)
 		want := make([]float32, rows*cols)
 		var a acts
-		if f := formats[typ]; f.block == qkK {
-			a.quantizeK(rows, x, k, k)
+		if formats[typ].block == qkK {
+			a.quantizeK(rows, x, k, k, quantRowKGo)
 		} else {
-			a.quantize32(rows, x, k, k, f.hasMin)
+			a.quantize32(rows, x, k, k, laneMode(typ), quantRow32Go)
 		}
 		mulGo(w, &a, 0, cols, want, cols)
 		for i := range got {

@@ -20,13 +20,34 @@ var (
 )
 
 var (
-	avx512Kernels = &kernelSet{name: "avx512", cols: 4, mul: func(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
-		mulAsm(true, w, a, j0, j1, out, ldo)
-	}}
-	avx2Kernels = &kernelSet{name: "avx2", cols: 4, mul: func(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
-		mulAsm(false, w, a, j0, j1, out, ldo)
-	}}
+	avx512Kernels = &kernelSet{name: "avx512", cols: 4, row32: quantRow32Asm, rowK: quantRowKAsm,
+		mul: func(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+			mulAsm(true, w, a, j0, j1, out, ldo)
+		}}
+	avx2Kernels = &kernelSet{name: "avx2", cols: 4, row32: quantRow32Asm, rowK: quantRowKAsm,
+		mul: func(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+			mulAsm(false, w, a, j0, j1, out, ldo)
+		}}
 )
+
+// quantRow32Asm is quantRow32Go in AVX2; rows with a NaN or an infinity go to the Go
+// code, which gives them NaN scales.
+func quantRow32Asm(x []float32, blocks []byte, d []float32, mode int) {
+	shift, lanes := mode, 0
+	if mode < 0 {
+		shift, lanes = 0, 1
+	}
+	if !quantRow32(&x[0], len(d), &blocks[0], &d[0], shift, lanes) {
+		quantRow32Go(x, blocks, d, mode)
+	}
+}
+
+// quantRowKAsm is quantRowKGo in AVX2.
+func quantRowKAsm(x []float32, blocks []byte) {
+	if !quantRowK(&x[0], len(x)/qkK, &blocks[0]) {
+		nanRowK(blocks)
+	}
+}
 
 // supportedKernels are the implementations this CPU runs, fastest first.
 func supportedKernels() []*kernelSet {
@@ -146,7 +167,7 @@ func mulAsm(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
 		}
 		for i0 := 0; i0 < a.m; i0 += rm {
 			p := dot32Args{
-				nb: a.nb, x: unsafe.Pointer(&a.x[i0*a.nb*a.xs]), ldx: a.nb * a.xs,
+				nb: a.nb, x: unsafe.Pointer(&a.x[i0*a.nb*xBlock]), ldx: a.nb * xBlock,
 				dx: unsafe.Pointer(&a.d[i0*nbp]), ldd: 4 * nbp,
 				col: unsafe.Pointer(&tb.col[0]),
 				dw:  unsafe.Pointer(&tb.dw[0]), dm: unsafe.Pointer(&tb.dm[0]), ldw: 4 * nbp,

@@ -99,6 +99,12 @@ func prepQ5_1(w *byte, nb int, dst *byte, hd *uint16, hm *uint16)
 func cvtHalves(h *uint16, n int, dst *float32)
 
 //go:noescape
+func quantRow32(x *float32, nb int, dst *byte, d *float32, shift int, lanes int) (ok bool)
+
+//go:noescape
+func quantRowK(x *float32, nb int, dst *byte) (ok bool)
+
+//go:noescape
 func prepQ4_K(w *byte, nsb int, dst *byte, tmp *byte)
 
 //go:noescape

@@ -161,7 +161,7 @@ func mulGo(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
 func dot32(acc *[8]float32, r *decodedRow, a *acts, i int, hasMin bool) {
 	for b := range a.nb {
 		c := r.codes[b*qk : b*qk+qk]
-		xb := a.x[(i*a.nb+b)*a.xs:][:qk] // codes plus 128
+		xb := a.x[(i*a.nb+b)*xBlock:][:qk] // codes plus 128
 		dx := a.d[i*a.nbp+b]
 		s := r.d[b] * dx
 		for l := range 8 {

@@ -86,13 +86,12 @@ func (w *Matrix) MulAdd(m int, x []float32, ldx int, out []float32, ldo int) {
 	}
 	s := scratchPool.Get().(*acts)
 	defer scratchPool.Put(s)
-	f := formats[w.t]
-	if f.block == qkK {
-		s.quantizeK(m, x, ldx, w.k)
-	} else {
-		s.quantize32(m, x, ldx, w.k, f.hasMin)
-	}
 	k := kernels()
+	if formats[w.t].block == qkK {
+		s.quantizeK(m, x, ldx, w.k, k.rowK)
+	} else {
+		s.quantize32(m, x, ldx, w.k, laneMode(w.t), k.row32)
+	}
 	units := (w.n + k.cols - 1) / k.cols
 	parallelFor(units, m*w.k*k.cols, func(lo, hi int) {
 		k.mul(w, s, lo*k.cols, min(w.n, hi*k.cols), out, ldo)
