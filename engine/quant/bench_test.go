@@ -38,4 +38,3 @@ func BenchmarkMulAdd(b *testing.B) {
 		}
 	}
 }
-
