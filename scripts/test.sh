@@ -64,3 +64,4 @@ fuzz ./decode FuzzRemotePrefillHandoff
 fuzz ./decode FuzzParseChunk
 fuzz ./services/consul FuzzOverlay
 fuzz ./gguf FuzzParse
+fuzz ./engine/quant FuzzMulAdd
