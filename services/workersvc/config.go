@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/models"
+	"github.com/tandem-serve/tandem/tokenizer"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/consul"
@@ -32,6 +34,7 @@ type Config struct {
 	Engine         string
 	Model          string
 	ServedName     string
+	Tokenizer      string
 	ContextLength  int
 	Seed           uint64
 	NumBlocks      int
@@ -76,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 		" (embedded, a real trained model), the path of a GGUF file (llama or qwen2 architecture), or a random-weight benchmark shape: "+
 		strings.Join(native.Models(), ", "))
 	fs.StringVar(&c.ServedName, "served-model-name", "", "the model id clients name in requests (default: the GGUF's general.name, else its file name)")
+	fs.StringVar(&c.Tokenizer, "tokenizer", "", "a Hugging Face tokenizer.json the frontend tokenizes with, instead of the model file's own tokenizer")
 	fs.IntVar(&c.ContextLength, "max-model-len", 0, "native engine: cap the model's context length in tokens (0: the model's own)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the model's weights (or of the sim engine's tokens)")
 	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default)")
@@ -160,6 +164,15 @@ func (c *Config) Validate() error {
 	}
 	if c.SimTimeScale < 0 {
 		return errors.New("--sim-time-scale must not be negative")
+	}
+	if c.Tokenizer != "" {
+		b, err := os.ReadFile(c.Tokenizer)
+		if err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+		if _, err := tokenizer.FromHuggingFace(b); err != nil {
+			return fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
+		}
 	}
 	switch c.Engine {
 	case "sim":

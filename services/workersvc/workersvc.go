@@ -67,7 +67,11 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	opts := env.HandlerOptions()
 	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
 	s.worker = worker.New(id, telemetry.NewRequestID(), mode, process.Version, eng)
-	s.worker.SetModelCard(modelCard(cfg, eng))
+	card, err := modelCard(cfg, eng)
+	if err != nil {
+		return nil, err
+	}
+	s.worker.SetModelCard(card)
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
 	defer func() {
 		if err != nil && s.kv != nil {
