@@ -18,11 +18,11 @@ import (
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/models"
-	"github.com/tandem-serve/tandem/tokenizer"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/process"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // Config is a worker's flags.
