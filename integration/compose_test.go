@@ -270,7 +270,7 @@ func (c *composeRun) streamChat(t *testing.T, content string, maxTokens int) (wo
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	body, _ := json.Marshal(composeChatRequest{
-		Model: "tandem-tiny", MaxTokens: maxTokens, Stream: true,
+		Model: "stories260K", MaxTokens: maxTokens, Stream: true,
 		Messages: []composeMessage{{Role: "user", Content: content}},
 	})
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+c.frontend+"/v1/chat/completions", bytes.NewReader(body))

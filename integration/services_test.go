@@ -21,6 +21,12 @@ import (
 	"github.com/tandem-serve/tandem/internal/h2ctest"
 )
 
+// fixtureModel is the workers' model unless a test names one (a flag wins over the
+// environment): the random-weight tiny, whose cl100k token counts and KV sizes
+// (a full 1 MiB chunk from a few hundred tokens) the suite's thresholds and faults
+// are written against. TestDefaultModel* serve the default, stories260K.
+const fixtureModel = "TANDEM_MODEL=tiny"
+
 // startService runs one tandem service as its own process and returns the address
 // it logged as listening on.
 func startService(t *testing.T, args ...string) string {
@@ -50,7 +56,7 @@ func runService(t *testing.T, args ...string) *service {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	cmd := exec.CommandContext(ctx, tandemBin, args...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), fixtureModel)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
