@@ -25,7 +25,7 @@ type chatResult struct {
 }
 
 func chatFull(ctx context.Context, fe, content string, maxTokens int) chatResult {
-	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":%d,"temperature":0,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	body := fmt.Sprintf(`{"max_tokens":%d,"temperature":0,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -84,7 +84,7 @@ type streamedChat struct {
 }
 
 func chatStreamed(ctx context.Context, fe, content string, maxTokens int) streamedChat {
-	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	body := fmt.Sprintf(`{"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -247,7 +247,7 @@ func TestDecodeKilled(t *testing.T) {
 	ends := make(chan streamEnd, 8)
 	for i := range 4 {
 		go func() {
-			body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":3000,"stream":true,"messages":[{"role":"user","content":"story %d"}]}`, i)
+			body := fmt.Sprintf(`{"max_tokens":3000,"stream":true,"messages":[{"role":"user","content":"story %d"}]}`, i)
 			req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -423,7 +423,7 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 		{"remote prefill", longPrompt(7, 200), "remote"},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
-		body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":%q}]}`, tc.content)
+		body := fmt.Sprintf(`{"max_tokens":1000,"stream":true,"messages":[{"role":"user","content":%q}]}`, tc.content)
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
