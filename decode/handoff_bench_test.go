@@ -20,14 +20,13 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
+	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
-	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/services/kvport"
 )
 
 // KV handoff throughput, end to end from the prefill worker's block pool into the
@@ -92,7 +91,7 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 		}
 		closers = append(closers, stop)
 		addr = kvAddr
-		dialOpts = append(kvport.DialOptions(), dialOpts...)
+		dialOpts = append(handoff.DialOptions(), dialOpts...)
 	} else {
 		mux := http.NewServeMux()
 		mux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
@@ -106,7 +105,7 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	}
 	closers = append(closers, func() { cc.Close() })
 	pf := &staticPrefillers{}
-	pf.add("p0", prefillv1.NewPrefillServiceClient(cc))
+	pf.add("p0", handoff.GRPCClient(cc))
 	reg := prometheus.NewRegistry()
 	dsvc, err := decode.New(decode.Config{
 		WorkerID: "d0", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Params: decode.Params{Policy: decode.PolicyAlwaysRemote},
@@ -262,7 +261,7 @@ func BenchmarkHandoff(b *testing.B) {
 
 // BenchmarkHandoffTuning sweeps the chunk size and the decode side's HTTP/2 windows
 // on the KV transfer port, for a 16k-token prompt of the small model (96 MiB).
-// window=default is kvport.WindowBytes.
+// window=default is handoff.WindowBytes.
 func BenchmarkHandoffTuning(b *testing.B) {
 	layout := smallLayout(b)
 	const n = 16384

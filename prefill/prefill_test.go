@@ -19,17 +19,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/prefill"
-	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
-	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 const prefillWorkerID = "prefill-test-1"
@@ -139,33 +136,25 @@ func grpcServe(t *testing.T, svc *prefill.Service) *grpc.ClientConn {
 	return h2ctest.Dial(t, ln.Addr().String())
 }
 
-// localGenerate runs the same prompt through the decode service (over Connect) on
-// its own sim engine: the local path the remote one must agree with.
+// localGenerate runs the same prompt on a sim engine of its own: the local path
+// the remote one must agree with.
 func localGenerate(t *testing.T, prompt []uint32, s *workerv1.SamplingParams, maxTokens uint32) []uint32 {
 	t.Helper()
-	svc, err := decode.New(decode.Config{
-		WorkerID: "decode-local", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
-		Params:            decode.Params{Policy: decode.PolicyAlwaysLocal},
-		MinRemoteDeadline: time.Second, MaxRemoteDeadline: time.Second,
-	}, newEngine(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	stream, err := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL).Generate(testContext(t),
-		connect.NewRequest(&decodev1.GenerateRequest{PromptTokenIds: prompt, Sampling: s, MaxTokens: maxTokens}))
+	stream, err := newEngine(t).Generate(testContext(t), engine.Request{Prompt: prompt, Sampling: handoff.Sampling(s), MaxTokens: int(maxTokens)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stream.Close()
 	var toks []uint32
-	for stream.Receive() {
-		toks = append(toks, stream.Msg().GetTokenIds()...)
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
+	for {
+		tok, err := stream.Next(testContext(t))
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, tok)
 	}
 	if len(toks) != int(maxTokens) {
 		t.Fatalf("local Generate gave %d tokens, want %d", len(toks), maxTokens)
@@ -280,7 +269,7 @@ func TestPrefillStreamFraming(t *testing.T) {
 				if p.header.GetRequestId() != "p1" {
 					t.Errorf("request_id %q, want p1", p.header.GetRequestId())
 				}
-				if got, want := wire.Layout(p.header.GetLayout()), eng.Info().Layout; got != want {
+				if got, want := handoff.Layout(p.header.GetLayout()), eng.Info().Layout; got != want {
 					t.Errorf("layout %+v, engine has %+v", got, want)
 				}
 			})
@@ -368,10 +357,10 @@ func TestPrefillMatchesLocal(t *testing.T) {
 				}
 
 				dst := newEngine(t)
-				req := engine.Request{Prompt: p, Sampling: wire.Sampling(s), MaxTokens: maxTokens}
+				req := engine.Request{Prompt: p, Sampling: handoff.Sampling(s), MaxTokens: maxTokens}
 				imp, err := dst.Import(testContext(t), req, engine.ImportSpec{
 					FirstToken: pr.header.GetFirstToken(), NumBlocks: int(pr.header.GetNumBlocks()),
-					SkipBlocks: int(pr.header.GetSkippedBlocks()), Layout: wire.Layout(pr.header.GetLayout()),
+					SkipBlocks: int(pr.header.GetSkippedBlocks()), Layout: handoff.Layout(pr.header.GetLayout()),
 				})
 				if err != nil {
 					t.Fatalf("Import: %v", err)
@@ -422,7 +411,7 @@ func TestPrefillCorruptBlockRejected(t *testing.T) {
 			blocks := blockData(pr)
 			dst := newEngine(t)
 			imp, err := dst.Import(testContext(t), engine.Request{Prompt: p, MaxTokens: 4}, engine.ImportSpec{
-				FirstToken: pr.header.GetFirstToken(), NumBlocks: len(blocks), Layout: wire.Layout(pr.header.GetLayout()),
+				FirstToken: pr.header.GetFirstToken(), NumBlocks: len(blocks), Layout: handoff.Layout(pr.header.GetLayout()),
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -59,6 +59,6 @@ fuzz ./frontend FuzzChatRequest
 fuzz ./frontend FuzzCompletionRequest
 fuzz ./frontend FuzzChatTemplate
 fuzz ./tokenizer FuzzTokenizer
-fuzz ./decode FuzzRemotePrefillHandoff
-fuzz ./decode FuzzParseChunk
+fuzz ./handoff FuzzHandoff
+fuzz ./handoff FuzzParseChunk
 fuzz ./services/consul FuzzOverlay

@@ -24,12 +24,9 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-)
 
-// WriteBufferBytes is the server's per-connection write buffer: a flush moves up to
-// this much in one write. The buffer is shared across idle connections
-// (grpc.SharedWriteBuffer), so an idle connection holds none of it.
-const WriteBufferBytes = 1 << 20
+	"github.com/tandem-serve/tandem/handoff"
+)
 
 // Config is what a Server needs.
 type Config struct {
@@ -63,10 +60,7 @@ func New(cfg Config, register func(grpc.ServiceRegistrar)) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s for KV transfers: %w", cfg.Addr, err)
 	}
-	opts := append([]grpc.ServerOption{
-		grpc.WriteBufferSize(WriteBufferBytes),
-		grpc.SharedWriteBuffer(true),
-	}, cfg.Options...)
+	opts := append(handoff.ServerOptions(), cfg.Options...)
 	if cfg.TLS != nil {
 		t := cfg.TLS.Clone()
 		if t.ClientCAs != nil {
@@ -135,25 +129,3 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Close releases the listener of a server that will not Serve.
 func (s *Server) Close() error { return s.ln.Close() }
-
-// Client-side settings for a connection to a KV transfer port. The stream window
-// lets a transfer run without waiting for window updates while bounding what is in
-// flight to four 1 MiB chunks; the connection's has room for four transfers at
-// once. (Static windows turn grpc-go's BDP estimator off; on loopback 4 and 16 MiB
-// were equal and 1 MiB about 30 % slower: BenchmarkHandoffTuning.) The read buffer
-// lets one read take in many frames.
-const (
-	WindowBytes     = 4 << 20
-	ConnWindowBytes = 4 * WindowBytes
-	ReadBufferBytes = 1 << 20
-)
-
-// DialOptions are added to the usual client options (rpc.Clients) when dialling a
-// KV transfer port.
-func DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithInitialWindowSize(WindowBytes),
-		grpc.WithInitialConnWindowSize(ConnWindowBytes),
-		grpc.WithReadBufferSize(ReadBufferBytes),
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/handoff"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
@@ -38,7 +39,7 @@ type members interface {
 	Workers() []router.Worker
 }
 
-func (p *prefillers) Client(id string) (prefillv1.PrefillServiceClient, bool) {
+func (p *prefillers) Client(id string) (handoff.Client, bool) {
 	w, ok := p.tracker.ByID(id)
 	if !ok || w.Mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
 		return nil, false
@@ -50,13 +51,13 @@ func (p *prefillers) Client(id string) (prefillv1.PrefillServiceClient, bool) {
 		return nil, false
 	}
 	if w.KVAddress == "" {
-		return prefillv1.NewPrefillServiceClient(main), true
+		return handoff.GRPCClient(main), true
 	}
 	kv, err := p.conn(w.KVAddress, p.dialKV)
 	if err != nil {
 		return nil, false
 	}
-	return &kvThenMain{p: p, addr: w.KVAddress, kv: prefillv1.NewPrefillServiceClient(kv), main: prefillv1.NewPrefillServiceClient(main)}, true
+	return &kvThenMain{p: p, addr: w.KVAddress, kv: handoff.GRPCClient(kv), main: handoff.GRPCClient(main)}, true
 }
 
 // conn returns the connection to addr, dialling it the first time. A new address
@@ -91,11 +92,11 @@ func (p *prefillers) conn(addr string, dial discovery.Dialer) (*grpc.ClientConn,
 type kvThenMain struct {
 	p        *prefillers
 	addr     string
-	kv, main prefillv1.PrefillServiceClient
+	kv, main handoff.Client
 }
 
-func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[prefillv1.PrefillResponse], error) {
-	s, err := c.kv.Prefill(ctx, in, opts...)
+func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) (handoff.Stream, error) {
+	s, err := c.kv.Prefill(ctx, in)
 	if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 		return s, err
 	}
@@ -110,7 +111,7 @@ func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, 
 		c.p.log.WarnContext(ctx, "KV transfer port unreachable; calling Prefill on the main port (slower). Check that it is open, or --kv-advertise-port",
 			"kv_address", c.addr, "error", err)
 	}
-	return c.main.Prefill(ctx, in, opts...)
+	return c.main.Prefill(ctx, in)
 }
 
 func (p *prefillers) IDs() []string {

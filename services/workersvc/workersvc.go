@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/prefill"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
@@ -96,7 +97,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		s.tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
 		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}, log: env.Logger,
 			dialKV: func(addr string) (*grpc.ClientConn, error) {
-				return env.Clients.DialWith(addr, kvport.DialOptions()...)
+				return env.Clients.DialWith(addr, handoff.DialOptions()...)
 			}}
 		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err

@@ -1,4 +1,4 @@
-package wire_test
+package errcode_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/wire"
+	"github.com/tandem-serve/tandem/internal/errcode"
 )
 
 // TestErrorCode: the code a caller sees for each kind of failure. A cancelled or
@@ -40,12 +40,12 @@ func TestErrorCode(t *testing.T) {
 		{"anything else", errors.New("boom"), connect.CodeInternal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := wire.Error(tc.err)
+			err := errcode.Error(tc.err)
 			if got := connect.CodeOf(err); got != tc.want {
-				t.Errorf("wire.Error(%v) has code %v, want %v", tc.err, got, tc.want)
+				t.Errorf("errcode.Error(%v) has code %v, want %v", tc.err, got, tc.want)
 			}
 			if !errors.Is(err, tc.err) {
-				t.Errorf("wire.Error(%v) = %v no longer wraps the cause", tc.err, err)
+				t.Errorf("errcode.Error(%v) = %v no longer wraps the cause", tc.err, err)
 			}
 		})
 	}
@@ -55,7 +55,7 @@ func TestErrorCode(t *testing.T) {
 // in a second one whose message repeats the code.
 func TestErrorKeepsConnectError(t *testing.T) {
 	ce := connect.NewError(connect.CodeCanceled, errors.New("client went away"))
-	if got := wire.Error(ce); got != error(ce) {
-		t.Errorf("wire.Error(%v) = %v, want the same error", ce, got)
+	if got := errcode.Error(ce); got != error(ce) {
+		t.Errorf("errcode.Error(%v) = %v, want the same error", ce, got)
 	}
 }

@@ -1,4 +1,4 @@
-package decode
+package handoff
 
 import (
 	"bytes"
@@ -6,44 +6,39 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"log/slog"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/wire"
 )
 
-// FuzzRemotePrefillHandoff drives (*Service).remotePrefill, the decode side's checks of a
-// KV handoff, with a fake prefill worker whose stream is a program read from the
-// fuzz input, against a real sim engine. Each op of the program is one thing a
-// prefill worker or the network can do: a header, a chunk, a trailer (each either
-// as a healthy worker sends it or with one field damaged), an empty message, an
-// error status, an early EOF, a stall, or the client going away. Chunk data is the
-// sim's real KV (from a second sim engine's Prefill and AppendBlock, with the
-// CRC32C a prefill worker computes), so the fuzzer spends its time near valid
-// handoffs rather than on random bytes the first check refuses.
+// FuzzHandoff drives Fetch, the receiving half of a handoff, with a fake prefill
+// worker whose stream is a program read from the fuzz input, against a real sim
+// engine. Each op of the program is one thing a prefill worker or the network can
+// do: a header, a chunk, a trailer (each either as the real Sender sends it or with
+// one field damaged), an empty message, an error status, an early EOF, a stall, or
+// the client going away. The healthy messages are the real Sender's, over the
+// sim's real KV (a second sim engine's Prefill), so the fuzzer spends its time near
+// valid handoffs rather than on random bytes the first check refuses. Every input
+// also runs both halves together: the real Sender, at a chunk size the input picks,
+// over an in-process pipe into Fetch, which must import exactly the sent KV.
 //
 // Input layout: promptLen picks the prompt (1..160 tokens, up to 10 blocks),
-// cached how many leading blocks the decode engine already holds (its high bit
-// makes the caller claim more than it holds), poolBlocks the decode engine's
+// cached how many leading blocks the receiving engine already holds (its high bit
+// makes the caller claim more than it holds), poolBlocks the receiving engine's
 // pool size (8..263 blocks: small pools make Import fail), program the ops.
 //
-//	go test ./decode -run '^$' -fuzz FuzzRemotePrefillHandoff -fuzztime 60s
+//	go test ./handoff -run '^$' -fuzz FuzzHandoff -fuzztime 60s
 
 // Op codes, the program's first byte of each op modulo hoOps.
 const (
@@ -73,13 +68,13 @@ type handoffStep struct {
 // handoffCase is one fuzz input, decoded.
 type handoffCase struct {
 	prompt    []uint32
-	warm      int // leading blocks of prompt the decode engine holds before the handoff
-	skip      int // what the caller tells remotePrefill it holds
+	warm      int // leading blocks of prompt the receiving engine holds before the handoff
+	skip      int // what the caller tells Fetch it holds
 	pool      int
 	callErr   error
 	steps     []handoffStep
-	blocks    [][]byte // the prompt's valid KV, block by block
-	first     uint32   // the valid first token
+	sent      []*prefillv1.PrefillResponse // the real Sender's messages, a block a chunk, none skipped
+	blocks    [][]byte                     // the prompt's valid KV, block by block
 	layout    engine.Layout
 	hasStall  bool
 	hasCancel bool
@@ -124,15 +119,46 @@ func (hc *handoffCase) validChunk(first, count int) *prefillv1.Chunk {
 	for i := first; i < first+count; i++ {
 		data = append(data, hc.blocks[min(max(i, 0), len(hc.blocks)-1)]...)
 	}
-	return &prefillv1.Chunk{FirstBlock: uint32(first), BlockCount: uint32(count), Data: data, Crc32C: crc32.Checksum(data, castagnoli)}
+	return &prefillv1.Chunk{FirstBlock: uint32(first), BlockCount: uint32(count), Data: data, Crc32C: checksum(data)}
 }
 
+// validHeader is the real Sender's header, for a receiver holding hc.skip blocks.
 func (hc *handoffCase) validHeader() *prefillv1.Header {
-	return &prefillv1.Header{
-		RequestId: "fuzz", FirstToken: hc.first, PromptTokens: uint32(len(hc.prompt)),
-		BlockSize: uint32(hc.layout.BlockSize), Layout: wire.LayoutProto(hc.layout),
-		NumBlocks: uint32(len(hc.blocks)), SkippedBlocks: uint32(hc.skip), WorkerId: "fuzz-prefill",
+	h := proto.Clone(hc.sent[0].GetHeader()).(*prefillv1.Header)
+	h.SkippedBlocks = uint32(hc.skip)
+	return h
+}
+
+// validTrailer is the real Sender's trailer, saying sent blocks were sent.
+func (hc *handoffCase) validTrailer(sent int) *prefillv1.Trailer {
+	t := proto.Clone(hc.sent[len(hc.sent)-1].GetTrailer()).(*prefillv1.Trailer)
+	t.BlocksSent, t.BytesSent = uint32(sent), uint64(sent*hc.layout.BlockBytes)
+	return t
+}
+
+// sendAll is what the real Sender sends for prompt from a fresh export on pe, to a
+// receiver holding skip blocks, in chunks of chunkBlocks.
+func sendAll(tb testing.TB, pe *sim.Engine, prompt []uint32, skip, chunkBlocks int) []*prefillv1.PrefillResponse {
+	tb.Helper()
+	exp, err := pe.Prefill(context.Background(), engine.Request{ID: "fuzz-ref", Prompt: prompt, MaxTokens: 1})
+	if err != nil {
+		tb.Fatalf("reference prefill: %v", err)
 	}
+	defer exp.Release()
+	layout := pe.Info().Layout
+	var out []*prefillv1.PrefillResponse
+	snd := Sender{ChunkBytes: chunkBlocks * layout.BlockBytes, Lease: time.Minute}
+	_, err = snd.Send(exp, Meta{RequestID: "fuzz", WorkerID: "fuzz-prefill", PromptTokens: len(prompt), Layout: layout, SkipBlocks: skip},
+		func(r *prefillv1.PrefillResponse) error {
+			// The Sender reuses its chunk buffer, as a transport that has serialized
+			// the message by the time send returns allows.
+			out = append(out, proto.Clone(r).(*prefillv1.PrefillResponse))
+			return nil
+		})
+	if err != nil {
+		tb.Fatalf("reference send: %v", err)
+	}
+	return out
 }
 
 // decodeHandoffCase builds the case: the prompt, its valid KV from pe, and the steps.
@@ -152,19 +178,10 @@ func decodeHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBloc
 		hc.skip += 1 + int(cached>>5&3)
 	}
 
-	exp, err := pe.Prefill(context.Background(), engine.Request{ID: "fuzz-ref", Prompt: hc.prompt, MaxTokens: 1})
-	if err != nil {
-		t.Fatalf("reference prefill: %v", err)
+	hc.sent = sendAll(t, pe, hc.prompt, 0, 1)
+	for _, m := range hc.sent[1 : len(hc.sent)-1] {
+		hc.blocks = append(hc.blocks, m.GetChunk().GetData())
 	}
-	hc.first = exp.FirstToken()
-	for i := range exp.NumBlocks() {
-		b, err := exp.AppendBlock(nil, i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hc.blocks = append(hc.blocks, b)
-	}
-	exp.Release()
 
 	r := &byteReader{b: program}
 	next := hc.skip // the block a healthy worker would send next
@@ -218,12 +235,12 @@ func decodeHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBloc
 				c.BlockCount = uint32(r.byte())
 			case 2: // a byte short
 				c.Data = c.Data[:len(c.Data)-1]
-				c.Crc32C = crc32.Checksum(c.Data, castagnoli)
+				c.Crc32C = checksum(c.Data)
 			case 3: // damaged on the wire: the CRC no longer matches
 				c.Data[int(r.byte())%len(c.Data)] ^= 1 << (r.byte() % 8)
 			case 4: // damaged before the CRC was computed: only the engine can tell
 				c.Data[int(r.byte())%len(c.Data)] ^= 1 << (r.byte() % 8)
-				c.Crc32C = crc32.Checksum(c.Data, castagnoli)
+				c.Crc32C = checksum(c.Data)
 			case 5:
 				c.Crc32C = r.u32()
 			case 6: // the right bytes in the wrong place
@@ -231,7 +248,7 @@ func decodeHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBloc
 				c.FirstBlock = uint32(next)
 			case 7: // arbitrary bytes, correctly checksummed
 				c.Data = r.bytes(int(r.byte()) * 16)
-				c.Crc32C = crc32.Checksum(c.Data, castagnoli)
+				c.Crc32C = checksum(c.Data)
 			case 8:
 				c.Data = nil
 				c.Crc32C = 0
@@ -243,17 +260,12 @@ func decodeHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBloc
 			if op == hoBadTrailer {
 				sent = uint32(r.byte())
 			}
-			hc.steps = append(hc.steps, handoffStep{msg: &prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
-				BlocksSent: sent, BytesSent: uint64(int(sent) * layout.BlockBytes),
-				PrefillTime: durationpb.New(time.Millisecond), QueueTime: durationpb.New(0), TransferTime: durationpb.New(time.Millisecond),
-			}}}})
+			hc.steps = append(hc.steps, handoffStep{msg: &prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: hc.validTrailer(int(sent))}}})
 		case hoEmpty:
 			hc.steps = append(hc.steps, handoffStep{msg: &prefillv1.PrefillResponse{}})
 		case hoError:
-			// codes.Canceled is left out on purpose: remotePrefill passes a Canceled
-			// status through as "the client went away" without asking its own context
-			// (see the report on issue 9); a prefill worker or proxy that answers
-			// Canceled therefore fails the request instead of falling back.
+			// A Canceled status while the caller is still there (a proxy, or the
+			// worker shutting down) is a remote failure like the others.
 			errs := []error{
 				status.Error(codes.Unavailable, "transport is closing"),
 				status.Error(codes.Internal, "stream terminated by RST_STREAM with error code: INTERNAL_ERROR"),
@@ -261,6 +273,7 @@ func decodeHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBloc
 				status.Error(codes.ResourceExhausted, "prefill queue full"),
 				status.Error(codes.Unknown, "unexpected EOF"),
 				io.ErrUnexpectedEOF,
+				status.Error(codes.Canceled, "context canceled"),
 			}
 			hc.steps = append(hc.steps, handoffStep{err: errs[int(r.byte())%len(errs)]})
 		case hoEOF:
@@ -284,7 +297,7 @@ type fakePrefillClient struct {
 	calls     int
 }
 
-func (c *fakePrefillClient) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[prefillv1.PrefillResponse], error) {
+func (c *fakePrefillClient) Prefill(ctx context.Context, _ *prefillv1.PrefillRequest) (Stream, error) {
 	c.calls++
 	if c.hc.callErr != nil {
 		return nil, c.hc.callErr
@@ -294,15 +307,14 @@ func (c *fakePrefillClient) Prefill(ctx context.Context, in *prefillv1.PrefillRe
 }
 
 type fakePrefillStream struct {
-	grpc.ClientStream // not used by remotePrefill; nil so that a new use panics loudly
-	ctx               context.Context
-	c                 *fakePrefillClient
-	recvd             int // steps played
+	ctx   context.Context
+	c     *fakePrefillClient
+	recvd int // steps played
 }
 
 func (s *fakePrefillStream) Recv() (*prefillv1.PrefillResponse, error) {
 	if err := s.ctx.Err(); err != nil {
-		return nil, status.FromContextError(err).Err()
+		return nil, err
 	}
 	if s.recvd >= len(s.c.hc.steps) {
 		s.recvd++
@@ -313,23 +325,18 @@ func (s *fakePrefillStream) Recv() (*prefillv1.PrefillResponse, error) {
 	switch {
 	case st.stall:
 		<-s.ctx.Done()
-		return nil, status.FromContextError(s.ctx.Err()).Err()
+		return nil, s.ctx.Err()
 	case st.cancel:
 		s.c.reqCancel()
 		<-s.ctx.Done()
-		return nil, status.FromContextError(s.ctx.Err()).Err()
+		return nil, s.ctx.Err()
 	case st.err != nil:
 		return nil, st.err
 	}
 	return st.msg, nil
 }
 
-func (s *fakePrefillStream) Context() context.Context     { return s.ctx }
-func (s *fakePrefillStream) Header() (metadata.MD, error) { return nil, nil }
-func (s *fakePrefillStream) Trailer() metadata.MD         { return nil }
-func (s *fakePrefillStream) CloseSend() error             { return nil }
-
-// expect replays the protocol the decode side must enforce, as the oracle: it
+// expect replays the protocol the receiver must enforce, as the oracle: it
 // reports whether the steps, read until the first one that ends the stream, form a
 // complete and correct handoff for an engine holding held leading blocks.
 func (hc *handoffCase) expect(info engine.Info, held int) (ok bool, why string) {
@@ -348,7 +355,7 @@ func (hc *handoffCase) expect(info engine.Info, held int) (ok bool, why string) 
 			switch {
 			case next >= 0:
 				return false, "second header"
-			case wire.Layout(h.GetLayout()) != info.Layout:
+			case Layout(h.GetLayout()) != info.Layout:
 				return false, "layout"
 			case int(h.GetNumBlocks()) != n:
 				return false, "num_blocks"
@@ -385,14 +392,14 @@ func (hc *handoffCase) expect(info engine.Info, held int) (ok bool, why string) 
 	return false, "no trailer"
 }
 
-// remoteReasons are the labels remotePrefill may give a failure.
-var remoteReasons = []string{
-	"protocol_error", "layout_mismatch", "import_failed", "import_no_blocks", "block_gap", "crc_mismatch",
-	"remote_error_before_kv", "remote_error_mid_transfer", "remote_timeout",
+// reasons are the labels a failure may have.
+var reasons = []string{
+	ReasonProtocol, ReasonLayout, ReasonImportFailed, ReasonImportNoBlocks, ReasonBlockGap, ReasonCRC,
+	ReasonBeforeKV, ReasonMidTransfer, ReasonTimeout,
 }
 
 // handoffSeeds are the committed seeds, each with the outcome it must have: the
-// reason remotePrefill gives, or "" for a successful import.
+// reason Fetch gives, or "" for a successful import.
 var handoffSeeds = []struct {
 	name                          string
 	promptLen, cached, poolBlocks uint8
@@ -431,17 +438,17 @@ var handoffSeeds = []struct {
 // The seeds exercise every outcome; each must have the one it was written for, so
 // a change in the checks that the fuzz properties allow (a different reason, a
 // retry allowed or not) is still caught.
-func TestRemotePrefillHandoffSeeds(t *testing.T) {
+func TestHandoffSeeds(t *testing.T) {
 	pe := handoffPrefillEngine(t)
 	for _, sd := range handoffSeeds {
 		t.Run(sd.name, func(t *testing.T) {
 			out := runHandoffCase(t, pe, sd.promptLen, sd.cached, sd.poolBlocks, sd.program)
-			var re *remoteError
+			var re *Error
 			got := ""
 			switch {
 			case errors.As(out.err, &re):
-				got = re.reason
-			case status.Code(out.err) == codes.Canceled:
+				got = re.Reason
+			case errors.Is(out.err, context.Canceled):
 				got = "cancelled"
 			case out.err != nil:
 				got = out.err.Error()
@@ -456,7 +463,7 @@ func TestRemotePrefillHandoffSeeds(t *testing.T) {
 func handoffPrefillEngine(tb testing.TB) *sim.Engine {
 	cfg := sim.DefaultConfig()
 	cfg.TimeScale = 0
-	pe, err := sim.New(cfg) // the prefill side, for the real KV bytes
+	pe, err := sim.New(cfg) // the sending side, for the real KV bytes
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -464,57 +471,120 @@ func handoffPrefillEngine(tb testing.TB) *sim.Engine {
 	return pe
 }
 
-// FuzzRemotePrefillHandoff: see the top of this file; runHandoffCase says what
-// each input must satisfy.
-func FuzzRemotePrefillHandoff(f *testing.F) {
+// FuzzHandoff: see the top of this file; runHandoffCase and runPair say what each
+// input must satisfy.
+func FuzzHandoff(f *testing.F) {
 	for _, sd := range handoffSeeds {
 		f.Add(sd.promptLen, sd.cached, sd.poolBlocks, sd.program)
 	}
 	pe := handoffPrefillEngine(f)
 	f.Fuzz(func(t *testing.T, promptLen, cached, poolBlocks uint8, program []byte) {
 		runHandoffCase(t, pe, promptLen, cached, poolBlocks, program)
+		runPair(t, pe, promptLen, cached, poolBlocks, program)
 	})
 }
 
-// handoffOutcome is what remotePrefill returned.
+// handoffOutcome is what Fetch returned.
 type handoffOutcome struct {
 	st  engine.Stream
-	ho  *handoff
+	res *Result
 	err error
 }
 
-// runHandoffCase plays one input against a fresh sim engine and checks everything
-// the decode side promises: no panic or hang; a success only for a correct
-// handoff, with a stream that yields the header's first token; a failure as a
-// *remoteError with a known reason; no block left active either way; and the
-// prefill stream's context cancelled, so the prefill worker frees its KV too.
-func runHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBlocks uint8, program []byte) handoffOutcome {
+// receiver is a fresh sim engine of pool blocks holding the first warm blocks of
+// prompt, and how many it really holds.
+func receiver(t *testing.T, hc *handoffCase) (*sim.Engine, int) {
 	t.Helper()
-	hc := decodeHandoffCase(t, pe, promptLen, cached, poolBlocks, program)
-	dcfg := sim.DefaultConfig()
-	dcfg.TimeScale, dcfg.NumBlocks = 0, hc.pool
-	eng, err := sim.New(dcfg)
+	cfg := sim.DefaultConfig()
+	cfg.TimeScale, cfg.NumBlocks = 0, hc.pool
+	eng, err := sim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close()
-	info := eng.Info()
-	bs := info.Layout.BlockSize
+	t.Cleanup(func() { _ = eng.Close() })
+	bs := eng.Info().Layout.BlockSize
 	if hc.warm > 0 {
 		exp, err := eng.Prefill(context.Background(), engine.Request{ID: "warm", Prompt: hc.prompt[:hc.warm*bs], MaxTokens: 1})
 		if err == nil {
 			exp.Release()
 		}
 	}
-	held := eng.CachedPrefix(hc.prompt) / bs
-	s, err := New(Config{
-		WorkerID: "fuzz-decode", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Params: Params{Policy: PolicyAlwaysRemote},
-		MinRemoteDeadline: time.Millisecond, MaxRemoteDeadline: time.Minute,
-	}, eng, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	return eng, eng.CachedPrefix(hc.prompt) / bs
+}
 
+// fetch runs Fetch against client, failing the test if it hangs.
+func fetch(t *testing.T, ctx context.Context, client Client, eng *sim.Engine, req engine.Request, skip int, deadline time.Duration) handoffOutcome {
+	t.Helper()
+	done := make(chan handoffOutcome, 1)
+	go func() {
+		st, res, err := Fetch{Worker: "fuzz-prefill", Skip: skip, Deadline: deadline}.Run(ctx, client, eng, req)
+		done <- handoffOutcome{st, res, err}
+	}()
+	select {
+	case out := <-done:
+		return out
+	case <-time.After(30 * time.Second):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("Fetch hung:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	return handoffOutcome{}
+}
+
+// drain reads st to the end and closes it.
+func drain(t *testing.T, ctx context.Context, st engine.Stream) []uint32 {
+	t.Helper()
+	defer st.Close()
+	var toks []uint32
+	for {
+		tok, err := st.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return toks
+		}
+		if err != nil {
+			t.Fatalf("stream after a successful import: %v", err)
+		}
+		toks = append(toks, tok)
+	}
+}
+
+// checkFailure checks that a failed fetch says why in a way the fallback ladder
+// reads, and returned nothing else.
+func checkFailure(t *testing.T, out handoffOutcome, cancelled bool) {
+	t.Helper()
+	var re *Error
+	switch {
+	case errors.As(out.err, &re):
+		if !slices.Contains(reasons, re.Reason) || re.Err == nil {
+			t.Errorf("handoff error %q with reason %q", out.err, re.Reason)
+		}
+	case cancelled && errors.Is(out.err, context.Canceled):
+		// The client went away: not the prefill worker's fault, no fallback.
+	default:
+		t.Errorf("error %v (%T) is not a *handoff.Error", out.err, out.err)
+	}
+	if out.st != nil || out.res != nil {
+		t.Errorf("failure %v also returned a stream or result", out.err)
+	}
+}
+
+// checkIdle checks that eng holds nothing after a handoff, whatever its outcome.
+func checkIdle(t *testing.T, eng *sim.Engine, err error) {
+	t.Helper()
+	if st := eng.Stats(); st.ActiveBlocks != 0 || st.Running != 0 || st.Waiting != 0 {
+		t.Errorf("after the handoff (err %v) the engine holds %d active blocks, %d running, %d waiting", err, st.ActiveBlocks, st.Running, st.Waiting)
+	}
+}
+
+// runHandoffCase plays one input's program against a fresh sim engine and checks
+// everything the receiver promises: no panic or hang; a success only for a
+// correct handoff, with a stream that yields the header's first token; a failure
+// as an *Error with a known reason; no block left active either way; and the
+// stream's context cancelled, so the prefill worker frees its KV too.
+func runHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBlocks uint8, program []byte) handoffOutcome {
+	t.Helper()
+	hc := decodeHandoffCase(t, pe, promptLen, cached, poolBlocks, program)
+	eng, held := receiver(t, hc)
+	info := eng.Info()
 	reqCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	client := &fakePrefillClient{hc: hc, reqCancel: cancel}
@@ -523,71 +593,74 @@ func runHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBlocks 
 		deadline = 20 * time.Millisecond
 	}
 	req := engine.Request{ID: "fuzz", Prompt: hc.prompt, MaxTokens: 4}
-	done := make(chan handoffOutcome, 1)
-	go func() {
-		st, ho, err := s.remotePrefill(reqCtx, client, "fuzz-prefill", req, hc.skip, deadline)
-		done <- handoffOutcome{st, ho, err}
-	}()
-	var out handoffOutcome
-	select {
-	case out = <-done:
-	case <-time.After(30 * time.Second):
-		buf := make([]byte, 1<<20)
-		t.Fatalf("remotePrefill hung:\n%s", buf[:runtime.Stack(buf, true)])
-	}
-
+	out := fetch(t, reqCtx, client, eng, req, hc.skip, deadline)
 	if client.stream != nil && client.stream.ctx.Err() == nil {
-		t.Errorf("the prefill stream's context is still live after remotePrefill returned: the prefill worker keeps its KV")
+		t.Errorf("the stream's context is still live after Fetch returned: the prefill worker keeps its KV")
 	}
 	want, why := hc.expect(info, held)
 	if out.err == nil {
-		if out.st == nil || out.ho == nil {
-			t.Fatalf("success without a stream (%v) or handoff (%v)", out.st, out.ho)
+		if out.st == nil || out.res == nil {
+			t.Fatalf("success without a stream (%v) or result (%v)", out.st, out.res)
 		}
 		if !want {
 			t.Errorf("accepted a handoff the protocol refuses (%s)", why)
 		}
 		n := len(hc.blocks)
-		if ho := out.ho; ho.blocks != n-ho.skipped || ho.bytes != ho.blocks*info.Layout.BlockBytes || ho.skipped > hc.skip {
-			t.Errorf("handoff of %d blocks, %d bytes, %d skipped; prompt has %d blocks, caller held %d", ho.blocks, ho.bytes, ho.skipped, n, hc.skip)
+		if r := out.res; r.Blocks != n-r.Skipped || r.Bytes != r.Blocks*info.Layout.BlockBytes || r.Skipped > hc.skip {
+			t.Errorf("handoff of %d blocks, %d bytes, %d skipped; prompt has %d blocks, caller held %d", r.Blocks, r.Bytes, r.Skipped, n, hc.skip)
 		}
-		var toks []uint32
-		for {
-			tok, err := out.st.Next(reqCtx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("stream after a successful import: %v", err)
-			}
-			toks = append(toks, tok)
-		}
+		toks := drain(t, reqCtx, out.st)
 		first := hc.steps[0].msg.GetHeader().GetFirstToken()
 		if len(toks) != req.MaxTokens || toks[0] != first {
 			t.Errorf("imported stream yields %v; want %d tokens starting with the header's %d", toks, req.MaxTokens, first)
 		}
-		out.st.Close()
 	} else {
-		var re *remoteError
-		switch {
-		case errors.As(out.err, &re):
-			if !slices.Contains(remoteReasons, re.reason) || re.err == nil {
-				t.Errorf("remote error %q with reason %q", out.err, re.reason)
-			}
-		case hc.hasCancel && reqCtx.Err() != nil && status.Code(out.err) == codes.Canceled:
-			// The client went away: not the prefill worker's fault, no fallback.
-		default:
-			t.Errorf("error %v (%T) is not a *remoteError", out.err, out.err)
-		}
+		checkFailure(t, out, hc.hasCancel && reqCtx.Err() != nil)
 		if want && hc.pool >= 64 { // 64 blocks hold any prompt here with room to spare
 			t.Errorf("refused a correct handoff: %v", out.err)
 		}
-		if out.st != nil || out.ho != nil {
-			t.Errorf("failure %v also returned a stream or handoff", out.err)
+	}
+	checkIdle(t, eng, out.err)
+	return out
+}
+
+// runPair runs both halves together on one input: the real Sender, in chunks of
+// 1 to 4 blocks as the program's length picks, over an in-process pipe into
+// Fetch. Unless the caller claims blocks it lacks or its pool is too small, the
+// handoff must succeed and decode from the Sender's first token; either way no
+// block may stay active on either side.
+func runPair(t *testing.T, pe *sim.Engine, promptLen, cached, poolBlocks uint8, program []byte) {
+	t.Helper()
+	hc := decodeHandoffCase(t, pe, promptLen, cached, poolBlocks, nil)
+	eng, held := receiver(t, hc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	chunkBlocks := 1 + len(program)%4
+	p := &pipe{eng: pe, chunkBytes: chunkBlocks * pe.Info().Layout.BlockBytes, worker: "fuzz-prefill"}
+	req := engine.Request{ID: "fuzz-pair", Prompt: hc.prompt, MaxTokens: 4}
+	out := fetch(t, ctx, p, eng, req, hc.skip, 10*time.Second)
+	n := len(hc.blocks)
+	skipped := min(hc.skip, n-1)
+	if out.err != nil {
+		checkFailure(t, out, false)
+		if skipped <= held && hc.pool >= 64 {
+			t.Errorf("Sender to Fetch, %d blocks, %d held, %d a chunk: %v", n, held, chunkBlocks, out.err)
+		}
+	} else {
+		if skipped > held {
+			t.Errorf("imported %d blocks on top of %d the engine does not hold", n-skipped, skipped-held)
+		}
+		if r := out.res; r.Skipped != skipped || r.Blocks != n-skipped || r.Bytes != r.Blocks*hc.layout.BlockBytes {
+			t.Errorf("moved %d blocks (%d bytes) skipping %d; want %d skipping %d", r.Blocks, r.Bytes, r.Skipped, n-skipped, skipped)
+		}
+		first := hc.sent[0].GetHeader().GetFirstToken()
+		if toks := drain(t, ctx, out.st); len(toks) != req.MaxTokens || toks[0] != first {
+			t.Errorf("imported stream yields %v; want %d tokens starting with the Sender's %d", toks, req.MaxTokens, first)
 		}
 	}
-	if st := eng.Stats(); st.ActiveBlocks != 0 || st.Running != 0 || st.Waiting != 0 {
-		t.Errorf("after the handoff (err %v) the engine holds %d active blocks, %d running, %d waiting", out.err, st.ActiveBlocks, st.Running, st.Waiting)
+	p.wait()
+	checkIdle(t, eng, out.err)
+	if st := pe.Stats(); st.ActiveBlocks != 0 {
+		t.Errorf("the sending engine holds %d active blocks after the handoff (err %v)", st.ActiveBlocks, out.err)
 	}
-	return out
 }
