@@ -62,3 +62,4 @@ fuzz ./tokenizer FuzzTokenizer
 fuzz ./handoff FuzzHandoff
 fuzz ./handoff FuzzParseChunk
 fuzz ./services/consul FuzzOverlay
+fuzz ./gguf FuzzParse

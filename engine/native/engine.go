@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/kvcache"
 )
 
@@ -42,6 +43,7 @@ type Engine struct {
 	mc    ModelConfig
 	info  engine.Info
 	model *model
+	file  *gguf.File // the model file the engine opened, closed with it
 	pool  *kvcache.Pool
 	log   *slog.Logger
 
@@ -67,17 +69,24 @@ type cancelReq struct {
 
 // New generates the model's weights and starts the scheduler.
 func New(cfg Config) (*Engine, error) {
-	c, mc, err := cfg.withDefaults()
+	start := time.Now()
+	mc, w, file, err := loadModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	w := newWeights(mc, c.Seed)
+	c, mc, err := cfg.withDefaults(mc)
+	if err != nil {
+		if file != nil {
+			_ = file.Close()
+		}
+		return nil, err
+	}
 	m := newModel(mc, w, c.NumBlocks, c.BlockSize)
 	e := &Engine{
 		cfg:   c,
 		mc:    mc,
 		model: m,
+		file:  file,
 		pool:  kvcache.NewPool(c.NumBlocks, kvcache.NewEventLog(c.EventLogSize)),
 		log:   c.Logger,
 		wake:  make(chan struct{}, 1),
@@ -86,7 +95,7 @@ func New(cfg Config) (*Engine, error) {
 	e.info = engine.Info{
 		Engine:        "native",
 		Model:         mc.Name,
-		VocabSize:     VocabSize,
+		VocabSize:     mc.VocabSize,
 		ContextLength: mc.ContextLength,
 		TotalBlocks:   c.NumBlocks,
 		Layout: engine.Layout{
@@ -100,7 +109,7 @@ func New(cfg Config) (*Engine, error) {
 		},
 	}
 	go e.loop()
-	e.log.Info("native engine ready", "model", mc.Name, "fingerprint", w.fingerprint,
+	e.log.Info("native engine ready", "model", mc.Name, "arch", mc.Arch, "fingerprint", w.fingerprint,
 		"blocks", c.NumBlocks, "block_size", c.BlockSize, "asm", haveAsm,
 		"load_seconds", time.Since(start).Seconds())
 	return e, nil
@@ -153,7 +162,7 @@ func (e *Engine) validate(req engine.Request) error {
 		return fmt.Errorf("%w: %d tokens, context %d", engine.ErrPromptTooLong, len(req.Prompt), e.mc.ContextLength)
 	}
 	for i, t := range req.Prompt {
-		if t >= VocabSize {
+		if int(t) >= e.mc.VocabSize {
 			return fmt.Errorf("native: request %q: token %d at %d is outside the vocabulary", req.ID, t, i)
 		}
 	}
@@ -264,5 +273,9 @@ func (e *Engine) Close() error {
 		e.kick()
 	}
 	<-e.done
-	return nil
+	if already || e.file == nil {
+		return nil
+	}
+	// The scheduler has exited, so no forward pass reads the mapping any more.
+	return e.file.Close()
 }
