@@ -22,6 +22,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/poolengine"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -222,7 +223,7 @@ func windowOpts(window int) []grpc.DialOption {
 func BenchmarkHandoff(b *testing.B) {
 	layout := smallLayout(b)
 	maxBlocks := slices.Max(handoffTokens) / layout.BlockSize
-	pe, de := newPoolEngine(layout, maxBlocks), newPoolEngine(layout, maxBlocks)
+	pe, de := poolengine.New(layout, maxBlocks), poolengine.New(layout, maxBlocks)
 	for _, port := range []string{"kvport", "mainport"} {
 		rig := startHandoffRig(b, pe, de, handoffChunkBytes, port == "kvport")
 		for _, n := range handoffTokens {
@@ -243,7 +244,7 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer nde.Close()
-	nrig := startHandoffRig(b, npe, noLocalCache{nde}, handoffChunkBytes, true)
+	nrig := startHandoffRig(b, npe, poolengine.NoLocalCache{Engine: nde}, handoffChunkBytes, true)
 	defer nrig.close()
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("kvport/native-small/tokens=%d", n), func(b *testing.B) {
@@ -265,7 +266,7 @@ func BenchmarkHandoff(b *testing.B) {
 func BenchmarkHandoffTuning(b *testing.B) {
 	layout := smallLayout(b)
 	const n = 16384
-	pe, de := newPoolEngine(layout, n/layout.BlockSize), newPoolEngine(layout, n/layout.BlockSize)
+	pe, de := poolengine.New(layout, n/layout.BlockSize), poolengine.New(layout, n/layout.BlockSize)
 	// Chunks stop short of 4 MiB: grpc-go refuses messages over 4 MiB unless the
 	// client raises grpc.MaxCallRecvMsgSize.
 	for _, window := range []int{0, 1 << 20, 16 << 20} {

@@ -1,4 +1,6 @@
-package decode_test
+// Package poolengine is an engine.Engine for handoff benchmarks: a worker's KV pool
+// and nothing else.
+package poolengine
 
 import (
 	"context"
@@ -13,21 +15,22 @@ import (
 	"github.com/tandem-serve/tandem/kvcache"
 )
 
-// poolEngine is a worker's KV pool and nothing else: blocks of a real layout, filled
+// Engine is a worker's KV pool and nothing else: blocks of a real layout, filled
 // once. Its Prefill exports blocks that are "already cached" (no compute), and its
 // Import copies arriving blocks into the pool, as an engine's importer does. It lets
 // the handoff be timed without prefill compute, at prompt lengths past the small
 // model's 8k context.
-type poolEngine struct {
+type Engine struct {
 	info   engine.Info
 	blocks [][]byte
 	events *kvcache.EventLog
 }
 
-var _ engine.Engine = (*poolEngine)(nil)
+var _ engine.Engine = (*Engine)(nil)
 
-func newPoolEngine(layout engine.Layout, numBlocks int) *poolEngine {
-	e := &poolEngine{
+// New is a pool of numBlocks blocks of layout.
+func New(layout engine.Layout, numBlocks int) *Engine {
+	e := &Engine{
 		info: engine.Info{Engine: "pool", Model: "small", VocabSize: native.VocabSize,
 			ContextLength: numBlocks*layout.BlockSize + 1, TotalBlocks: numBlocks, Layout: layout},
 		blocks: make([][]byte, numBlocks),
@@ -49,24 +52,24 @@ func newPoolEngine(layout engine.Layout, numBlocks int) *poolEngine {
 	return e
 }
 
-func (e *poolEngine) numBlocks(prompt []uint32) int {
+func (e *Engine) numBlocks(prompt []uint32) int {
 	bs := e.info.Layout.BlockSize
 	return (len(prompt) + bs - 1) / bs
 }
 
-func (e *poolEngine) Info() engine.Info                { return e.info }
-func (e *poolEngine) CachedPrefix(prompt []uint32) int { return 0 }
-func (e *poolEngine) Stats() engine.Stats {
+func (e *Engine) Info() engine.Info                { return e.info }
+func (e *Engine) CachedPrefix(prompt []uint32) int { return 0 }
+func (e *Engine) Stats() engine.Stats {
 	return engine.Stats{TotalBlocks: len(e.blocks), FreeBlocks: len(e.blocks)}
 }
-func (e *poolEngine) Events() *kvcache.EventLog { return e.events }
-func (e *poolEngine) Close() error              { return nil }
+func (e *Engine) Events() *kvcache.EventLog { return e.events }
+func (e *Engine) Close() error              { return nil }
 
-func (e *poolEngine) Generate(context.Context, engine.Request) (engine.Stream, error) {
+func (e *Engine) Generate(context.Context, engine.Request) (engine.Stream, error) {
 	return nil, errors.New("pool engine: no local generation")
 }
 
-func (e *poolEngine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
+func (e *Engine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
 	n := e.numBlocks(req.Prompt)
 	if n > len(e.blocks) {
 		return nil, engine.ErrNoBlocks
@@ -74,7 +77,7 @@ func (e *poolEngine) Prefill(ctx context.Context, req engine.Request) (engine.Ex
 	return &poolExport{blocks: e.blocks[:n]}, nil
 }
 
-func (e *poolEngine) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
+func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
 	if spec.Layout != e.info.Layout {
 		return nil, engine.ErrLayoutMismatch
 	}
@@ -100,7 +103,7 @@ func (x *poolExport) AppendBlock(dst []byte, i int) ([]byte, error) {
 }
 
 type poolImporter struct {
-	e       *poolEngine
+	e       *Engine
 	spec    engine.ImportSpec
 	prompt  int
 	written int
@@ -144,11 +147,11 @@ func (s *oneTokenStream) Usage() engine.Usage {
 }
 func (s *oneTokenStream) Close() {}
 
-// noLocalCache is a decode-side engine that reports nothing cached, so that every
+// NoLocalCache is a decode-side engine that reports nothing cached, so that every
 // repetition of a prompt moves all its blocks (the real engine would otherwise find
 // the previous repetition's blocks in its prefix cache and skip them).
-type noLocalCache struct{ engine.Engine }
+type NoLocalCache struct{ engine.Engine }
 
-var _ engine.Engine = noLocalCache{}
+var _ engine.Engine = NoLocalCache{}
 
-func (noLocalCache) CachedPrefix([]uint32) int { return 0 }
+func (NoLocalCache) CachedPrefix([]uint32) int { return 0 }
