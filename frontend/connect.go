@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 )
 
@@ -16,8 +17,8 @@ import (
 // finish reason and usage.
 func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1.GenerateRequest], stream *connect.ServerStream[frontendv1.GenerateResponse]) (err error) {
 	const endpoint = "connect_generate"
-	rc := f.connectCtx(req.Header().Get(HeaderRequestID), endpoint)
-	stream.ResponseHeader().Set(HeaderRequestID, rc.id)
+	rc := f.connectCtx(req.Header().Get(requestid.Header), endpoint)
+	stream.ResponseHeader().Set(requestid.Header, rc.id)
 	defer func() { f.countConnect(rc, err) }()
 
 	g, err := f.fromProto(req.Msg, rc.id)
@@ -64,17 +65,17 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 
 // ListModels implements frontendv1connect.FrontendServiceHandler.
 func (f *Frontend) ListModels(_ context.Context, req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
-	rc := f.connectCtx(req.Header().Get(HeaderRequestID), "connect_list_models")
+	rc := f.connectCtx(req.Header().Get(requestid.Header), "connect_list_models")
 	f.countConnect(rc, nil)
 	resp := connect.NewResponse(&frontendv1.ListModelsResponse{Models: []*frontendv1.Model{
 		{Id: f.cfg.Model, ContextLength: uint32(f.cfg.ContextLength)},
 	}})
-	resp.Header().Set(HeaderRequestID, rc.id)
+	resp.Header().Set(requestid.Header, rc.id)
 	return resp, nil
 }
 
 func (f *Frontend) connectCtx(givenID, endpoint string) *reqCtx {
-	id := requestID(givenID)
+	id := requestid.Keep(givenID)
 	return &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", endpoint), start: time.Now(), endpoint: endpoint}
 }
 

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
@@ -48,7 +49,7 @@ type connectClient struct {
 
 func (c connectClient) generate(ctx context.Context, m *frontendv1.GenerateRequest, requestID string) generateResult {
 	req := connect.NewRequest(m)
-	req.Header().Set(HeaderRequestID, requestID)
+	req.Header().Set(requestid.Header, requestID)
 	var res generateResult
 	stream, err := c.c.Generate(ctx, req)
 	if err != nil {
@@ -89,7 +90,7 @@ type grpcClient struct {
 }
 
 func (c grpcClient) generate(ctx context.Context, m *frontendv1.GenerateRequest, requestID string) generateResult {
-	ctx = metadata.AppendToOutgoingContext(ctx, strings.ToLower(HeaderRequestID), requestID)
+	ctx = metadata.AppendToOutgoingContext(ctx, strings.ToLower(requestid.Header), requestID)
 	var res generateResult
 	stream, err := c.c.Generate(ctx, m)
 	if err == nil {

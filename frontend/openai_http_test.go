@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
@@ -173,18 +174,18 @@ func TestHTTPMethodsAndPaths(t *testing.T) {
 func TestHTTPRequestID(t *testing.T) {
 	h, b, _ := newRawSetup(t)
 	r := do(t, h, "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, "X-Request-Id", "client-abc-1")
-	if r.header.Get(HeaderRequestID) != "client-abc-1" || b.lastReq().GetRequestId() != "client-abc-1" ||
+	if r.header.Get(requestid.Header) != "client-abc-1" || b.lastReq().GetRequestId() != "client-abc-1" ||
 		!strings.Contains(r.body, `"id":"chatcmpl-client-abc-1"`) {
-		t.Errorf("given id not carried: header %q backend %q body %s", r.header.Get(HeaderRequestID), b.lastReq().GetRequestId(), r.body)
+		t.Errorf("given id not carried: header %q backend %q body %s", r.header.Get(requestid.Header), b.lastReq().GetRequestId(), r.body)
 	}
 	r = do(t, h, "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
-	id := r.header.Get(HeaderRequestID)
+	id := r.header.Get(requestid.Header)
 	if len(id) != 32 || b.lastReq().GetRequestId() != id {
 		t.Errorf("generated id %q, backend got %q", id, b.lastReq().GetRequestId())
 	}
 	// A header that could break logs or other headers is replaced, not echoed.
 	r = do(t, h, "GET", "/healthz", "", "X-Request-Id", "bad id\twith spaces")
-	if got := r.header.Get(HeaderRequestID); got == "" || strings.ContainsAny(got, " \t") {
+	if got := r.header.Get(requestid.Header); got == "" || strings.ContainsAny(got, " \t") {
 		t.Errorf("unsafe id echoed: %q", got)
 	}
 }

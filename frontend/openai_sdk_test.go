@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )
 
@@ -72,7 +73,7 @@ func TestSDKChatCompletion(t *testing.T) {
 	if got := raw.Header.Get(HeaderPrefillPath); got != "remote" {
 		t.Errorf("%s = %q, want remote", HeaderPrefillPath, got)
 	}
-	id := raw.Header.Get(HeaderRequestID)
+	id := raw.Header.Get(requestid.Header)
 	if id == "" || resp.ID != "chatcmpl-"+id {
 		t.Errorf("id %q, request id header %q", resp.ID, id)
 	}

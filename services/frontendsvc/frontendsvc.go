@@ -12,19 +12,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tandem-serve/tandem/services/consul"
-	"github.com/tandem-serve/tandem/services/telemetry"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/tandem-serve/tandem/frontend"
+	"github.com/tandem-serve/tandem/internal/requestid"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/process"
+	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
 	"github.com/tandem-serve/tandem/tokenizer"
-	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Config is the frontend's flags.
@@ -83,7 +85,7 @@ func (c *Config) Validate() error {
 // Service is a started frontend.
 type Service struct {
 	srv     *server.Server
-	backend *backend
+	workers *rpc.Conns // to decode workers
 	router  *grpc.ClientConn
 	member  *consul.Member
 	// routers is fed from Consul when the router is discovered, not given.
@@ -120,7 +122,14 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &backend{router: routerv1.NewRouterServiceClient(rc), dial: env.Clients.Dial, blockSize: cfg.BlockSize, conns: map[string]*grpc.ClientConn{}}
+	workers := rpc.NewConns(env.Clients.Dial, nil)
+	b := frontend.NewRouted(routerv1.NewRouterServiceClient(rc), func(addr string) (decodev1.DecodeServiceClient, error) {
+		cc, err := workers.Get(addr)
+		if err != nil {
+			return nil, err
+		}
+		return decodev1.NewDecodeServiceClient(cc), nil
+	}, cfg.BlockSize)
 	f, err := frontend.New(cfg.Frontend, tok, b, env.Logger, env.Registry)
 	if err != nil {
 		rc.Close()
@@ -134,7 +143,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
-	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+telemetry.NewRequestID()[:8], srv.Addr(),
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+requestid.New()[:8], srv.Addr(),
 		map[string]string{"model": cfg.Frontend.Model, "block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version})
 	if err != nil {
 		rc.Close()
@@ -144,7 +153,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if member != nil {
 		srv.OnDrain(member.Deregister)
 	}
-	return &Service{srv: srv, backend: b, router: rc, member: member, routers: routers}, nil
+	return &Service{srv: srv, workers: workers, router: rc, member: member, routers: routers}, nil
 }
 
 // Addr is where the frontend listens.
@@ -153,7 +162,7 @@ func (s *Service) Addr() string { return s.srv.Addr() }
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.router.Close()
-	defer s.backend.close()
+	defer s.workers.Close()
 	if s.member != nil {
 		go s.member.Run(ctx)
 		if s.routers != nil {

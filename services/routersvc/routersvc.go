@@ -10,8 +10,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/services/consul"
-	"github.com/tandem-serve/tandem/services/telemetry"
 
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	"github.com/tandem-serve/tandem/router"
@@ -98,7 +98,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
-	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+telemetry.NewRequestID()[:8], srv.Addr(),
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+requestid.New()[:8], srv.Addr(),
 		map[string]string{"block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version})
 	if err != nil {
 		srv.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/prefill"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
@@ -23,7 +24,6 @@ import (
 	"github.com/tandem-serve/tandem/services/kvport"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
-	"github.com/tandem-serve/tandem/services/telemetry"
 	"github.com/tandem-serve/tandem/worker"
 )
 
@@ -62,12 +62,12 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	}()
 	id := cfg.ID
 	if id == "" {
-		id = cfg.Mode + "-" + telemetry.NewRequestID()[:8]
+		id = cfg.Mode + "-" + requestid.New()[:8]
 	}
 	env.Logger = env.Logger.With("worker_id", id)
 	opts := env.HandlerOptions()
 	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
-	s.worker = worker.New(id, telemetry.NewRequestID(), mode, process.Version, eng)
+	s.worker = worker.New(id, requestid.New(), mode, process.Version, eng)
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
 	defer func() {
 		if err != nil && s.kv != nil {

@@ -1,59 +1,50 @@
-package frontendsvc
+package frontend
 
 import (
 	"context"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
-	"github.com/tandem-serve/tandem/frontend"
+	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/kvcache"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
-	"github.com/tandem-serve/tandem/services/telemetry"
 )
 
-// backend asks the router where a request goes and runs it on that decode worker.
-type backend struct {
-	router    routerv1.RouterServiceClient
-	dial      func(addr string) (*grpc.ClientConn, error)
+// Router is what the frontend asks of the router service.
+type Router interface {
+	Route(ctx context.Context, in *routerv1.RouteRequest, opts ...grpc.CallOption) (*routerv1.RouteResponse, error)
+}
+
+// DecodeWorkers gives a client of the decode worker at an address. services/
+// keeps the connections.
+type DecodeWorkers func(addr string) (decodev1.DecodeServiceClient, error)
+
+// Routed is the Backend of a deployment: it hashes the prompt's blocks, asks the
+// router where the request goes, and starts it on that decode worker with the
+// router's ranking of prefill workers.
+type Routed struct {
+	router    Router
+	decode    DecodeWorkers
 	blockSize int
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
 }
 
-var _ frontend.Backend = (*backend)(nil)
+var _ Backend = (*Routed)(nil)
 
-func (b *backend) conn(addr string) (*grpc.ClientConn, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if cc, ok := b.conns[addr]; ok {
-		return cc, nil
-	}
-	cc, err := b.dial(addr)
-	if err != nil {
-		return nil, err
-	}
-	b.conns[addr] = cc
-	return cc, nil
-}
-
-func (b *backend) close() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, cc := range b.conns {
-		_ = cc.Close()
-	}
+// NewRouted returns the backend that routes with router and runs requests on the
+// decode workers decode reaches. blockSize must be the workers'.
+func NewRouted(router Router, decode DecodeWorkers, blockSize int) *Routed {
+	return &Routed{router: router, decode: decode, blockSize: blockSize}
 }
 
 // Generate routes the request and starts it. A decode worker that cannot be reached,
 // or is full, before it sends anything is excluded and the request routed once
 // more, so a dead or busy worker costs a retry, not an error.
-func (b *backend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (frontend.TokenStream, *routerv1.RouteResponse, error) {
-	ctx = telemetry.WithRequestID(ctx, req.GetRequestId())
+func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (TokenStream, *routerv1.RouteResponse, error) {
+	ctx = requestid.With(ctx, req.GetRequestId())
 	rreq := &routerv1.RouteRequest{
 		RequestId: req.GetRequestId(), PromptTokens: uint32(len(req.GetPromptTokenIds())),
 		BlockHashes: kvcache.HashBlocks(req.GetPromptTokenIds(), b.blockSize), BlockSize: uint32(b.blockSize),
@@ -86,15 +77,14 @@ func (b *backend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (
 	return nil, nil, lastErr
 }
 
-func (b *backend) start(ctx context.Context, route *routerv1.RouteResponse, req *decodev1.GenerateRequest) (*tokenStream, error) {
-	cc, err := b.conn(route.GetDecodeWorker().GetAddress())
+// start runs req on the route's decode worker, with the route's prefill ranking.
+func (b *Routed) start(ctx context.Context, route *routerv1.RouteResponse, req *decodev1.GenerateRequest) (*tokenStream, error) {
+	client, err := b.decode(route.GetDecodeWorker().GetAddress())
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	r := &decodev1.GenerateRequest{
-		RequestId: req.GetRequestId(), PromptTokenIds: req.GetPromptTokenIds(), Sampling: req.GetSampling(),
-		MaxTokens: req.GetMaxTokens(), StopTokenIds: req.GetStopTokenIds(), Explain: req.GetExplain(),
-	}
+	r := proto.CloneOf(req)
+	r.PrefillWorkers = nil
 	for _, p := range route.GetPrefillWorkers() {
 		r.PrefillWorkers = append(r.PrefillWorkers, &decodev1.PrefillCandidate{
 			WorkerId: p.GetWorker().GetId(), QueuedTokens: p.GetQueuedTokens(), CachedBlocks: p.GetCachedBlocks(),
@@ -102,7 +92,7 @@ func (b *backend) start(ctx context.Context, route *routerv1.RouteResponse, req 
 		})
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	stream, err := decodev1.NewDecodeServiceClient(cc).Generate(sctx, r)
+	stream, err := client.Generate(sctx, r)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -117,6 +107,7 @@ func (b *backend) start(ctx context.Context, route *routerv1.RouteResponse, req 
 	return &tokenStream{stream: stream, first: first, cancel: cancel}, nil
 }
 
+// tokenStream is a started request: its first message, already read, then the rest.
 type tokenStream struct {
 	stream grpc.ServerStreamingClient[decodev1.GenerateResponse]
 	first  *decodev1.GenerateResponse

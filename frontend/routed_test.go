@@ -1,4 +1,4 @@
-package frontendsvc
+package frontend
 
 import (
 	"context"
@@ -16,11 +16,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tandem-serve/tandem/internal/h2ctest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
 // fakeDecode is a decode worker that is either full or answers with one token.
@@ -83,19 +86,38 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-func newTestBackend(t *testing.T, r *fakeRouter) *backend {
-	b := &backend{router: r, blockSize: 16, conns: map[string]*grpc.ClientConn{},
-		dial: func(addr string) (*grpc.ClientConn, error) {
-			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		}}
-	t.Cleanup(b.close)
-	return b
+// newTestBackend routes with r and dials decode workers in cleartext, once each.
+func newTestBackend(t *testing.T, r *fakeRouter) *Routed {
+	var mu sync.Mutex
+	conns := map[string]*grpc.ClientConn{}
+	t.Cleanup(func() {
+		for _, cc := range conns {
+			_ = cc.Close()
+		}
+	})
+	return NewRouted(r, func(addr string) (decodev1.DecodeServiceClient, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cc, ok := conns[addr]; ok {
+			return decodev1.NewDecodeServiceClient(cc), nil
+		}
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		conns[addr] = cc
+		return decodev1.NewDecodeServiceClient(cc), nil
+	}, 16)
 }
 
-func generate(t *testing.T, b *backend) (*routerv1.RouteResponse, error) {
+func routedGenerate(t *testing.T, b *Routed) (*routerv1.RouteResponse, error) {
+	return routedGenerateReq(t, b, &decodev1.GenerateRequest{RequestId: "r1", PromptTokenIds: []uint32{1, 2, 3}, MaxTokens: 4})
+}
+
+func routedGenerateReq(t *testing.T, b *Routed, req *decodev1.GenerateRequest) (*routerv1.RouteResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, route, err := b.Generate(ctx, &decodev1.GenerateRequest{RequestId: "r1", PromptTokenIds: []uint32{1, 2, 3}, MaxTokens: 4})
+	s, route, err := b.Generate(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -107,9 +129,9 @@ func generate(t *testing.T, b *backend) (*routerv1.RouteResponse, error) {
 	return route, nil
 }
 
-// TestBackendRetriesAnotherWorker: a decode worker that is full or unreachable
+// TestRoutedRetriesAnotherWorker: a decode worker that is full or unreachable
 // before it takes the request costs one re-route, not an error.
-func TestBackendRetriesAnotherWorker(t *testing.T) {
+func TestRoutedRetriesAnotherWorker(t *testing.T) {
 	ok := serveDecode(t, &fakeDecode{id: "ok"})
 	for _, first := range []*routerv1.Worker{
 		serveDecode(t, &fakeDecode{id: "full", full: true}),
@@ -117,7 +139,7 @@ func TestBackendRetriesAnotherWorker(t *testing.T) {
 	} {
 		t.Run(first.GetId(), func(t *testing.T) {
 			r := &fakeRouter{workers: []*routerv1.Worker{first, ok}}
-			route, err := generate(t, newTestBackend(t, r))
+			route, err := routedGenerate(t, newTestBackend(t, r))
 			if err != nil {
 				t.Fatalf("with %s first and ok second: %v", first.GetId(), err)
 			}
@@ -131,11 +153,11 @@ func TestBackendRetriesAnotherWorker(t *testing.T) {
 	}
 }
 
-// TestBackendFullOnlyWorker: when the only decode worker is full, the client hears
+// TestRoutedFullOnlyWorker: when the only decode worker is full, the client hears
 // that it is at capacity (ResourceExhausted, a 429), not that there is no worker.
-func TestBackendFullOnlyWorker(t *testing.T) {
+func TestRoutedFullOnlyWorker(t *testing.T) {
 	r := &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, &fakeDecode{id: "full", full: true})}}
-	_, err := generate(t, newTestBackend(t, r))
+	_, err := routedGenerate(t, newTestBackend(t, r))
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "at capacity") {
 		t.Errorf("only worker full: %v, want ResourceExhausted saying it is at capacity", err)
 	}
@@ -143,27 +165,27 @@ func TestBackendFullOnlyWorker(t *testing.T) {
 	// The only worker unreachable: the router's answer, not a dial error naming an
 	// internal address.
 	r = &fakeRouter{workers: []*routerv1.Worker{{Id: "dead", Address: deadAddr(t)}}}
-	_, err = generate(t, newTestBackend(t, r))
+	_, err = routedGenerate(t, newTestBackend(t, r))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no decode worker") {
 		t.Errorf("only worker unreachable: %v, want the router's Unavailable", err)
 	}
 
 	// With no worker at all the router's own answer stands.
-	_, err = generate(t, newTestBackend(t, &fakeRouter{}))
+	_, err = routedGenerate(t, newTestBackend(t, &fakeRouter{}))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no decode worker") {
 		t.Errorf("no worker: %v, want the router's Unavailable", err)
 	}
 }
 
-// TestBackendPassesPrefillRanking: the decode worker gets the router's prefill
+// TestRoutedPassesPrefillRanking: the decode worker gets the router's prefill
 // ranking with the terms it needs to re-rank on the router's weights.
-func TestBackendPassesPrefillRanking(t *testing.T) {
+func TestRoutedPassesPrefillRanking(t *testing.T) {
 	d := &fakeDecode{id: "ok"}
 	r := &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, d)}, prefill: []*routerv1.RankedWorker{
 		{Worker: &routerv1.Worker{Id: "p1"}, CachedBlocks: 3, QueuedTokens: 40, Cost: 7.5, QueueCostPerToken: 0.0625},
 		{Worker: &routerv1.Worker{Id: "p2"}, Cost: 9},
 	}}
-	if _, err := generate(t, newTestBackend(t, r)); err != nil {
+	if _, err := routedGenerate(t, newTestBackend(t, r)); err != nil {
 		t.Fatal(err)
 	}
 	d.mu.Lock()
@@ -172,5 +194,35 @@ func TestBackendPassesPrefillRanking(t *testing.T) {
 	if len(got) != 2 || got[0].GetWorkerId() != "p1" || got[0].GetCachedBlocks() != 3 || got[0].GetQueuedTokens() != 40 ||
 		got[0].GetCost() != 7.5 || got[0].GetQueueCostPerToken() != 0.0625 || got[1].GetWorkerId() != "p2" || got[1].GetCost() != 9 {
 		t.Errorf("decode worker got prefill candidates %v, want p1 (3 cached, 40 queued, cost 7.5, 0.0625 a token) then p2 (cost 9)", got)
+	}
+}
+
+// TestRoutedPassesTheWholeRequest: the decode worker gets the request the frontend
+// built, every field of it (a field this build does not know included), plus the
+// router's prefill ranking; and the request the caller holds is left as it was.
+func TestRoutedPassesTheWholeRequest(t *testing.T) {
+	d := &fakeDecode{id: "ok"}
+	r := &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, d)}, prefill: []*routerv1.RankedWorker{{Worker: &routerv1.Worker{Id: "p1"}}}}
+	req := &decodev1.GenerateRequest{
+		RequestId: "r-all", PromptTokenIds: []uint32{5, 6, 7}, Sampling: &workerv1.SamplingParams{Temperature: 0.5, TopP: 0.9, TopK: 4, Seed: 11},
+		MaxTokens: 9, StopTokenIds: []uint32{2}, Explain: true,
+	}
+	req.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 3))
+	sent := proto.Clone(req)
+	if _, err := routedGenerateReq(t, newTestBackend(t, r), req); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	got := proto.CloneOf(d.last)
+	d.mu.Unlock()
+	if len(got.GetPrefillWorkers()) != 1 || got.GetPrefillWorkers()[0].GetWorkerId() != "p1" {
+		t.Errorf("decode worker got prefill candidates %v, want p1", got.GetPrefillWorkers())
+	}
+	got.PrefillWorkers = nil
+	if !proto.Equal(got, sent) {
+		t.Errorf("decode worker got %v, the frontend sent %v", got, sent)
+	}
+	if !proto.Equal(req, sent) {
+		t.Errorf("the caller's request became %v", req)
 	}
 }
