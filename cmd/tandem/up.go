@@ -13,9 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tandem-serve/tandem/router"
+	"github.com/tandem-serve/tandem/services/admin"
 	"github.com/tandem-serve/tandem/services/frontendsvc"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/routersvc"
@@ -157,7 +159,7 @@ func waitServing(ctx context.Context, rs []runner) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for _, r := range rs {
 		for {
-			st, err := checkHealth(ctx, r.Addr(), "", time.Second)
+			st, err := admin.Health(ctx, r.Addr(), "", time.Second, insecure.NewCredentials())
 			if err == nil && st == healthpb.HealthCheckResponse_SERVING {
 				break
 			}
