@@ -122,7 +122,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	workers := rpc.NewConns(env.Clients.Dial, nil)
+	workers := rpc.NewConns(env.Clients.DialWith, nil)
 	b := frontend.NewRouted(routerv1.NewRouterServiceClient(rc), func(addr string) (decodev1.DecodeServiceClient, error) {
 		cc, err := workers.Get(addr)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/services/server"
 )
 
 // Config is what a Server needs.
@@ -97,34 +98,32 @@ func (s *Server) SetServing(serving bool) {
 // Serve serves until ctx ends, then lets in-flight transfers finish for up to Grace
 // before cutting them.
 func (s *Server) Serve(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(s.ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	s.SetServing(false)
-	grace := s.cfg.Grace
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
 	done := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		s.cfg.Logger.Warn("drain timeout over, cutting remaining KV transfers", "drain_timeout", grace)
-		s.grpc.Stop()
-		<-done
-	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return err
-	}
-	return nil
+	return server.Lifecycle{
+		Serve:   func() error { return s.grpc.Serve(s.ln) },
+		Stopped: grpc.ErrServerStopped,
+		Drain:   func() { s.SetServing(false) },
+		Graceful: func(ctx context.Context) error {
+			go func() {
+				s.grpc.GracefulStop()
+				close(done)
+			}()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		Cut: func() error {
+			s.grpc.Stop()
+			<-done
+			return nil
+		},
+		Grace:   s.cfg.Grace,
+		Log:     s.cfg.Logger,
+		Cutting: "cutting remaining KV transfers",
+	}.Run(ctx)
 }
 
 // Close releases the listener of a server that will not Serve.

@@ -10,7 +10,7 @@ import (
 // asked for, for a process that calls workers by the address discovery or the
 // router gave it.
 type Conns struct {
-	dial func(addr string) (*grpc.ClientConn, error)
+	dial Dialer
 	// live, if set, lists the addresses still worth a connection: dialling a new
 	// address is the moment to close the others'.
 	live func() []string
@@ -19,22 +19,26 @@ type Conns struct {
 	conns map[string]*grpc.ClientConn
 }
 
+// Dialer opens a client connection to addr with the usual options and opts
+// (Clients.DialWith).
+type Dialer func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
+
 // NewConns returns a cache that dials with dial. live may be nil: then no
 // connection is closed before Close.
-func NewConns(dial func(addr string) (*grpc.ClientConn, error), live func() []string) *Conns {
+func NewConns(dial Dialer, live func() []string) *Conns {
 	return &Conns{dial: dial, live: live, conns: map[string]*grpc.ClientConn{}}
 }
 
-// Get returns the connection to addr, dialling it the first time. With live set,
-// a new address closes the connections to addresses live no longer lists
-// (workers that left, or came back on another port).
-func (c *Conns) Get(addr string) (*grpc.ClientConn, error) {
+// Get returns the connection to addr, dialling it with opts the first time. With
+// live set, a new address closes the connections to addresses live no longer
+// lists (workers that left, or came back on another port).
+func (c *Conns) Get(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := c.dial(addr)
+	cc, err := c.dial(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

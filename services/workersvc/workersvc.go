@@ -11,7 +11,6 @@ import (
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/prefill"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -95,10 +94,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		}
 	default:
 		s.tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
-		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}, log: env.Logger,
-			dialKV: func(addr string) (*grpc.ClientConn, error) {
-				return env.Clients.DialWith(addr, handoff.DialOptions()...)
-			}}
+		s.prefill = newPrefillers(s.tracker, env.Clients.DialWith, env.Logger)
 		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err
 		}
