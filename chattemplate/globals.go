@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -125,11 +126,29 @@ func strftime(t time.Time, format string) string {
 	return sb.String()
 }
 
+// keywordDict is dict(a=x, b=y) and namespace(a=x, b=y), rewritten by New as
+// __tandem_dict("a", x, "b", y) so that the keys keep their order (the library's
+// own build the dict from a Go map).
+func keywordDict(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	d := jinja.NewDict()
+	for i := 0; i+1 < len(args); i += 2 {
+		d.AsDict().Set(text(args[i]), args[i+1])
+	}
+	return d, nil
+}
+
 // The bounds of one render (see the package documentation).
 const (
 	maxSteps      = 1 << 18
 	maxMacroDepth = 64
-	maxRenderTime = time.Second
+	// Real templates render in tens of microseconds; the time bound is for a
+	// template whose every step is slow (a string grown by a megabyte a loop
+	// iteration), and is far enough that a loaded machine (this one ran at a load
+	// of 23 on 2 cores, and a 1 s bound failed renders under -race) never trips it.
+	maxRenderTime = 10 * time.Second
+	// The library parses and evaluates recursively; these keep its stack small.
+	maxSourceLen = 256 << 10
+	maxNesting   = 128
 )
 
 // budget counts one render's work. A render runs on one goroutine, so the
@@ -173,6 +192,75 @@ func (b *budget) enter([]jinja.Value, map[string]jinja.Value) (jinja.Value, erro
 func (b *budget) leave([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
 	b.depth--
 	return jinja.NewString(""), nil
+}
+
+// assigned checks the value a `set` just stored: assigned(value) after `set name
+// = value`, assigned(ns, "attr") after `set ns.attr = value`. The library prints,
+// compares and serializes values by recursion over every path, so a value that
+// contains itself (possible only through ns.attr, see mutators) overflows the Go
+// stack, a fatal error no recover catches; one nested a hundred thousand deep by a
+// loop takes minutes to print, in time quadratic in its depth; and one built by
+// `set ns.x = [ns.x, ns.x]` in a loop is small in memory but 2^n long printed.
+// All three are refused; the lists and dicts walked count against the budget.
+func (b *budget) assigned(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	var ns *jinja.Dict
+	v := jinja.Undefined()
+	switch {
+	case len(args) == 1:
+		v = args[0]
+	case len(args) == 2 && args[0].IsDict() && args[1].IsString():
+		ns = args[0].AsDict()
+		v, _ = ns.Get(args[1].AsString())
+	}
+	type shape struct{ depth, size int } // below a list or dict; size as printed
+	seen := map[any]shape{}
+	var walk func(v jinja.Value, level int) (shape, error)
+	walk = func(v jinja.Value, level int) (shape, error) {
+		var key any
+		var items []jinja.Value
+		switch {
+		case v.IsDict():
+			d := v.AsDict()
+			if d == ns {
+				return shape{}, errors.New("chattemplate: the template put a namespace inside itself")
+			}
+			key = d
+			for _, k := range d.Keys {
+				items = append(items, d.Data[k])
+			}
+		case v.IsList():
+			key, items = v.AsList(), v.AsList().Items
+		default:
+			return shape{}, nil
+		}
+		sh, ok := seen[key]
+		if !ok {
+			if level > maxNesting {
+				return shape{}, fmt.Errorf("%w: a value nested more than %d deep", ErrLimit, maxNesting)
+			}
+			sh.size = 1
+			for _, x := range items {
+				c, err := walk(x, level+1)
+				if err != nil {
+					return shape{}, err
+				}
+				sh.depth = max(sh.depth, c.depth+1)
+				sh.size = min(sh.size+c.size, maxSteps+1)
+			}
+			seen[key] = sh
+		}
+		switch {
+		case level+sh.depth > maxNesting:
+			return shape{}, fmt.Errorf("%w: a value nested more than %d deep", ErrLimit, maxNesting)
+		case sh.size > maxSteps:
+			return shape{}, fmt.Errorf("%w: a value of more than %d lists and dicts once printed", ErrLimit, maxSteps)
+		}
+		return sh, nil
+	}
+	if _, err := walk(v, 0); err != nil {
+		return jinja.Undefined(), err
+	}
+	return jinja.NewString(""), b.spend(len(seen))
 }
 
 // rangeFunc replaces the library's range, whose loop overflows int64 and then

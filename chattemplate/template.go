@@ -1,54 +1,3 @@
-// Package chattemplate renders a conversation into the prompt text a model was
-// trained on, with the model's own chat template: the Jinja source a GGUF file
-// carries in `tokenizer.chat_template`, or a Hugging Face tokenizer_config.json in
-// `chat_template`.
-//
-// Templates are compiled and run by github.com/ardanlabs/jinja, a pure-Go Jinja
-// written for chat templates. Rendering follows transformers' apply_chat_template,
-// the reference every template is written against: trim_blocks and lstrip_blocks
-// are on; the template sees `messages` (a list of {role, content}),
-// `add_generation_prompt`, `bos_token`, `eos_token`, `tools` and `documents` (both
-// none), `raise_exception(msg)` and `strftime_now(fmt)`.
-//
-// The rendered text is the whole prompt: a template that writes bos_token at its
-// start (Llama 2 and 3, Mistral, Gemma) puts the BOS text there, so the caller
-// tokenizes it with special tokens parsed and does not add a second BOS (as
-// transformers does with add_special_tokens=False; llama.cpp instead strips the
-// leading BOS text when the tokenizer adds one).
-//
-// # The fallback
-//
-// A model without a template gets [Fallback]: a plain transcript, one line per
-// message with the role capitalised, ending with "Assistant:" when a reply is
-// wanted:
-//
-//	System: You are terse.
-//	User: Hello
-//	Assistant: Hi.
-//	User: Why is the sky blue?
-//	Assistant:
-//
-// llama.cpp falls back to ChatML instead. ChatML's `<|im_start|>` markers only mean
-// something to a model whose vocabulary has them as special tokens and that was
-// tuned on them; a model that ships without a template is most often a base model
-// (tandem's default, stories260K, is one), for which the markers are a run of odd
-// sub-word pieces it has never seen, while a transcript of named speakers is text it
-// has read. The prompt ends at the colon, without a space, because SentencePiece
-// and byte-level BPE vocabularies put the space at the start of the next word.
-// Nothing is written for BOS or EOS: the tokenizer adds BOS as the model's settings
-// say. The fallback's [Template.StopStrings] end a reply where the model starts
-// writing the next speaker's line.
-//
-// # Bounds
-//
-// A template is a program from the model file. Whatever it does, Render returns:
-// a panic in the library becomes an error, and a run is stopped with an error
-// wrapping [ErrLimit] past 262,144 loop iterations and macro calls (range() items
-// count too), 64 nested macro calls, or one second. The library offers no hook
-// inside a loop or a macro, so New inserts an inert call at the top of every loop
-// body and around every macro body (see guard.go). What cannot be bounded this way
-// is one huge allocation: `'x' * 10**11`, `indent(10**11)`, or a string doubled in
-// a loop 40 times exhausts memory before the next check.
 package chattemplate
 
 import (
@@ -101,28 +50,33 @@ func (e *RaiseError) Error() string { return e.Message }
 var ErrLimit = errors.New("chattemplate: the template ran past its limit")
 
 // New compiles a chat template. A template that does not parse is an error naming
-// the line (and column, when the library gives one).
+// the line (and column, when it can be known).
 func New(source string, opts Options) (*Template, error) {
-	if strings.TrimSpace(source) == "" {
+	const fails = "chattemplate: the chat template does not compile"
+	switch {
+	case strings.TrimSpace(source) == "":
 		return nil, errors.New("chattemplate: the chat template is empty")
+	case len(source) > maxSourceLen:
+		return nil, fmt.Errorf("%s: it is %d bytes, more than %d", fails, len(source), maxSourceLen)
+	case strings.Contains(source, guardPrefix):
+		return nil, fmt.Errorf("%s: it uses the reserved name prefix %q", fails, guardPrefix)
 	}
-	if strings.Contains(source, guardPrefix) {
-		return nil, fmt.Errorf("chattemplate: the chat template uses the reserved name prefix %q", guardPrefix)
-	}
-	// The original compiles first, so that its errors name lines and columns of
-	// the source as written; the guarded copy only adds text inside lines.
-	if _, err := compile(source); err != nil {
-		return nil, fmt.Errorf("chattemplate: the chat template does not compile: %w", describeSyntaxError(source, err))
-	}
-	guarded, err := addGuards(source)
+	src := normalizeNewlines(source)
+	tags, err := scanTags(src)
 	if err != nil {
-		return nil, fmt.Errorf("chattemplate: the chat template does not compile: %w", err)
+		return nil, fmt.Errorf("%s: %w", fails, err)
 	}
-	tmpl, err := compile(guarded)
+	if err := checkTags(tags); err != nil {
+		return nil, fmt.Errorf("%s: %w", fails, err)
+	}
+	tmpl, err := compile(rewrite(src, tags))
 	if err != nil {
-		// A guard that breaks a template the library accepts is this package's bug;
-		// say so rather than blame the template.
-		return nil, fmt.Errorf("chattemplate: internal error: guarded template does not compile: %w", err)
+		// The rewrite keeps every line where it was, so the library's line numbers
+		// are the template's.
+		if problem := blockProblem(tags); problem != "" {
+			return nil, fmt.Errorf("%s: %s (%w)", fails, problem, err)
+		}
+		return nil, fmt.Errorf("%s: %w", fails, err)
 	}
 	return &Template{tmpl: tmpl, opts: opts}, nil
 }
@@ -176,8 +130,12 @@ func (t *Template) render(msgs []Message, addGenerationPrompt bool) (out string,
 	out, err = t.tmpl.RenderValues(t.data(msgs, addGenerationPrompt, b))
 	if err != nil {
 		var re *RaiseError
-		if errors.As(err, &re) || errors.Is(err, ErrLimit) {
+		if errors.As(err, &re) || errors.Is(err, ErrLimit) || strings.HasPrefix(err.Error(), "chattemplate: ") {
 			return "", err
+		}
+		if msg := err.Error(); strings.Contains(msg, guardUnsafe) {
+			return "", fmt.Errorf("chattemplate: the template changes a list or dict in place, which transformers' sandbox forbids too: %s",
+				strings.ReplaceAll(msg, guardUnsafe, ""))
 		}
 		return "", fmt.Errorf("chattemplate: rendering the chat template: %w", err)
 	}
@@ -207,9 +165,11 @@ func (t *Template) data(msgs []Message, addGenerationPrompt bool, b *budget) map
 		"raise_exception":       jinja.NewCallable("raise_exception", raiseException),
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
 		"range":                 jinja.NewCallable("range", b.rangeFunc),
+		guardDict:               jinja.NewCallable(guardDict, keywordDict),
 		guardStep:               jinja.NewCallable(guardStep, b.step),
 		guardEnter:              jinja.NewCallable(guardEnter, b.enter),
 		guardLeave:              jinja.NewCallable(guardLeave, b.leave),
+		guardAssigned:           jinja.NewCallable(guardAssigned, b.assigned),
 	}
 }
 

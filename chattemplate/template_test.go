@@ -14,7 +14,8 @@ import (
 // the reference (Python's Jinja2 with transformers' settings, see gen_cases.py).
 type realCase struct {
 	Name                string    `json:"name"`
-	Template            string    `json:"template"`
+	Template            string    `json:"template"` // a file of testdata/templates
+	Source              string    `json:"source"`   // or the template itself
 	BOSToken            string    `json:"bos_token"`
 	EOSToken            string    `json:"eos_token"`
 	AddGenerationPrompt bool      `json:"add_generation_prompt"`
@@ -57,18 +58,23 @@ func readTemplate(t testing.TB, file string) string {
 // Mistral, Mixtral, Zephyr/TinyLlama, Qwen 1.5 to 3, Phi-3, SmolLM2, Gemma,
 // DeepSeek) over conversations with and without a system turn, content full of
 // Jinja syntax and markers, roles out of order and a role the template does not
-// know, with and without the generation prompt; each must give the reference's
-// text byte for byte, or the template's own refusal as a *RaiseError.
+// know, with and without the generation prompt; then small templates on each
+// feature templates use (whitespace control above all). Each must give the
+// reference's text byte for byte, or the template's own refusal as a *RaiseError.
 func TestRealTemplates(t *testing.T) {
 	rc := loadCases(t)
 	compiled := map[string]*Template{}
 	for _, c := range rc.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			key := c.Template + "\x00" + c.BOSToken + "\x00" + c.EOSToken
+			src := c.Source
+			if c.Template != "" {
+				src = readTemplate(t, c.Template)
+			}
+			key := src + "\x00" + c.BOSToken + "\x00" + c.EOSToken
 			tmpl := compiled[key]
 			if tmpl == nil {
 				var err error
-				tmpl, err = New(readTemplate(t, c.Template), Options{
+				tmpl, err = New(src, Options{
 					BOSToken: c.BOSToken, EOSToken: c.EOSToken,
 					Now: func() time.Time { return rc.Now },
 				})
@@ -131,9 +137,11 @@ func TestSyntaxErrorsNameTheLine(t *testing.T) {
 		{"unclosed for", "{% for m in messages %}\n{{ m.content }}\n", []string{"line 1, col 1", "{% for %}", "endfor"}},
 		{"unclosed if inside for", "{% for m in messages %}\n  {% if m.role == 'user' %}x\n{% endfor %}", []string{"line 2, col 3", "{% if %}"}},
 		{"bad expression", "ok\n{{ message['content' + }}", []string{"line 2"}},
-		{"unclosed tag", "ok\nok {{ message.content \n", []string{"line 2, col 4", "unclosed"}},
+		{"unclosed tag", "ok\nok {{ message.content \n", []string{"line 2, col 4", "never closed"}},
 		{"unknown statement", "a\nb\n{% include 'x.jinja' %}", []string{"line 3", "include"}},
 		{"stray end", "{% endif %}", []string{"line 1", "endif"}},
+		{"lines removed by whitespace control", "{%- if true -%}\n{# a\ncomment #}\n  {{- 'a\\nb' -}}\n\n{{ 1 + }}\n{% endif %}", []string{"line 6"}},
+		{"empty statement", "a\n{% %}b", []string{"line 2, col 1", "name"}},
 		{"empty", " \n", []string{"empty"}},
 		{"reserved name", "{{ __tandem_step() }}", []string{"reserved"}},
 	} {

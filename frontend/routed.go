@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,17 +28,30 @@ type DecodeWorkers func(addr string) (decodev1.DecodeServiceClient, error)
 // router where the request goes, and starts it on that decode worker with the
 // router's ranking of prefill workers.
 type Routed struct {
-	router    Router
-	decode    DecodeWorkers
-	blockSize int
+	router Router
+	decode DecodeWorkers
+	// served is the model's fingerprint and block size, from its model card.
+	served atomic.Pointer[servedModel]
+}
+
+type servedModel struct {
+	fingerprint string
+	blockSize   int
 }
 
 var _ Backend = (*Routed)(nil)
 
 // NewRouted returns the backend that routes with router and runs requests on the
-// decode workers decode reaches. blockSize must be the workers'.
-func NewRouted(router Router, decode DecodeWorkers, blockSize int) *Routed {
-	return &Routed{router: router, decode: decode, blockSize: blockSize}
+// decode workers decode reaches, once SetModel has said what it serves.
+func NewRouted(router Router, decode DecodeWorkers) *Routed {
+	return &Routed{router: router, decode: decode}
+}
+
+// SetModel is the served model's fingerprint and block size, from its model card:
+// the router places requests only on workers of those weights, by blocks of that
+// size.
+func (b *Routed) SetModel(fingerprint string, blockSize int) {
+	b.served.Store(&servedModel{fingerprint: fingerprint, blockSize: blockSize})
 }
 
 // Generate routes the request and starts it. A decode worker that cannot be reached,
@@ -45,10 +59,14 @@ func NewRouted(router Router, decode DecodeWorkers, blockSize int) *Routed {
 // more, so a dead or busy worker costs a retry, not an error.
 func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (TokenStream, *routerv1.RouteResponse, error) {
 	ctx = requestid.With(ctx, req.GetRequestId())
+	m := b.served.Load()
+	if m == nil || m.blockSize <= 0 {
+		return nil, nil, status.Error(codes.Unavailable, "no model card loaded yet")
+	}
 	rreq := &routerv1.RouteRequest{
 		RequestId: req.GetRequestId(), PromptTokens: uint32(len(req.GetPromptTokenIds())),
-		BlockHashes: kvcache.HashBlocks(req.GetPromptTokenIds(), b.blockSize), BlockSize: uint32(b.blockSize),
-		Explain: req.GetExplain(),
+		BlockHashes: kvcache.HashBlocks(req.GetPromptTokenIds(), m.blockSize), BlockSize: uint32(m.blockSize),
+		Explain: req.GetExplain(), ModelFingerprint: m.fingerprint,
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {

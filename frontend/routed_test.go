@@ -95,7 +95,7 @@ func newTestBackend(t *testing.T, r *fakeRouter) *Routed {
 			_ = cc.Close()
 		}
 	})
-	return NewRouted(r, func(addr string) (decodev1.DecodeServiceClient, error) {
+	b := NewRouted(r, func(addr string) (decodev1.DecodeServiceClient, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if cc, ok := conns[addr]; ok {
@@ -107,7 +107,9 @@ func newTestBackend(t *testing.T, r *fakeRouter) *Routed {
 		}
 		conns[addr] = cc
 		return decodev1.NewDecodeServiceClient(cc), nil
-	}, 16)
+	})
+	b.SetModel("test", 16)
+	return b
 }
 
 func routedGenerate(t *testing.T, b *Routed) (*routerv1.RouteResponse, error) {

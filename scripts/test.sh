@@ -61,5 +61,7 @@ fuzz ./frontend FuzzChatTemplate
 fuzz ./tokenizer FuzzTokenizer
 fuzz ./handoff FuzzHandoff
 fuzz ./handoff FuzzParseChunk
+fuzz ./chattemplate FuzzRender
 fuzz ./services/consul FuzzOverlay
 fuzz ./gguf FuzzParse
+fuzz ./engine/quant FuzzMulAdd

@@ -112,6 +112,62 @@ CONVERSATIONS = [
     ("unknown-role", UNKNOWN_ROLE),
 ]
 
+# Small templates, each on one feature chat templates use, rendered over SHORT.
+# Whitespace control, string literals and braces are what New's rewrite (rewrite.go)
+# takes over from the library, so they get the most cases.
+SHORT = msgs(("user", "Hi"), ("assistant", "Yo"))
+SNIPPETS = [
+    ("ws-dash-across-expr", "Effort: {{ 'Max' }}{%- if true %} x{% endif -%}  \n  y"),
+    ("ws-lstrip-indent", "a\n    {% if true %}\n    b\n    {% endif %}\nc"),
+    ("ws-lstrip-after-expr", "a\n  {{ 'x' }}{% if true %}y{% endif %}\nz"),
+    ("ws-trim-after-expr", "{% if true %}{{ 'x' }}\nz{% endif %}"),
+    ("ws-comment", "a\n  {# c #}\nb {#- c -#} c\n{# c #}d"),
+    ("ws-plus", "a\n  {%+ if true %}b{% endif +%}\nc"),
+    ("ws-raw", "x {% raw %}{{ not evaluated }} {% if %}{% endraw %}\ny"),
+    ("ws-raw-dash", "x {%- raw -%}  {{ a }}  {%- endraw -%}  y"),
+    ("ws-trailing-newline", "a\n"),
+    ("ws-two-trailing-newlines", "a\n\n"),
+    ("ws-crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\nc"),
+    ("ws-expr-dash", "a  {{- 'b' -}}  c\n\n{{ 'd' }}"),
+    ("ws-for-indent", "{% for m in messages %}\n  {{ m.role }}\n{% endfor %}"),
+    ("ws-macro", "{% macro f(x) -%}\n  [{{ x }}]\n{%- endmacro %}\n{{ f(1) }}{{ f(2) }}"),
+    ("ws-block-start-line", "  {% if true %}x{% endif %}"),
+    ("ws-set-block", "{% set x %}\n  hello {{ 'w' }}\n{% endset %}[{{ x }}]"),
+    ("ws-tab-lstrip", "a\n\t \t{% if true %}b{% endif %}"),
+    ("ws-dash-multi-newline", "{% if true -%}\n\n   x{%- endif %}"),
+    ("lit-escapes", "{{ 'a\\x41\\u00e9\\t|\\r|\\\\|\\'|\\\"|\\q|\\101' }}"),
+    ("lit-double", "{{ \"it's \\\"q\\\" }}\" }}"),
+    ("lit-braces", "{{ {'a': {'b': 1}} }}|{{ '}}' }}|{% set d = {'x': {'y': 2}} %}{{ d.x.y }}"),
+    ("lit-newline", "{{ 'a\nb' }}"),
+    ("numbers", "{{ 1 }} {{ 1.5 }} {{ 3/2 }} {{ 7//2 }} {{ 7%3 }} {{ -1 }} {{ 2 ** 10 }}"),
+    ("str-methods", "{% set s = '  Hello World  ' %}[{{ s.strip() }}][{{ s.lstrip() }}][{{ s.rstrip() }}][{{ s.upper() }}][{{ s.lower() }}][{{ s.title() }}][{{ s.strip().split(' ') }}][{{ s.split() }}][{{ s.startswith('  H') }}][{{ s.endswith('d') }}][{{ s.replace('l', 'L') }}][{{ s.find('o') }}][{{ s.count('l') }}][{{ s.strip('  Hd') }}]"),
+    ("str-slice", "{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ 'hello'[-1] }}|{{ [1,2,3][::-1] }}|{{ [1,2,3][1:] }}|{{ 'h\u00e9llo'[1] }}"),
+    ("str-in", "{{ 'ell' in 'hello' }}|{{ 1 in [1,2] }}|{{ 'a' in {'a': 1} }}|{{ 'x' not in 'abc' }}|{{ 'a' ~ 1 ~ true }}"),
+    ("filters", "{{ '  a  ' | trim }}|{{ [1,2] | length }}|{{ 'abc' | length }}|{{ x | default('d') }}|{{ '' | default('d', true) }}|{{ [3,1,2] | sort }}|{{ [1,2] | join(',') }}|{{ ['a','b'] | first }}|{{ ['a','b'] | last }}|{{ 'ab' | upper }}|{{ 'AB' | lower }}|{{ [1,1,2] | unique | list }}|{{ 'x' | string }}|{{ '3' | int + 1 }}|{{ 'xxaxx' | trim('x') }}|{{ 'ab' | capitalize }}"),
+    ("tojson", "{{ {'b': 1, 'a': [1, 2.5, none, true, 'x\"\u00e9<>&']} | tojson }}|{{ '\u00e9' | tojson }}|{{ [1,2] | tojson(indent=2) }}|{{ {'a': 1} | tojson(separators=(',', ':')) }}"),
+    ("attr-filters", "{% set l = [{'r': 'user', 'c': 'a'}, {'r': 'sys', 'c': 'b'}] %}{{ l | selectattr('r', 'equalto', 'user') | list | length }}|{{ l | rejectattr('r', 'equalto', 'user') | map(attribute='c') | join }}|{{ l | map(attribute='r') | list }}|{% for k, v in {'b': 1, 'a': 2} | dictsort %}{{ k }}{{ v }}{% endfor %}|{% for k, v in {'z': 1, 'a': 2} | items %}{{ k }}{% endfor %}"),
+    ("tests", "{{ x is defined }}|{{ none is none }}|{{ 1 is number }}|{{ 'a' is string }}|{{ {} is mapping }}|{{ [] is iterable }}|{{ 'a' is iterable }}|{{ [] is sequence }}|{{ 2 is even }}|{{ 3 is odd }}|{{ true is boolean }}|{{ 1 is integer }}|{{ 1.0 is float }}|{{ x is undefined }}|{{ 'a' is lower }}|{{ 1 is eq(1) }}"),
+    ("loop-vars", "{% for x in ['a','b','c'] %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }}|{% endfor %}"),
+    ("loop-else-break", "{% for x in [] %}x{% else %}empty{% endfor %}|{% for x in [1,2,3,4] %}{% if x == 3 %}{% break %}{% endif %}{% if x == 1 %}{% continue %}{% endif %}{{ x }}{% endfor %}"),
+    ("loop-filter", "{% for x in [1,2,3,4] if x is even %}{{ x }}{{ loop.index }}{% endfor %}"),
+    ("loop-dict", "{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}{% for k in {'a': 1} %}{{ k }}{% endfor %}"),
+    ("namespace", "{% set ns = namespace(a=1, b='x') %}{% for i in range(3) %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}{{ ns.b }}"),
+    ("scoping", "{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}|{% if true %}{% set y = 3 %}{% endif %}{{ y }}"),
+    ("macro-defaults", "{% macro f(a, b='d', c='') %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ f(1) }}|{{ f(1, 2) }}|{{ f(1, c=3) }}"),
+    ("macro-call", "{% macro w() %}[{{ caller() }}]{% endmacro %}{% call w() %}in{% endcall %}"),
+    ("macro-recursive", "{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}"),
+    ("filter-block", "{% filter upper %}abc {{ 'd' }}{% endfilter %}"),
+    ("cond-expr", "{{ 'a' if true else 'b' }}|{{ 'a' if false }}|{{ 1 if none is none else 2 }}"),
+    ("dict-methods", "{% set d = {'a': 1} %}{{ d.get('a') }}|{{ d.get('z', 'dflt') }}|{{ d.keys() | list }}|{{ d.values() | list }}|{{ d['a'] }}|{{ d.a }}"),
+    ("strftime", "{{ strftime_now('%Y-%m-%d %H:%M:%S %d %b %B %a %A %-d %j %p %I %y') }}"),
+    ("raise-in-macro", "{% macro f() %}{{ raise_exception('bad ' ~ 1) }}{% endmacro %}{{ f() }}"),
+    ("messages", "{{ messages[0]['role'] }}|{{ messages[0].content }}|{{ messages | length }}|{{ messages[-1].role }}|{{ messages[5] is defined }}|{{ messages[0].tool_calls is defined }}|{{ 'tool_calls' in messages[0] }}|{{ messages | map(attribute='role') | join(', ') }}"),
+    ("globals", "{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ tools is none }}|{{ documents is none }}|{{ enable_thinking is defined }}"),
+    ("generation", "{% generation %}gen {{ 1 }}{% endgeneration %}"),
+    ("dict-order", "{{ dict(zeta=1, alpha=[1, 2], mid=dict(b=1, a='x'), k4=4, k5=5, k6=6, k7=7, k8=8, k9=9, k10=10, k11=11, k12=12) | tojson }}|{{ dict() | tojson }}|{% set ns = namespace(z=1, a=2) %}{% set ns.a = ns.a + ns.z %}{{ ns.a }}"),
+    ("logic", "{{ not true }}|{{ not none }}|{{ not [] }}|{{ -(1+2) }}|{{ 1 == 1.0 }}|{{ 'a' < 'b' }}|{{ '-' * 3 }}|{{ true and 'x' }}|{{ false or 'y' }}"),
+]
+
 # Outputs other projects publish for one of the cases above (template, conversation,
 # add_generation_prompt=True, BOS, EOS), copied from their tests.
 PUBLISHED = [
@@ -165,6 +221,16 @@ def main():
                 else:
                     case["want"] = out
                 cases.append(case)
+
+    for name, source in SNIPPETS:
+        out, err = render(source, SHORT, True, "<s>", "</s>")
+        case = {"name": "feature/" + name, "source": source, "bos_token": "<s>", "eos_token": "</s>",
+                "add_generation_prompt": True, "messages": SHORT}
+        if err is not None:
+            case["want_error"] = err
+        else:
+            case["want"] = out
+        cases.append(case)
 
     doc = {
         "about": "Generated by gen_cases.py: each template rendered by Jinja2 " + jinja2.__version__

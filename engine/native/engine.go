@@ -44,6 +44,7 @@ type Engine struct {
 	info  engine.Info
 	model *model
 	file  *gguf.File // the model file the engine opened, closed with it
+	src   *gguf.File // the model file served, opened here or by the caller; nil for a random shape
 	pool  *kvcache.Pool
 	log   *slog.Logger
 
@@ -87,6 +88,7 @@ func New(cfg Config) (*Engine, error) {
 		mc:    mc,
 		model: m,
 		file:  file,
+		src:   cmpOr(cfg.File, file),
 		pool:  kvcache.NewPool(c.NumBlocks, kvcache.NewEventLog(c.EventLogSize)),
 		log:   c.Logger,
 		wake:  make(chan struct{}, 1),
@@ -116,6 +118,17 @@ func New(cfg Config) (*Engine, error) {
 }
 
 func (e *Engine) Info() engine.Info { return e.info }
+
+// ModelFile is the GGUF file the engine serves, for what else a worker publishes
+// about its model (tokenizer, chat template); nil for a random-weight shape.
+func (e *Engine) ModelFile() *gguf.File { return e.src }
+
+func cmpOr(a, b *gguf.File) *gguf.File {
+	if a != nil {
+		return a
+	}
+	return b
+}
 
 func (e *Engine) Events() *kvcache.EventLog { return e.pool.Events() }
 
