@@ -40,6 +40,12 @@ type Config struct {
 	MaxRunning int
 }
 
+// DefaultConfig is the decode service's config unless flags say otherwise; the
+// caller sets WorkerID and Mode.
+func DefaultConfig() Config {
+	return Config{Params: DefaultParams(), MinRemoteDeadline: 5 * time.Second, MaxRemoteDeadline: 60 * time.Second, MaxRunning: 512}
+}
+
 // Validate checks the config.
 func (c Config) Validate() error {
 	if c.WorkerID == "" {

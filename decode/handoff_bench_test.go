@@ -39,8 +39,8 @@ import (
 //	go test -run '^$' -bench 'Handoff$|RawTCP' -benchtime 20x -count 3 ./decode/
 //	go test -run '^$' -bench HandoffTuning -benchtime 15x ./decode/
 
-// handoffChunkBytes is the chunk size a prefill worker sends (services/workersvc).
-const handoffChunkBytes = 1 << 20
+// handoffChunkBytes is the chunk size a prefill worker sends.
+var handoffChunkBytes = prefill.DefaultConfig().ChunkBytes
 
 var handoffTokens = []int{1024, 4096, 16384, 32768}
 

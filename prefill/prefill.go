@@ -35,6 +35,13 @@ type Config struct {
 	MaxQueuedTokens int
 }
 
+// DefaultConfig is the prefill service's config unless the worker says otherwise:
+// 1 MiB chunks (docs/BENCHMARKS.md, "KV handoff throughput") and a 30 s lease. The
+// caller sets WorkerID and the limits.
+func DefaultConfig() Config {
+	return Config{ChunkBytes: 1 << 20, MaxLease: 30 * time.Second}
+}
+
 // Validate checks the config.
 func (c Config) Validate() error {
 	if c.ChunkBytes <= 0 || c.MaxLease <= 0 {

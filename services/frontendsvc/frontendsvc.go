@@ -41,10 +41,17 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:8080")
 	c.Serve.Public = true
-	d := frontend.DefaultConfig()
-	c.Frontend = d
 	fs.StringVar(&c.Router, "router", "", "router address (host:port); with --consul and no --router, every passing tandem-router, round-robin")
 	c.Consul.RegisterFlags(fs)
+	c.RegisterRoleFlags(fs)
+}
+
+// RegisterRoleFlags registers the flags that say how the frontend treats its
+// clients, the ones tandem up takes too; RegisterFlags adds where it listens and
+// how it finds the router.
+func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
+	d := frontend.DefaultConfig()
+	c.Frontend = d
 	fs.Int64Var(&c.Frontend.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.Frontend.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
 	fs.Func("default-temperature", fmt.Sprintf("temperature when a request sets none (default %g)", d.DefaultTemperature), func(s string) error {
@@ -55,7 +62,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Frontend.DefaultTemperature = t
 		return nil
 	})
-	fs.StringVar(&c.APIKeysFile, "api-keys-file", "", "file of accepted API keys, one per line; clients send 'Authorization: Bearer KEY' (default: no authentication)")
+	fs.StringVar(&c.APIKeysFile, "api-keys-file", "",
+		"file of accepted API keys, one per line; clients send 'Authorization: Bearer KEY' (default: no authentication)")
 	fs.IntVar(&c.Frontend.MaxInFlight, "max-in-flight", d.MaxInFlight, "requests generating at once (0: unbounded); more wait in a queue")
 	fs.IntVar(&c.Frontend.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more get 429 with Retry-After")
 	fs.DurationVar(&c.Frontend.QueueTimeout, "queue-timeout", d.QueueTimeout, "longest wait for a slot; then 503 with Retry-After")
@@ -135,7 +143,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+requestid.New()[:8], srv.Addr(),
-		map[string]string{"version": process.Version})
+		map[string]string{"version": process.Version()})
 	if err != nil {
 		rc.Close()
 		srv.Close()

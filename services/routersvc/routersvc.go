@@ -37,13 +37,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.DecodeWorkers, "decode-workers", "comma-separated decode (or aggregated) worker addresses (static discovery)")
 	fs.Var(&c.PrefillWorkers, "prefill-workers", "comma-separated prefill worker addresses (static discovery)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
-	RegisterParamFlags(fs, &c.Params)
 	c.Consul.RegisterFlags(fs)
+	c.RegisterRoleFlags(fs)
 }
 
-// RegisterParamFlags registers the routing parameters' flags on p, with defaults.
-func RegisterParamFlags(fs *flag.FlagSet, p *router.Params) {
-	*p = router.DefaultParams()
+// RegisterRoleFlags registers the routing parameters' flags, with their defaults:
+// the ones tandem up takes too.
+func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
+	c.Params = router.DefaultParams()
+	p := &c.Params
 	fs.Float64Var(&p.PrefillWeight, "prefill-weight", p.PrefillWeight, "cost of one uncached prompt block relative to one active decode block")
 	fs.Float64Var(&p.QueueWeight, "queue-weight", p.QueueWeight, "weight of blocks queued for prefill on a worker (and routed there since its last report)")
 	fs.Float64Var(&p.Temperature, "router-temperature", p.Temperature, "softmax temperature over normalised costs; 0 picks the cheapest worker, ties at random")
@@ -99,7 +101,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+requestid.New()[:8], srv.Addr(),
-		map[string]string{"block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version})
+		map[string]string{"block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version()})
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("consul: %w", err)

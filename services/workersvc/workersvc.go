@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -66,7 +65,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	env.Logger = env.Logger.With("worker_id", id)
 	opts := env.HandlerOptions()
 	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
-	s.worker = worker.New(id, requestid.New(), mode, process.Version, eng)
+	s.worker = worker.New(id, requestid.New(), mode, process.Version(), eng)
 	s.worker.SetModelCard(modelCard(cfg, eng))
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
 	defer func() {
@@ -78,7 +77,9 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	switch mode {
 	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
 		name = consul.PrefillService
-		ps, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: 1 << 20, MaxLease: 30 * time.Second, MaxPromptTokens: eng.Info().ContextLength, MaxQueuedTokens: cfg.MaxQueuedTokens}, eng, env.Logger, env.Registry)
+		pc := prefill.DefaultConfig()
+		pc.WorkerID, pc.MaxPromptTokens, pc.MaxQueuedTokens = id, eng.Info().ContextLength, cfg.MaxQueuedTokens
+		ps, err := prefill.New(pc, eng, env.Logger, env.Registry)
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +111,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	meta := map[string]string{
 		"mode": cfg.Mode, "model": s.worker.WorkerInfo().GetModel(), "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
-		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": process.Version,
+		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": process.Version(),
 	}
 	if port := s.worker.WorkerInfo().GetKvTransferPort(); port != 0 {
 		// For operators reading the catalog; decode workers take it from WorkerInfo.
