@@ -201,12 +201,14 @@ func (s *Service) candidates(suggested []*decodev1.PrefillCandidate) []*decodev1
 // tryRemote walks the fallback ladder: the first prefill worker; on an error before
 // any KV arrived, one other; then nil, meaning prefill locally. It returns an error
 // only when the client is gone or EnforceDisagg forbids the fallback.
-func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates []*decodev1.PrefillCandidate, skip int, deadline time.Duration, d *decodev1.PrefillDecision) (engine.Stream, error) {
+func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates []*decodev1.PrefillCandidate, skip int, deadline time.Duration,
+	d *decodev1.PrefillDecision) (engine.Stream, error) {
 	fail := func(reason, detail string) (engine.Stream, error) {
 		s.metrics.fallbacks.WithLabelValues(reason).Inc()
 		if s.Params().EnforceDisagg {
 			s.metrics.decisions.WithLabelValues("error", reason).Inc()
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("remote prefill failed (%s: %s) and enforce-disagg forbids local prefill", reason, detail))
+			return nil, connect.NewError(connect.CodeUnavailable,
+				fmt.Errorf("remote prefill failed (%s: %s) and enforce-disagg forbids local prefill", reason, detail))
 		}
 		d.Path, d.Reason = decodev1.PrefillPath_PREFILL_PATH_FALLBACK, reason
 		d.Detail = fmt.Sprintf("%s; remote prefill failed: %s; prefilled locally", d.GetDetail(), detail)

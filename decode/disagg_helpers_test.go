@@ -19,7 +19,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/handoff"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -56,13 +56,13 @@ func startPrefill(t *testing.T, eng engine.Engine, id string) *prefillNode {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
+	srv := rpctest.NewServer(t, mux)
 	return &prefillNode{eng: eng, srv: srv, client: grpcPrefillClient(t, srv.Listener.Addr().String())}
 }
 
 func grpcPrefillClient(t *testing.T, addr string) handoff.Client {
 	t.Helper()
-	return handoff.GRPCClient(h2ctest.Dial(t, addr))
+	return handoff.GRPCClient(rpctest.Dial(t, addr))
 }
 
 // staticPrefillers is discovery as a fixed map; a test can change it.
@@ -113,8 +113,8 @@ func startDecode(t *testing.T, eng engine.Engine, pf decode.Prefillers, p decode
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL, connect.WithGRPC())}
+	srv := rpctest.NewServer(t, mux)
+	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(rpctest.Client(t), srv.URL, connect.WithGRPC())}
 }
 
 // result is what a client of Generate sees.

@@ -286,7 +286,8 @@ func TestCancelFreesBlocksOnBothSides(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	_, err := generate(t, ctx, node.client, request("r", prompt(13, 120), 0, 0, "p0"))
-	if err == nil || !(connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)) {
+	if err == nil || !(connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err,
+		context.DeadlineExceeded)) {
 		t.Fatalf("err %v, want the client's deadline", err)
 	}
 	waitIdle(t, "decode", node.eng)

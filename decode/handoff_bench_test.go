@@ -21,8 +21,8 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/handoff"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
 	"github.com/tandem-serve/tandem/internal/poolengine"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -96,7 +96,7 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	} else {
 		mux := http.NewServeMux()
 		mux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
-		psrv := h2ctest.NewServer(tb, mux)
+		psrv := rpctest.NewServer(tb, mux)
 		closers = append(closers, psrv.Close)
 		addr = psrv.Listener.Addr().String()
 	}
@@ -117,10 +117,10 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	}
 	dmux := http.NewServeMux()
 	dmux.Handle(decodev1connect.NewDecodeServiceHandler(dsvc))
-	dsrv := h2ctest.NewServer(tb, dmux)
+	dsrv := rpctest.NewServer(tb, dmux)
 	closers = append(closers, dsrv.Close)
 	return &handoffRig{
-		decode:   decodev1connect.NewDecodeServiceClient(h2ctest.Client(tb), dsrv.URL, connect.WithGRPC()),
+		decode:   decodev1connect.NewDecodeServiceClient(rpctest.Client(tb), dsrv.URL, connect.WithGRPC()),
 		registry: reg,
 		close:    closeAll,
 	}

@@ -20,7 +20,8 @@ type Prefillers interface {
 // (handoff.Fetch), counting the prompt as pending there until the header says the
 // prefill is done. The whole prompt: the prefill worker queues and counts all of
 // it, whatever it then skips sending.
-func (s *Service) remotePrefill(ctx context.Context, client handoff.Client, workerID string, req engine.Request, skip int, deadline time.Duration) (engine.Stream, *handoff.Result, error) {
+func (s *Service) remotePrefill(ctx context.Context, client handoff.Client, workerID string, req engine.Request, skip int,
+	deadline time.Duration) (engine.Stream, *handoff.Result, error) {
 	f := handoff.Fetch{Worker: workerID, Skip: skip, Deadline: deadline, Headed: s.pending.add(workerID, len(req.Prompt))}
 	return f.Run(ctx, client, s.eng, req)
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/handoff"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/internal/soaktest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
@@ -218,7 +218,7 @@ func soakPrefill(t *testing.T, eng engine.Engine, id string, chunkBytes int) *kv
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	conn := h2ctest.Dial(t, addr, handoff.DialOptions()...)
+	conn := rpctest.Dial(t, addr, handoff.DialOptions()...)
 	return &kvNode{addr: addr, client: handoff.GRPCClient(conn), stop: stop}
 }
 

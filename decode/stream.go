@@ -16,7 +16,8 @@ import (
 // pump relays tokens from the engine to the client. Tokens are sent one message
 // each so that the inter-token latency the client sees is the engine's. The time to
 // the first token of a local prefill teaches the estimator this worker's speed.
-func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, out *connect.ServerStream[decodev1.GenerateResponse]) error {
+func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time,
+	out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	first := true
 	last := start
 	path := decision.Path.Name()

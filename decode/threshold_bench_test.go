@@ -18,7 +18,7 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/handoff"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -90,9 +90,9 @@ func startThresholdRig(b *testing.B) *thresholdRig {
 		must(err)
 		mux := http.NewServeMux()
 		mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-		srv := h2ctest.NewServer(b, mux)
+		srv := rpctest.NewServer(b, mux)
 		closers = append(closers, srv.Close)
-		return decodev1connect.NewDecodeServiceClient(h2ctest.Client(b), srv.URL, connect.WithGRPC())
+		return decodev1connect.NewDecodeServiceClient(rpctest.Client(b), srv.URL, connect.WithGRPC())
 	}
 	return &thresholdRig{
 		local:      serve(decode.Params{Policy: decode.PolicyAlwaysLocal}),

@@ -15,7 +15,8 @@ import (
 // Generate implements frontendv1connect.FrontendServiceHandler. The first message
 // carries the request id and prefill path, the middle ones text, the last the
 // finish reason and usage.
-func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1.GenerateRequest], stream *connect.ServerStream[frontendv1.GenerateResponse]) (err error) {
+func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1.GenerateRequest],
+	stream *connect.ServerStream[frontendv1.GenerateResponse]) (err error) {
 	const endpoint = "connect_generate"
 	rc := f.connectCtx(req.Header().Get(requestid.Header), endpoint)
 	stream.ResponseHeader().Set(requestid.Header, rc.id)
@@ -35,11 +36,7 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 	}
 	defer gen.close(endpoint)
 	stream.ResponseHeader().Set(HeaderPrefillPath, gen.info.Path)
-	i := gen.info
-	if err := stream.Send(&frontendv1.GenerateResponse{RequestId: rc.id, Prefill: &frontendv1.Prefill{
-		Path: i.Path, Reason: i.Reason, Detail: i.Detail, DecodeWorkerId: i.DecodeWorker,
-		PrefillWorkerId: i.PrefillWorker, RouteReason: i.RouteReason,
-	}}); err != nil {
+	if err := stream.Send(&frontendv1.GenerateResponse{RequestId: rc.id, Prefill: gen.info.proto()}); err != nil {
 		return err
 	}
 	for {
@@ -49,9 +46,7 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 		}
 		msg := &frontendv1.GenerateResponse{Text: text}
 		if done {
-			u := gen.usage()
-			msg.FinishReason = gen.finish
-			msg.Usage = &frontendv1.Usage{PromptTokens: uint32(u.prompt), CompletionTokens: uint32(u.completion), CachedTokens: uint32(u.cached)}
+			msg.FinishReason, msg.Usage = gen.finish, gen.usage().proto()
 		}
 		if err := stream.Send(msg); err != nil {
 			return err
@@ -127,4 +122,19 @@ func (f *Frontend) countConnect(rc *reqCtx, err error) {
 		status = (&apiError{code: connect.CodeOf(err)}).httpStatus()
 	}
 	f.metrics.requests.WithLabelValues(rc.endpoint, strconv.Itoa(status)).Inc()
+}
+
+// proto is the prefill description as FrontendService carries it. (The decode
+// worker's PrefillDecision says more, for the frontend; the frontend's clients
+// get this, the same as the OpenAI extension field.)
+func (i prefillInfo) proto() *frontendv1.Prefill {
+	return &frontendv1.Prefill{
+		Path: i.Path, Reason: i.Reason, Detail: i.Detail, DecodeWorkerId: i.DecodeWorker,
+		PrefillWorkerId: i.PrefillWorker, RouteReason: i.RouteReason,
+	}
+}
+
+// proto is the usage as FrontendService carries it.
+func (u usage) proto() *frontendv1.Usage {
+	return &frontendv1.Usage{PromptTokens: uint32(u.prompt), CompletionTokens: uint32(u.completion), CachedTokens: uint32(u.cached)}
 }

@@ -224,10 +224,12 @@ func testConnectErrors(t *testing.T, c rpcClient) {
 		word  string
 		field string
 	}{
-		{"both", &frontendv1.GenerateRequest{Prompt: "a", Messages: []*frontendv1.ChatMessage{{Role: "user", Content: "b"}}}, connect.CodeInvalidArgument, "prompt", "prompt"},
+		{"both", &frontendv1.GenerateRequest{Prompt: "a", Messages: []*frontendv1.ChatMessage{{Role: "user", Content: "b"}}},
+			connect.CodeInvalidArgument, "prompt", "prompt"},
 		{"neither", &frontendv1.GenerateRequest{}, connect.CodeInvalidArgument, "prompt", "prompt"},
 		{"temperature", &frontendv1.GenerateRequest{Prompt: "a", Temperature: &temp}, connect.CodeInvalidArgument, "temperature", "temperature"},
-		{"role", &frontendv1.GenerateRequest{Messages: []*frontendv1.ChatMessage{{Role: "robot", Content: "b"}}}, connect.CodeInvalidArgument, "messages[0].role", "messages[0].role"},
+		{"role", &frontendv1.GenerateRequest{Messages: []*frontendv1.ChatMessage{{Role: "robot", Content: "b"}}}, connect.CodeInvalidArgument,
+			"messages[0].role", "messages[0].role"},
 		{"model", &frontendv1.GenerateRequest{Model: "other", Prompt: "a"}, connect.CodeNotFound, "other", "model"},
 		{"context", &frontendv1.GenerateRequest{Prompt: strings.Repeat("x ", 600)}, connect.CodeInvalidArgument, "context length", "prompt"},
 	} {

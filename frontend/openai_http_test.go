@@ -83,8 +83,10 @@ func TestHTTPBadRequests(t *testing.T) {
 		{"not an object", "/v1/chat/completions", `[1,2]`, 400, "", "JSON object"},
 		{"invalid utf-8", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "", "UTF-8"},
 		{"wrong type", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, 400, "temperature", "temperature"},
-		{"unknown role", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}`, 400, "messages[1].role", "wizard"},
-		{"image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0].type", "image_url"},
+		{"unknown role", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}`, 400,
+			"messages[1].role", "wizard"},
+		{"image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400,
+			"messages[0].content[0].type", "image_url"},
 		{"bad stop", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"stop":5}`, 400, "stop", "stop"},
 		{"negative max", "/v1/completions", `{"prompt":"a","max_tokens":-3}`, 400, "max_tokens", "at least 1"},
 		{"no prompt", "/v1/completions", `{"model":"tandem-test"}`, 400, "prompt", "required"},
@@ -193,7 +195,8 @@ func TestHTTPRequestID(t *testing.T) {
 func TestHTTPContentParts(t *testing.T) {
 	h, b, _ := newRawSetup(t)
 	r := do(t, h, "POST", "/v1/chat/completions",
-		`{"model":"tandem-test","messages":[{"role":"developer","content":[{"type":"text","text":"Be "},{"type":"text","text":"kind."}]},{"role":"user","content":"hi"},{"role":"assistant","content":null}],"user":"u1","future_field":{"x":1}}`)
+		`{"model":"tandem-test","messages":[{"role":"developer","content":[{"type":"text","text":"Be "},{"type":"text","text":"kind."}]},`+
+			`{"role":"user","content":"hi"},{"role":"assistant","content":null}],"user":"u1","future_field":{"x":1}}`)
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}

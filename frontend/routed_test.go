@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
@@ -72,7 +72,7 @@ func (r *fakeRouter) Route(_ context.Context, in *routerv1.RouteRequest, _ ...gr
 func serveDecode(t *testing.T, d *fakeDecode) *routerv1.Worker {
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(d))
-	return &routerv1.Worker{Id: d.id, Address: h2ctest.Addr(h2ctest.NewServer(t, mux))}
+	return &routerv1.Worker{Id: d.id, Address: rpctest.Addr(rpctest.NewServer(t, mux))}
 }
 
 // deadAddr is an address nothing listens on.

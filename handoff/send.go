@@ -78,7 +78,8 @@ func (s Sender) Send(exp engine.Export, m Meta, send func(*prefillv1.PrefillResp
 	defer leaseTimer.Stop()
 	expired := false
 	leaseErr := func() error {
-		return &SendError{Outcome: OutcomeLeaseExpired, Err: connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("receiver stalled past the %s lease", s.Lease))}
+		return &SendError{Outcome: OutcomeLeaseExpired, Err: connect.NewError(connect.CodeDeadlineExceeded,
+			fmt.Errorf("receiver stalled past the %s lease", s.Lease))}
 	}
 	leased := func(r *prefillv1.PrefillResponse) error {
 		if expired {

@@ -84,7 +84,8 @@ type streamedChat struct {
 }
 
 func chatStreamed(ctx context.Context, fe, content string, maxTokens int) streamedChat {
-	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},`+
+		`"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -357,7 +358,8 @@ func scrape(addr string) metricsText {
 	var out []byte
 	for try := 0; try < 20; try++ {
 		var err error
-		if out, err = exec.Command("curl", "-s", "--max-time", "5", "http://"+addr+"/metrics").Output(); err == nil && strings.Contains(string(out), "tandem_") {
+		if out, err = exec.Command("curl", "-s", "--max-time", "5", "http://"+addr+"/metrics").Output(); err == nil && strings.Contains(string(out),
+			"tandem_") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -512,7 +514,8 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 		}
 		cancel()
 		if r := <-res; r.err == nil || r.done || r.status != 0 {
-			t.Errorf("%s: the cancelled client saw status %d, [DONE] %v, %q (err %v): the request was not cut before its answer", tc.name, r.status, r.done, r.text, r.err)
+			t.Errorf("%s: the cancelled client saw status %d, [DONE] %v, %q (err %v): the request was not cut before its answer", tc.name, r.status,
+				r.done, r.text, r.err)
 		}
 		bothFree(tc.name)
 		eventually(t, 10*time.Second, tc.name+": the prefill worker ends the abandoned prefill", func() bool {

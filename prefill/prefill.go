@@ -89,7 +89,8 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_token_ids: empty"))
 	}
 	if s.cfg.MaxPromptTokens > 0 && len(m.GetPromptTokenIds()) > s.cfg.MaxPromptTokens {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids: %d tokens, more than the %d this worker accepts", len(m.GetPromptTokenIds()), s.cfg.MaxPromptTokens))
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids: %d tokens, more than the %d this worker accepts",
+			len(m.GetPromptTokenIds()), s.cfg.MaxPromptTokens))
 	}
 	lease := s.cfg.MaxLease
 	if l := m.GetLease().AsDuration(); l > 0 && l < lease {

@@ -133,7 +133,8 @@ type Snapshotter interface {
 // WatchEvents sends a snapshot when the subscriber holds nothing or has fallen out
 // of the event ring, then every event as it happens, with the load, and at least one
 // message per heartbeat.
-func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest], stream *connect.ServerStream[workerv1.WatchEventsResponse]) error {
+func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest],
+	stream *connect.ServerStream[workerv1.WatchEventsResponse]) error {
 	log := s.eng.Events()
 	after := req.Msg.GetAfterEventId()
 	needSnapshot := after == 0

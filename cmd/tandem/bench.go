@@ -85,7 +85,8 @@ func writeOutputs(o bench.Options, runs []*bench.Report, args []string, stderr i
 
 // runBenchCompare runs the same workload against each deployment in turn.
 func runBenchCompare(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench compare", "bench compare [--deployments aggregated,threshold,cost,always-local,always-remote] [--workers 2] [--out DIR] [bench flags]", stderr)
+	fs := newFlagSet("bench compare",
+		"bench compare [--deployments aggregated,threshold,cost,always-local,always-remote] [--workers 2] [--out DIR] [bench flags]", stderr)
 	var o bench.Options
 	o.RegisterFlags(fs)
 	wf := fs.Lookup("workload")

@@ -396,7 +396,8 @@ func TestBenchMixedJSONPlotsSLO(t *testing.T) {
 	}
 
 	checkPNGs(t, plots, "ttft_cdf.png", "itl_cdf.png")
-	for _, s := range []string{"== concurrency=4: mixed", "good/s (ttft=600000,tpot=600000)", "local", "remote", "fallback", "broken", "HTTP 503: overloaded", "TTFT", "ITL"} {
+	for _, s := range []string{"== concurrency=4: mixed", "good/s (ttft=600000,tpot=600000)", "local", "remote", "fallback", "broken",
+		"HTTP 503: overloaded", "TTFT", "ITL"} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("the report does not mention %q:\n%s", s, stdout)
 		}
@@ -448,9 +449,11 @@ func TestBenchWorkloads(t *testing.T) {
 	}{
 		{"fixed", []string{"--workload", "fixed", "--isl", "8", "--osl", "3", "--requests", "4"}, 4, "fixed 8/3", []string{"8/3"}},
 		{"default is fixed", []string{"--isl", "8", "--osl", "4", "--requests", "2"}, 2, "fixed 8/4", []string{"8/4"}},
-		{"shared-prefix", []string{"--workload", "shared-prefix", "--prefix-len", "16", "--isl", "4", "--osl", "3", "--turns", "2", "--conversations", "2", "--requests", "4", "--concurrency", "2"},
+		{"shared-prefix", []string{"--workload", "shared-prefix", "--prefix-len", "16", "--isl", "4", "--osl", "3", "--turns", "2", "--conversations",
+			"2", "--requests", "4", "--concurrency", "2"},
 			4, "shared-prefix prefix=16", []string{"turn-1", "turn-2"}},
-		{"jsonl", []string{"--workload", "jsonl", "--file", jsonl, "--requests", "2", "--concurrency", "1"}, 2, "jsonl (2 requests)", []string{"greet", "jsonl"}},
+		{"jsonl", []string{"--workload", "jsonl", "--file", jsonl, "--requests", "2", "--concurrency", "1"}, 2, "jsonl (2 requests)",
+			[]string{"greet", "jsonl"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake, url := startFake(t)
@@ -465,7 +468,8 @@ func TestBenchWorkloads(t *testing.T) {
 			}
 			rn := readBenchJSON(t, jsonPath).Runs[0]
 			if !strings.HasPrefix(rn.Workload, tc.workload) || rn.Overall.Requests != tc.requests || rn.Overall.Completed != tc.requests {
-				t.Errorf("workload %q with %d requests, %d completed; want %q, %d", rn.Workload, rn.Overall.Requests, rn.Overall.Completed, tc.workload, tc.requests)
+				t.Errorf("workload %q with %d requests, %d completed; want %q, %d", rn.Workload, rn.Overall.Requests, rn.Overall.Completed,
+					tc.workload, tc.requests)
 			}
 			var got []string
 			for _, c := range rn.Classes {
@@ -688,7 +692,8 @@ func TestBenchCompare(t *testing.T) {
 	if !strings.Contains(stdout, "== comparison") || !strings.Contains(stdout, "== aggregated: mixed") {
 		t.Errorf("stdout:\n%s", stdout)
 	}
-	for _, s := range []string{"compare: --url is ignored", "compare: not pinning", "compare: starting aggregated (0 prefill, 2 decode", "compare: starting threshold (1 prefill, 1 decode", "compare: wrote " + filepath.Join(out, "compare.md")} {
+	for _, s := range []string{"compare: --url is ignored", "compare: not pinning", "compare: starting aggregated (0 prefill, 2 decode",
+		"compare: starting threshold (1 prefill, 1 decode", "compare: wrote " + filepath.Join(out, "compare.md")} {
 		if !strings.Contains(stderr, s) {
 			t.Errorf("stderr does not say %q:\n%s", s, stderr)
 		}

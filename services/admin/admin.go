@@ -23,7 +23,8 @@ const callTimeout = 10 * time.Second
 
 // Health asks addr's grpc.health.v1 for service ("" is the whole server), waiting
 // at most timeout for an answer.
-func Health(ctx context.Context, addr, service string, timeout time.Duration, creds credentials.TransportCredentials) (healthpb.HealthCheckResponse_ServingStatus, error) {
+func Health(ctx context.Context, addr, service string, timeout time.Duration,
+	creds credentials.TransportCredentials) (healthpb.HealthCheckResponse_ServingStatus, error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return 0, err
@@ -96,16 +97,19 @@ func Route(ctx context.Context, cc grpc.ClientConnInterface, text string, blockS
 		return fmt.Errorf("route: %w", err)
 	}
 	fmt.Fprintf(w, "prompt: %d tokens, %d full blocks\n", len(ids), len(ids)/blockSize)
-	fmt.Fprintf(w, "decode worker: %s (%s) with %d blocks cached\n", resp.GetDecodeWorker().GetId(), resp.GetDecodeWorker().GetAddress(), resp.GetDecodeCachedBlocks())
+	fmt.Fprintf(w, "decode worker: %s (%s) with %d blocks cached\n", resp.GetDecodeWorker().GetId(), resp.GetDecodeWorker().GetAddress(),
+		resp.GetDecodeCachedBlocks())
 	fmt.Fprintf(w, "why: %s\n", resp.GetReason())
 	for i, p := range resp.GetPrefillWorkers() {
-		fmt.Fprintf(w, "prefill #%d: %s cached %d blocks, %d tokens queued, cost %.1f\n", i+1, p.GetWorker().GetId(), p.GetCachedBlocks(), p.GetQueuedTokens(), p.GetCost())
+		fmt.Fprintf(w, "prefill #%d: %s cached %d blocks, %d tokens queued, cost %.1f\n", i+1, p.GetWorker().GetId(), p.GetCachedBlocks(),
+			p.GetQueuedTokens(), p.GetCost())
 	}
 	e := resp.GetExplanation()
 	if e == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "\neffective %d tokens, threshold %d, class %s, temperature %g\n", e.GetEffectiveTokens(), e.GetIslThreshold(), e.GetGateClass(), e.GetTemperature())
+	fmt.Fprintf(w, "\neffective %d tokens, threshold %d, class %s, temperature %g\n", e.GetEffectiveTokens(), e.GetIslThreshold(), e.GetGateClass(),
+		e.GetTemperature())
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\tWORKER\tMODE\tCACHED\tUNCACHED\tPREFILL\tDECODE\tQUEUE\tCOST\tNOTE")
 	for _, c := range e.GetCandidates() {

@@ -154,7 +154,8 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	}
 	s := &Service{srv: srv, workers: workers, router: rc, member: member, routers: routers}
 	s.ready = &readiness{setServing: srv.SetServing}
-	s.loader = &modelLoader{router: routerv1.NewRouterServiceClient(rc), conns: workers, fe: f, backend: b, ready: s.ready, log: env.Logger, told: map[string]bool{}}
+	s.loader = &modelLoader{router: routerv1.NewRouterServiceClient(rc), conns: workers, fe: f, backend: b, ready: s.ready, log: env.Logger,
+		told: map[string]bool{}}
 	return s, nil
 }
 

@@ -88,7 +88,8 @@ func TestRunStartsInOrderAndStopsInReverse(t *testing.T) {
 		t.Errorf("events %s; want them to begin %s", got, started)
 	}
 	at := func(e string) int { return slices.Index(log.get(), e) }
-	if f, r, d0, d1, p0 := at("stopped f"), at("stopped r"), at("stopped d0"), at("stopped d1"), at("stopped p0"); f < 0 || !(f < r && r < min(d0, d1) && max(d0, d1) < p0) {
+	if f, r, d0, d1, p0 := at("stopped f"), at("stopped r"), at("stopped d0"), at("stopped d1"), at("stopped p0"); f < 0 || !(f < r && r < min(d0,
+		d1) && max(d0, d1) < p0) {
 		t.Errorf("events %s; want the frontend stopped, then the router, then the decode workers, then the prefill worker", got)
 	}
 	if !slices.Equal(ready, []string{"p0", "d0", "d1", "r", "f"}) {

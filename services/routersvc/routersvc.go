@@ -49,8 +49,10 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&p.PrefillWeight, "prefill-weight", p.PrefillWeight, "cost of one uncached prompt block relative to one active decode block")
 	fs.Float64Var(&p.QueueWeight, "queue-weight", p.QueueWeight, "weight of blocks queued for prefill on a worker (and routed there since its last report)")
 	fs.Float64Var(&p.Temperature, "router-temperature", p.Temperature, "softmax temperature over normalised costs; 0 picks the cheapest worker, ties at random")
-	fs.BoolVar(&p.ISLGate, "isl-gate", p.ISLGate, "gate candidates by worker mode: below --isl-threshold effective tokens score only workers that prefill locally, else only disaggregated decode workers")
-	fs.IntVar(&p.ISLThreshold, "isl-threshold", p.ISLThreshold, "effective prompt tokens (prompt minus best cached prefix) at which gating switches to disaggregated workers")
+	fs.BoolVar(&p.ISLGate, "isl-gate", p.ISLGate,
+		"gate candidates by worker mode: below --isl-threshold effective tokens score only workers that prefill locally, else only disaggregated decode workers")
+	fs.IntVar(&p.ISLThreshold, "isl-threshold", p.ISLThreshold,
+		"effective prompt tokens (prompt minus best cached prefix) at which gating switches to disaggregated workers")
 	fs.BoolVar(&p.ISLAdaptive, "isl-adaptive", p.ISLAdaptive, "nudge --isl-threshold by comparing the two classes' best costs")
 	fs.IntVar(&p.ISLMin, "isl-min", p.ISLMin, "lowest the adaptive threshold goes")
 	fs.IntVar(&p.ISLMax, "isl-max", p.ISLMax, "highest the adaptive threshold goes")

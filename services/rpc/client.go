@@ -159,6 +159,7 @@ func propagateUnary(ctx context.Context, method string, req, reply any, cc *grpc
 	return invoker(outgoing(ctx), method, req, reply, cc, opts...)
 }
 
-func propagateStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+func propagateStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer,
+	opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return streamer(outgoing(ctx), desc, cc, method, opts...)
 }

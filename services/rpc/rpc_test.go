@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	_ "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
@@ -89,7 +90,8 @@ func (w workerSvc) Info(ctx context.Context, req *connect.Request[workerv1.InfoR
 	return connect.NewResponse(&workerv1.InfoResponse{Info: &workerv1.WorkerInfo{Id: "w"}}), nil
 }
 
-func (w workerSvc) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest], s *connect.ServerStream[workerv1.WatchEventsResponse]) error {
+func (w workerSvc) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest],
+	s *connect.ServerStream[workerv1.WatchEventsResponse]) error {
 	w.seen.add(req.Header().Get(requestid.Header), requestid.From(ctx))
 	return s.Send(&workerv1.WatchEventsResponse{Incarnation: "i"})
 }
@@ -171,18 +173,12 @@ func start(t *testing.T) *fixture {
 	return f
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestRequestIDPropagates(t *testing.T) {
 	f := start(t)
 
 	t.Run("unary", func(t *testing.T) {
 		var hdr metadata.MD
-		ctx := requestid.With(testContext(t), "req-unary-1")
+		ctx := requestid.With(rpctest.Context(t), "req-unary-1")
 		if _, err := f.worker.Info(ctx, &workerv1.InfoRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +192,7 @@ func TestRequestIDPropagates(t *testing.T) {
 	})
 
 	t.Run("stream", func(t *testing.T) {
-		ctx := requestid.With(testContext(t), "req-stream-2")
+		ctx := requestid.With(rpctest.Context(t), "req-stream-2")
 		s, err := f.worker.WatchEvents(ctx, &workerv1.WatchEventsRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -222,7 +218,7 @@ func TestRequestIDPropagates(t *testing.T) {
 
 	t.Run("absent", func(t *testing.T) {
 		var hdr metadata.MD
-		if _, err := f.worker.Info(testContext(t), &workerv1.InfoRequest{}, grpc.Header(&hdr)); err != nil {
+		if _, err := f.worker.Info(rpctest.Context(t), &workerv1.InfoRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatal(err)
 		}
 		h, id := f.seen.last(t)
@@ -241,11 +237,11 @@ func TestRequestIDPropagates(t *testing.T) {
 func TestServerMetricsCountCalls(t *testing.T) {
 	f := start(t)
 	for range 3 {
-		if _, err := f.worker.Info(testContext(t), &workerv1.InfoRequest{}); err != nil {
+		if _, err := f.worker.Info(rpctest.Context(t), &workerv1.InfoRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, err := f.decodeC.Generate(testContext(t), &decodev1.GenerateRequest{})
+	s, err := f.decodeC.Generate(rpctest.Context(t), &decodev1.GenerateRequest{})
 	if err == nil {
 		_, err = s.Recv()
 	}
@@ -290,7 +286,7 @@ func TestRetriesOnlyIdempotent(t *testing.T) {
 	f.router.mu.Lock()
 	f.router.failures = 1
 	f.router.mu.Unlock()
-	ctx := requestid.With(testContext(t), "req-retry")
+	ctx := requestid.With(rpctest.Context(t), "req-retry")
 	resp, err := f.routerC.Route(ctx, &routerv1.RouteRequest{PromptTokens: 1})
 	if err != nil {
 		t.Fatalf("Route (NO_SIDE_EFFECTS) after one Unavailable: %v, want a successful retry", err)
@@ -304,7 +300,7 @@ func TestRetriesOnlyIdempotent(t *testing.T) {
 	}
 
 	before := f.seen.count()
-	s, err := f.decodeC.Generate(testContext(t), &decodev1.GenerateRequest{})
+	s, err := f.decodeC.Generate(rpctest.Context(t), &decodev1.GenerateRequest{})
 	if err == nil {
 		_, err = s.Recv()
 	}

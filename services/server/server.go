@@ -76,7 +76,8 @@ func New(cfg Config, handlers []Handler, extra http.Handler) (*Server, error) {
 		health.SetStatus(n, grpchealth.StatusNotServing)
 	}
 	mux.Handle(grpchealth.NewHandler(health))
-	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName)...)
+	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName,
+		grpcreflect.ReflectV1AlphaServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
@@ -125,19 +125,20 @@ func TestPrefillersFallBackToTheMainPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
-	svc, err := prefill.New(prefill.Config{WorkerID: "p", ChunkBytes: 1 << 20, MaxLease: 10 * time.Second}, eng, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	svc, err := prefill.New(prefill.Config{WorkerID: "p", ChunkBytes: 1 << 20, MaxLease: 10 * time.Second}, eng, slog.New(slog.DiscardHandler),
+		prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
+	srv := rpctest.NewServer(t, mux)
 
 	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	}
 	m := &fakeMembers{ws: map[string]router.Worker{}}
-	m.set(router.Worker{ID: "p", Address: h2ctest.Addr(srv), KVAddress: closedPort, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL})
+	m.set(router.Worker{ID: "p", Address: rpctest.Addr(srv), KVAddress: closedPort, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL})
 	p := newPrefillers(m, dial, slog.New(slog.DiscardHandler))
 	t.Cleanup(p.close)
 
@@ -147,7 +148,8 @@ func TestPrefillersFallBackToTheMainPort(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stream, err := c.Prefill(ctx, &prefillv1.PrefillRequest{RequestId: "r", PromptTokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}})
+	stream, err := c.Prefill(ctx, &prefillv1.PrefillRequest{RequestId: "r", PromptTokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+		15, 16, 17}})
 	if err != nil {
 		t.Fatalf("Prefill with the KV port closed: %v", err)
 	}

@@ -1,7 +1,9 @@
-// Package h2ctest serves handlers in tests the way tandem's services serve them
-// (HTTP/1 and cleartext HTTP/2 on one port) and gives clients that call them over
-// HTTP/2: Connect's (any protocol) and grpc-go's.
-package h2ctest
+// Package rpctest is the scaffolding tandem's RPC tests share, after grpc-go's
+// internal/grpctest: serving handlers the way tandem's services serve them (HTTP/1
+// and cleartext HTTP/2 on one port), clients that call them over HTTP/2 (Connect's,
+// any protocol, and grpc-go's), calls of a server stream through both, a test's
+// context, and the status code of either client's error.
+package rpctest
 
 import (
 	"net/http"
