@@ -131,18 +131,9 @@ func (a *app) startPrefill(ctx context.Context) ([]modules.Service, error) {
 	if !a.up {
 		return a.startWorker(ctx, a.cfg.Worker, Prefill)
 	}
-	var svcs []modules.Service
-	for i := range a.cfg.Prefill {
-		cfg := a.cfg.Worker
+	return a.startWorkers(ctx, a.cfg.Prefill, &a.prefillAddrs, func(cfg *workersvc.Config, i int) {
 		cfg.Mode, cfg.ID = "prefill", fmt.Sprintf("prefill-%d", i)
-		w, err := a.startWorker(ctx, cfg, cfg.Mode)
-		if err != nil {
-			return svcs, fmt.Errorf("%s: %w", cfg.ID, err)
-		}
-		svcs = append(svcs, w...)
-		a.prefillAddrs = append(a.prefillAddrs, w[0].Addr())
-	}
-	return svcs, nil
+	})
 }
 
 // startDecode starts tandem up's decode workers, on the prefill workers it runs,
@@ -151,16 +142,24 @@ func (a *app) startDecode(ctx context.Context) ([]modules.Service, error) {
 	if !a.up {
 		return a.startWorker(ctx, a.cfg.Worker, Decode)
 	}
-	var svcs []modules.Service
-	for i := range a.cfg.Decode {
-		cfg := a.cfg.Worker
+	return a.startWorkers(ctx, a.cfg.Decode, &a.decodeAddrs, func(cfg *workersvc.Config, i int) {
 		cfg.ID, cfg.PrefillWorkers = fmt.Sprintf("decode-%d", i), a.prefillAddrs
+	})
+}
+
+// startWorkers starts n of tandem up's workers, each configured by set, and adds
+// their addresses to addrs.
+func (a *app) startWorkers(ctx context.Context, n int, addrs *[]string, set func(cfg *workersvc.Config, i int)) ([]modules.Service, error) {
+	var svcs []modules.Service
+	for i := range n {
+		cfg := a.cfg.Worker
+		set(&cfg, i)
 		w, err := a.startWorker(ctx, cfg, cfg.Mode)
 		if err != nil {
 			return svcs, fmt.Errorf("%s: %w", cfg.ID, err)
 		}
 		svcs = append(svcs, w...)
-		a.decodeAddrs = append(a.decodeAddrs, w[0].Addr())
+		*addrs = append(*addrs, w[0].Addr())
 	}
 	return svcs, nil
 }
@@ -192,15 +191,10 @@ func (a *app) startRouter(context.Context) ([]modules.Service, error) {
 		cfg.DecodeWorkers, cfg.PrefillWorkers, cfg.BlockSize = a.decodeAddrs, a.prefillAddrs, a.cfg.Worker.BlockSize
 		cfg.Serve.Listen, cfg.Serve.Grace = "127.0.0.1:0", a.cfg.Worker.Serve.Grace
 	}
-	env, err := a.env("router", cfg.Serve.TLS)
+	r, err := startOne(a, "router", cfg.Serve.TLS, func(env *process.Env) (*routersvc.Service, error) { return routersvc.Start(env, cfg) })
 	if err != nil {
 		return nil, err
 	}
-	r, err := routersvc.Start(env, cfg)
-	if err != nil {
-		return nil, a.named("router", err)
-	}
-	a.logger("router").Info("router listening", "addr", r.Addr())
 	a.router = r
 	return []modules.Service{r}, nil
 }
@@ -213,17 +207,28 @@ func (a *app) startFrontend(context.Context) ([]modules.Service, error) {
 		cfg.Router = a.router.Addr()
 		cfg.Serve.Listen, cfg.Serve.Grace = a.cfg.HTTPAddr, a.cfg.Worker.Serve.Grace
 	}
-	env, err := a.env("frontend", cfg.Serve.TLS)
+	f, err := startOne(a, "frontend", cfg.Serve.TLS, func(env *process.Env) (*frontendsvc.Service, error) { return frontendsvc.Start(env, cfg) })
 	if err != nil {
 		return nil, err
 	}
-	f, err := frontendsvc.Start(env, cfg)
-	if err != nil {
-		return nil, a.named("frontend", err)
-	}
-	a.logger("frontend").Info("frontend listening", "addr", f.Addr())
 	a.frontend = f
 	return []modules.Service{f}, nil
+}
+
+// startOne starts one service in an environment of its own and says where it
+// listens.
+func startOne[S modules.Service](a *app, service string, t tlsconf.Config, start func(*process.Env) (S, error)) (S, error) {
+	var none S
+	env, err := a.env(service, t)
+	if err != nil {
+		return none, err
+	}
+	s, err := start(env)
+	if err != nil {
+		return none, a.named(service, err)
+	}
+	a.logger(service).Info(service+" listening", "addr", s.Addr())
+	return s, nil
 }
 
 // named says which service failed, when tandem up runs several.
