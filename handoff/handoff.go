@@ -40,9 +40,9 @@ type Stream interface {
 	Recv() (*prefillv1.PrefillResponse, error)
 }
 
-// Request asks a prefill worker for req's KV. The receiver holds the first skip
+// request asks a prefill worker for req's KV. The receiver holds the first skip
 // blocks and waits at most lease for the rest; the sender holds the KV no longer.
-func Request(req engine.Request, skip int, lease time.Duration) *prefillv1.PrefillRequest {
+func request(req engine.Request, skip int, lease time.Duration) *prefillv1.PrefillRequest {
 	return &prefillv1.PrefillRequest{
 		RequestId: req.ID, PromptTokenIds: req.Prompt, Sampling: SamplingProto(req.Sampling),
 		SkipBlocks: uint32(skip), Lease: durationpb.New(lease),

@@ -221,7 +221,7 @@ func (f Fetch) Run(ctx context.Context, client Client, eng Engine, req engine.Re
 	})
 	defer headed()
 	info := eng.Info()
-	stream, err := client.Prefill(hctx, Request(req, f.Skip, f.Deadline))
+	stream, err := client.Prefill(hctx, request(req, f.Skip, f.Deadline))
 	if err != nil {
 		return nil, nil, classify(hctx, err, true)
 	}
