@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -175,20 +175,20 @@ func TestFallbackWhenStreamIsCutMidTransfer(t *testing.T) {
 }
 
 // corrupting flips one byte in the second chunk a prefill worker sends.
-type corrupting struct{ prefillv1.PrefillServiceClient }
+type corrupting struct{ handoff.Client }
 
 type corruptStream struct {
-	grpc.ServerStreamingClient[prefillv1.PrefillResponse]
+	handoff.Stream
 	chunks int
 }
 
-func (c corrupting) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[prefillv1.PrefillResponse], error) {
-	s, err := c.PrefillServiceClient.Prefill(ctx, in, opts...)
-	return &corruptStream{ServerStreamingClient: s}, err
+func (c corrupting) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) (handoff.Stream, error) {
+	s, err := c.Client.Prefill(ctx, in)
+	return &corruptStream{Stream: s}, err
 }
 
 func (s *corruptStream) Recv() (*prefillv1.PrefillResponse, error) {
-	m, err := s.ServerStreamingClient.Recv()
+	m, err := s.Stream.Recv()
 	if c := m.GetChunk(); c != nil {
 		if s.chunks++; s.chunks == 2 {
 			c.Data[len(c.Data)/2] ^= 0x40
@@ -286,7 +286,8 @@ func TestCancelFreesBlocksOnBothSides(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	_, err := generate(t, ctx, node.client, request("r", prompt(13, 120), 0, 0, "p0"))
-	if err == nil || !(connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)) {
+	if err == nil || !(connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err,
+		context.DeadlineExceeded)) {
 		t.Fatalf("err %v, want the client's deadline", err)
 	}
 	waitIdle(t, "decode", node.eng)

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+
+	"github.com/tandem-serve/tandem/internal/requestid"
 )
 
 // HTTPHandler serves the OpenAI-compatible API: POST /v1/chat/completions,
@@ -52,8 +54,8 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, rc *reqCtx)
 // to the backend), method checking, panic recovery, and the request metrics.
 func (f *Frontend) endpoint(name string, methods []string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := requestID(r.Header.Get(HeaderRequestID))
-		w.Header().Set(HeaderRequestID, id)
+		id := requestid.Keep(r.Header.Get(requestid.Header))
+		w.Header().Set(requestid.Header, id)
 		sw := &statusWriter{ResponseWriter: w}
 		rc := &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", name), start: time.Now(), endpoint: name}
 		defer func() {

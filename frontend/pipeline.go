@@ -17,7 +17,6 @@ import (
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/tokenizer"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 // maxStops bounds stop sequences per request; each one is searched on every token.
@@ -265,7 +264,7 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 func describe(first *decodev1.GenerateResponse, route *routerv1.RouteResponse) prefillInfo {
 	d := first.GetPrefill()
 	info := prefillInfo{
-		Path:          wire.PathName(d.GetPath()),
+		Path:          d.GetPath().Name(),
 		Reason:        d.GetReason(),
 		Detail:        d.GetDetail(),
 		PrefillWorker: d.GetPrefillWorkerId(),

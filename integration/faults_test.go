@@ -357,7 +357,8 @@ func scrape(addr string) metricsText {
 	var out []byte
 	for try := 0; try < 20; try++ {
 		var err error
-		if out, err = exec.Command("curl", "-s", "--max-time", "5", "http://"+addr+"/metrics").Output(); err == nil && strings.Contains(string(out), "tandem_") {
+		if out, err = exec.Command("curl", "-s", "--max-time", "5", "http://"+addr+"/metrics").Output(); err == nil && strings.Contains(string(out),
+			"tandem_") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -512,7 +513,8 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 		}
 		cancel()
 		if r := <-res; r.err == nil || r.done || r.status != 0 {
-			t.Errorf("%s: the cancelled client saw status %d, [DONE] %v, %q (err %v): the request was not cut before its answer", tc.name, r.status, r.done, r.text, r.err)
+			t.Errorf("%s: the cancelled client saw status %d, [DONE] %v, %q (err %v): the request was not cut before its answer", tc.name, r.status,
+				r.done, r.text, r.err)
 		}
 		bothFree(tc.name)
 		eventually(t, 10*time.Second, tc.name+": the prefill worker ends the abandoned prefill", func() bool {

@@ -59,9 +59,9 @@ fuzz ./frontend FuzzChatRequest
 fuzz ./frontend FuzzCompletionRequest
 fuzz ./frontend FuzzChatTemplate
 fuzz ./tokenizer FuzzTokenizer
+fuzz ./handoff FuzzHandoff
+fuzz ./handoff FuzzParseChunk
 fuzz ./chattemplate FuzzRender
-fuzz ./decode FuzzRemotePrefillHandoff
-fuzz ./decode FuzzParseChunk
 fuzz ./services/consul FuzzOverlay
 fuzz ./gguf FuzzParse
 fuzz ./engine/quant FuzzMulAdd

@@ -931,10 +931,14 @@ func main() {
 	}
 	fmt.Fprintf(&decl, "// callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.\n")
-	fmt.Fprintf(&decl, "func callDot32(evex, kind, rm int, p *dot32Args) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no 32-value kernel for this tile\")\n\t}\n}\n\n", sw32.String())
+	fmt.Fprintf(&decl,
+		"func callDot32(evex, kind, rm int, p *dot32Args) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no "+
+			"32-value kernel for this tile\")\n\t}\n}\n\n", sw32.String())
 	fmt.Fprintf(&decl, "// callDotK runs the K-quant tile kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// kind (0 Q4_K/Q5_K, 1 Q6_K) and row count.\n")
-	fmt.Fprintf(&decl, "func callDotK(evex, kind, rm int, p *dotKArgs) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no K-quant kernel for this tile\")\n\t}\n}\n", swK.String())
+	fmt.Fprintf(&decl,
+		"func callDotK(evex, kind, rm int, p *dotKArgs) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no K-quant "+
+			"kernel for this tile\")\n\t}\n}\n", swK.String())
 	write("kernels_amd64.s", g.b.Bytes())
 	write("kernels_gen_amd64.go", decl.Bytes())
 }
