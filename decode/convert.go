@@ -29,6 +29,9 @@ func validate(m *decodev1.GenerateRequest, info engine.Info) error {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sampling: temperature %g must be >= 0 and top_p %g in [0,1]",
 			s.GetTemperature(), s.GetTopP()))
 	}
+	if n := m.GetSampling().GetTopLogprobs(); n > engine.MaxTopLogprobs {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sampling.top_logprobs: %d, at most %d", n, engine.MaxTopLogprobs))
+	}
 	return nil
 }
 

@@ -120,6 +120,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	ereq := engine.Request{
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: handoff.Sampling(m.GetSampling()),
 		MaxTokens: int(m.GetMaxTokens()), StopTokens: m.GetStopTokenIds(),
+		Logprobs: m.GetSampling().GetLogprobs(), TopLogprobs: int(m.GetSampling().GetTopLogprobs()),
 	}
 	start := time.Now()
 	p := s.Params()

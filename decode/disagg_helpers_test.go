@@ -33,7 +33,13 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func newNative(t *testing.T) *native.Engine {
 	t.Helper()
-	e, err := native.New(native.Config{Model: "tiny", Seed: 7, NumBlocks: 256, Logger: quietLog()})
+	return newNativeModel(t, "tiny")
+}
+
+// newNativeModel runs model (a random shape, stories260K or a GGUF path).
+func newNativeModel(t *testing.T, model string) *native.Engine {
+	t.Helper()
+	e, err := native.New(native.Config{Model: model, Seed: 7, NumBlocks: 256, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +126,7 @@ func startDecode(t *testing.T, eng engine.Engine, pf decode.Prefillers, p decode
 // result is what a client of Generate sees.
 type result struct {
 	tokens   []uint32
+	logprobs []*workerv1.TokenLogprobs
 	decision *decodev1.PrefillDecision
 	finish   decodev1.FinishReason
 	usage    *decodev1.Usage
@@ -136,6 +143,7 @@ func generate(t *testing.T, ctx context.Context, c decodev1connect.DecodeService
 	for stream.Receive() {
 		m := stream.Msg()
 		r.tokens = append(r.tokens, m.GetTokenIds()...)
+		r.logprobs = append(r.logprobs, m.GetLogprobs()...)
 		if m.GetPrefill() != nil {
 			r.decision = m.GetPrefill()
 		}

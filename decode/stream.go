@@ -9,8 +9,10 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/internal/errcode"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
 // pump relays tokens from the engine to the client. Tokens are sent one message
@@ -31,6 +33,9 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		}
 		now := time.Now()
 		msg := &decodev1.GenerateResponse{TokenIds: []uint32{tok}}
+		if lp := stream.Logprobs(); lp != nil {
+			msg.Logprobs = []*workerv1.TokenLogprobs{handoff.LogprobsProto(lp)}
+		}
 		if first {
 			ttft := now.Sub(start)
 			s.metrics.ttft.WithLabelValues(path).Observe(ttft.Seconds())

@@ -44,7 +44,7 @@ type Stream interface {
 // blocks and waits at most lease for the rest; the sender holds the KV no longer.
 func request(req engine.Request, skip int, lease time.Duration) *prefillv1.PrefillRequest {
 	return &prefillv1.PrefillRequest{
-		RequestId: req.ID, PromptTokenIds: req.Prompt, Sampling: SamplingProto(req.Sampling),
+		RequestId: req.ID, PromptTokenIds: req.Prompt, Sampling: RequestSampling(req),
 		SkipBlocks: uint32(skip), Lease: durationpb.New(lease),
 	}
 }
@@ -52,7 +52,43 @@ func request(req engine.Request, skip int, lease time.Duration) *prefillv1.Prefi
 // EngineRequest is what the sender's engine runs for m: the prompt, with m's
 // sampling, for the one token the header carries.
 func EngineRequest(m *prefillv1.PrefillRequest) engine.Request {
-	return engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: Sampling(m.GetSampling()), MaxTokens: 1}
+	sp := m.GetSampling()
+	return engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: Sampling(sp), MaxTokens: 1,
+		Logprobs: sp.GetLogprobs(), TopLogprobs: min(int(sp.GetTopLogprobs()), engine.MaxTopLogprobs)}
+}
+
+// RequestSampling is req's sampling for the wire, with its logprobs request: the
+// prefill worker draws the first token and reports its logprobs too.
+func RequestSampling(req engine.Request) *workerv1.SamplingParams {
+	sp := SamplingProto(req.Sampling)
+	sp.Logprobs, sp.TopLogprobs = req.Logprobs, uint32(req.TopLogprobs)
+	return sp
+}
+
+// LogprobsProto converts a token's logprobs for the wire; nil stays nil.
+func LogprobsProto(lp *engine.TokenLogprobs) *workerv1.TokenLogprobs {
+	if lp == nil {
+		return nil
+	}
+	out := &workerv1.TokenLogprobs{Logprob: lp.Logprob, Top: make([]*workerv1.Logprob, len(lp.Top))}
+	for i, t := range lp.Top {
+		out.Top[i] = &workerv1.Logprob{TokenId: t.Token, Logprob: t.Logprob}
+	}
+	return out
+}
+
+// Logprobs converts a token's logprobs from the wire, keeping at most
+// engine.MaxTopLogprobs alternatives; nil stays nil.
+func Logprobs(p *workerv1.TokenLogprobs) *engine.TokenLogprobs {
+	if p == nil {
+		return nil
+	}
+	top := p.GetTop()[:min(len(p.GetTop()), engine.MaxTopLogprobs)]
+	out := &engine.TokenLogprobs{Logprob: p.GetLogprob(), Top: make([]engine.Logprob, len(top))}
+	for i, t := range top {
+		out.Top[i] = engine.Logprob{Token: t.GetTokenId(), Logprob: t.GetLogprob()}
+	}
+	return out
 }
 
 // Sampling converts sampling parameters from the wire. A decode worker's own

@@ -75,7 +75,9 @@ type Want struct {
 // Header is a handoff's header, checked against what the receiver wants.
 type Header struct {
 	FirstToken uint32
-	NumBlocks  int
+	// FirstLogprobs came with the first token, when the request asked.
+	FirstLogprobs *engine.TokenLogprobs
+	NumBlocks     int
 	// Skipped leading blocks are not sent: the receiver holds them.
 	Skipped int
 	// PrefillCached blocks were already in the sender's prefix cache.
@@ -86,7 +88,8 @@ type Header struct {
 // ImportSpec is what the receiving engine needs to take the header's KV, waiting
 // at most blockWait for free blocks.
 func (h Header) ImportSpec(blockWait time.Duration) engine.ImportSpec {
-	return engine.ImportSpec{FirstToken: h.FirstToken, NumBlocks: h.NumBlocks, SkipBlocks: h.Skipped, Layout: h.Layout, BlockWait: blockWait}
+	return engine.ImportSpec{FirstToken: h.FirstToken, FirstLogprobs: h.FirstLogprobs, NumBlocks: h.NumBlocks, SkipBlocks: h.Skipped,
+		Layout: h.Layout, BlockWait: blockWait}
 }
 
 // ReadHeader reads the first message, which must be a header that fits want.
@@ -109,8 +112,13 @@ func ReadHeader(ctx context.Context, s Stream, want Want) (Header, error) {
 	case int(h.GetFirstToken()) >= want.VocabSize:
 		return Header{}, failed(ReasonProtocol, true, "first token %d outside the vocabulary", h.GetFirstToken())
 	}
+	for _, t := range h.GetFirstTokenLogprobs().GetTop() {
+		if int(t.GetTokenId()) >= want.VocabSize {
+			return Header{}, failed(ReasonProtocol, true, "first token's top logprob names token %d, outside the vocabulary", t.GetTokenId())
+		}
+	}
 	return Header{
-		FirstToken: h.GetFirstToken(), NumBlocks: n, Skipped: int(h.GetSkippedBlocks()),
+		FirstToken: h.GetFirstToken(), FirstLogprobs: Logprobs(h.GetFirstTokenLogprobs()), NumBlocks: n, Skipped: int(h.GetSkippedBlocks()),
 		PrefillCached: int(h.GetPrefillCachedBlocks()), Layout: want.Layout,
 	}, nil
 }

@@ -108,6 +108,7 @@ func (s Sender) Send(exp engine.Export, m Meta, send func(*prefillv1.PrefillResp
 		RequestId: m.RequestID, FirstToken: exp.FirstToken(), PromptTokens: uint32(m.PromptTokens),
 		BlockSize: uint32(layout.BlockSize), Layout: LayoutProto(layout), NumBlocks: uint32(n),
 		SkippedBlocks: uint32(skip), PrefillCachedBlocks: uint32(exp.CachedBlocks()), WorkerId: m.WorkerID,
+		FirstTokenLogprobs: LogprobsProto(exp.FirstLogprobs()),
 	}}})
 	if err != nil {
 		return Sent{}, err

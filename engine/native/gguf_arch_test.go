@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/internal/testmodel"
 	"github.com/tandem-serve/tandem/kvcache"
 )
 
@@ -55,11 +56,11 @@ func maxRelErr(got []float32, want []float64) float64 {
 	return worst / scale
 }
 
-var archShapes = []testShape{
+var archShapes = []testmodel.Shape{
 	// llama: GQA, separate output, Llama 3 rope_freqs.
-	{arch: "llama", d: 256, layers: 2, heads: 4, kvHeads: 2, ffn: 512, vocab: 320, ropeFreqs: true, theta: 10000},
+	{Arch: "llama", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, RopeFreqs: true, Theta: 10000},
 	// qwen2: QKV biases, NeoX rope, tied embeddings, a large rope base.
-	{arch: "qwen2", d: 256, layers: 2, heads: 8, kvHeads: 2, ffn: 512, vocab: 288, tied: true, theta: 1e6},
+	{Arch: "qwen2", D: 256, Layers: 2, Heads: 8, KVHeads: 2, FFN: 512, Vocab: 288, Tied: true, Theta: 1e6},
 }
 
 // Every architecture and tensor type computes what a plain float64 forward pass over
@@ -69,12 +70,12 @@ var archShapes = []testShape{
 func TestArchitecturesMatchReference(t *testing.T) {
 	tokens := []uint32{1, 17, 200, 5, 99, 250, 3, 42, 7, 11, 180, 64, 2, 33, 150, 8, 19, 77, 101}
 	for _, s := range archShapes {
-		base := randomTestWeights(s, 7)
+		base := testmodel.Random(s, 7)
 		for _, typ := range []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
 			gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
-			t.Run(fmt.Sprintf("%s/%s", s.arch, typ), func(t *testing.T) {
-				w, file := base.as(t, typ)
-				want := w.reference(tokens)
+			t.Run(fmt.Sprintf("%s/%s", s.Arch, typ), func(t *testing.T) {
+				w, file := base.As(t, typ)
+				want := reference(w, tokens)
 				tol := 2e-4
 				if !isFloat(typ) {
 					tol = 0.15
@@ -99,7 +100,7 @@ func TestArchitecturesMatchReference(t *testing.T) {
 // A file tandem cannot serve is an error at load naming what is wrong.
 func TestLoadRefusesWhatItCannotServe(t *testing.T) {
 	s := archShapes[0]
-	w := randomTestWeights(s, 3)
+	w := testmodel.Random(s, 3)
 	load := func(file []byte) error {
 		f, err := gguf.Parse(file)
 		if err != nil {
@@ -111,29 +112,29 @@ func TestLoadRefusesWhatItCannotServe(t *testing.T) {
 		}
 		return err
 	}
-	_, good := w.as(t, gguf.TypeF32)
+	_, good := w.As(t, gguf.TypeF32)
 	if err := load(good); err != nil {
 		t.Fatalf("good file: %v", err)
 	}
-	mutate := func(name string, edit func(*testWeights)) []byte {
-		c := &testWeights{s: w.s, tensors: map[string][]float32{}, dims: map[string][]uint64{}}
-		for _, n := range w.order {
-			c.tensors[n], c.dims[n] = w.tensors[n], w.dims[n]
-			c.order = append(c.order, n)
+	mutate := func(name string, edit func(*testmodel.Weights)) []byte {
+		c := &testmodel.Weights{S: w.S, Tensors: map[string][]float32{}, Dims: map[string][]uint64{}}
+		for _, n := range w.Order {
+			c.Tensors[n], c.Dims[n] = w.Tensors[n], w.Dims[n]
+			c.Order = append(c.Order, n)
 		}
 		edit(c)
-		_, b := c.as(t, gguf.TypeF32)
+		_, b := c.As(t, gguf.TypeF32)
 		return b
 	}
 	for name, tc := range map[string]struct {
 		file []byte
 		want string
 	}{
-		"arch": {mutate("", func(c *testWeights) { c.s.arch = "mamba" }), `unsupported architecture "mamba"`},
-		"missing tensor": {mutate("", func(c *testWeights) {
-			c.order = c.order[:len(c.order)-3] // drops output_norm and what follows
+		"arch": {mutate("", func(c *testmodel.Weights) { c.S.Arch = "mamba" }), `unsupported architecture "mamba"`},
+		"missing tensor": {mutate("", func(c *testmodel.Weights) {
+			c.Order = c.Order[:len(c.Order)-3] // drops output_norm and what follows
 		}), "missing tensor"},
-		"wrong shape": {mutate("", func(c *testWeights) { c.dims["blk.0.attn_k.weight"] = []uint64{256, 64, 2} }), "blk.0.attn_k.weight"},
+		"wrong shape": {mutate("", func(c *testmodel.Weights) { c.Dims["blk.0.attn_k.weight"] = []uint64{256, 64, 2} }), "blk.0.attn_k.weight"},
 	} {
 		if err := load(tc.file); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)

@@ -89,12 +89,13 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 
 type poolExport struct{ blocks [][]byte }
 
-func (x *poolExport) FirstToken() uint32         { return 42 }
-func (x *poolExport) NumBlocks() int             { return len(x.blocks) }
-func (x *poolExport) CachedBlocks() int          { return len(x.blocks) - 1 }
-func (x *poolExport) QueueTime() time.Duration   { return 0 }
-func (x *poolExport) PrefillTime() time.Duration { return 0 }
-func (x *poolExport) Release()                   {}
+func (x *poolExport) FirstToken() uint32                   { return 42 }
+func (x *poolExport) FirstLogprobs() *engine.TokenLogprobs { return nil }
+func (x *poolExport) NumBlocks() int                       { return len(x.blocks) }
+func (x *poolExport) CachedBlocks() int                    { return len(x.blocks) - 1 }
+func (x *poolExport) QueueTime() time.Duration             { return 0 }
+func (x *poolExport) PrefillTime() time.Duration           { return 0 }
+func (x *poolExport) Release()                             {}
 func (x *poolExport) AppendBlock(dst []byte, i int) ([]byte, error) {
 	if i < 0 || i >= len(x.blocks) {
 		return dst, engine.ErrBadBlock
@@ -141,7 +142,8 @@ func (s *oneTokenStream) Next(ctx context.Context) (uint32, error) {
 	s.done = true
 	return s.tok, nil
 }
-func (s *oneTokenStream) Finish() engine.FinishReason { return engine.FinishLength }
+func (s *oneTokenStream) Finish() engine.FinishReason     { return engine.FinishLength }
+func (s *oneTokenStream) Logprobs() *engine.TokenLogprobs { return nil }
 func (s *oneTokenStream) Usage() engine.Usage {
 	return engine.Usage{PromptTokens: s.prompt, CachedTokens: s.cached, CompletionTokens: 1}
 }
