@@ -171,9 +171,9 @@ type ImportSpec struct {
 	FirstToken uint32
 	// FirstLogprobs travel with the first token, for a request that asked.
 	FirstLogprobs *TokenLogprobs
-	NumBlocks  int
-	SkipBlocks int
-	Layout     Layout
+	NumBlocks     int
+	SkipBlocks    int
+	Layout        Layout
 	// BlockWait is how long Import may wait for free blocks when the pool is full
 	// (0: fail at once with ErrNoBlocks). It is shorter than the import's context:
 	// blocks that come free late leave no time to receive the KV.
