@@ -49,11 +49,17 @@ func request(req engine.Request, skip int, lease time.Duration) *prefillv1.Prefi
 }
 
 // EngineRequest is what the sender's engine runs for m: the prompt, with m's
-// sampling, for the one token the header carries.
+// sampling, for the one token the header carries. A handoff by reference keeps
+// the rest of the request (max tokens, stop tokens), which an engine's prefill
+// leg carries.
 func EngineRequest(m *prefillv1.PrefillRequest) engine.Request {
 	sp := m.GetSampling()
-	return engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: Sampling(sp), MaxTokens: 1,
+	r := engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: Sampling(sp), MaxTokens: 1,
 		Logprobs: sp.GetLogprobs(), TopLogprobs: min(int(sp.GetTopLogprobs()), engine.MaxTopLogprobs)}
+	if m.GetByReference() {
+		r.MaxTokens, r.StopTokens = int(m.GetMaxTokens()), m.GetStopTokenIds()
+	}
+	return r
 }
 
 // RequestSampling is req's sampling for the wire, with its logprobs request: the

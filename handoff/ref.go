@@ -80,7 +80,7 @@ func (f Fetch) runRef(ctx context.Context, client Client, eng RefEngine, req eng
 	headed := f.headedOnce()
 	defer headed()
 	m := request(req, 0, f.Deadline)
-	m.ByReference = true
+	m.ByReference, m.MaxTokens, m.StopTokenIds = true, uint32(req.MaxTokens), req.StopTokens
 	stream, err := client.Prefill(hctx, m)
 	if err != nil {
 		return nil, nil, classify(hctx, err, true)

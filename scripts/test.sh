@@ -65,3 +65,7 @@ fuzz ./chattemplate FuzzRender
 fuzz ./services/consul FuzzOverlay
 fuzz ./gguf FuzzParse
 fuzz ./engine/quant FuzzMulAdd
+fuzz ./engine/kvevents FuzzDecodeBatch
+fuzz ./engine/openaihttp FuzzParseCompletion
+fuzz ./engine/openaihttp FuzzParseMetrics
+fuzz ./engine/openaihttp FuzzEvents

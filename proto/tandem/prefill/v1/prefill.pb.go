@@ -40,7 +40,12 @@ type PrefillRequest struct {
 	// A handoff by reference: the receiver's engine moves the KV itself (vLLM's
 	// NixlConnector, TensorRT-LLM's cache transceiver, SGLang's bootstrap), so the
 	// header carries the prefill engine's transfer parameters and no chunk follows.
-	ByReference   bool `protobuf:"varint,7,opt,name=by_reference,json=byReference,proto3" json:"by_reference,omitempty"`
+	ByReference bool `protobuf:"varint,7,opt,name=by_reference,json=byReference,proto3" json:"by_reference,omitempty"`
+	// The rest of the request, for a handoff by reference: an engine's prefill leg
+	// carries the client's request as its decode leg does (SGLang sends the same
+	// body to both servers; vLLM's prefill leg keeps the stop tokens).
+	MaxTokens     uint32   `protobuf:"varint,8,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	StopTokenIds  []uint32 `protobuf:"varint,9,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -122,6 +127,20 @@ func (x *PrefillRequest) GetByReference() bool {
 		return x.ByReference
 	}
 	return false
+}
+
+func (x *PrefillRequest) GetMaxTokens() uint32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *PrefillRequest) GetStopTokenIds() []uint32 {
+	if x != nil {
+		return x.StopTokenIds
+	}
+	return nil
 }
 
 type Header struct {
@@ -507,7 +526,7 @@ var File_tandem_prefill_v1_prefill_proto protoreflect.FileDescriptor
 
 const file_tandem_prefill_v1_prefill_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftandem/prefill/v1/prefill.proto\x12\x11tandem.prefill.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\xbc\x02\n" +
+	"\x1ftandem/prefill/v1/prefill.proto\x12\x11tandem.prefill.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\x81\x03\n" +
 	"\x0ePrefillRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -517,7 +536,10 @@ const file_tandem_prefill_v1_prefill_proto_rawDesc = "" +
 	"skipBlocks\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12.\n" +
 	"\x13max_inflight_chunks\x18\x06 \x01(\rR\x11maxInflightChunks\x12!\n" +
-	"\fby_reference\x18\a \x01(\bR\vbyReference\"\xd3\x03\n" +
+	"\fby_reference\x18\a \x01(\bR\vbyReference\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\b \x01(\rR\tmaxTokens\x12$\n" +
+	"\x0estop_token_ids\x18\t \x03(\rR\fstopTokenIds\"\xd3\x03\n" +
 	"\x06Header\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
