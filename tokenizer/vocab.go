@@ -46,7 +46,8 @@ var _ Tokenizer = (*Vocab)(nil)
 
 // FromSpec checks s and builds its Tokenizer. A Spec that cannot be right (no tokens,
 // arrays of different lengths, ids outside the vocabulary, a gpt2 model without
-// merges, an unknown pre-tokenizer) is an error naming the problem.
+// merges, an unknown pre-tokenizer) is an error naming the problem. The tokenizer
+// keeps s's Tokens and Scores; they must not change afterwards.
 func FromSpec(s Spec) (Tokenizer, error) {
 	v, err := newVocab(s)
 	if err != nil {
