@@ -62,6 +62,7 @@ fuzz ./tokenizer FuzzTokenizer
 fuzz ./tokenizer FuzzVocabRoundTrip
 fuzz ./tokenizer FuzzSplitters
 fuzz ./tokenizer FuzzHuggingFace
+fuzz ./chattemplate FuzzRender
 fuzz ./decode FuzzRemotePrefillHandoff
 fuzz ./decode FuzzParseChunk
 fuzz ./services/consul FuzzOverlay
