@@ -78,7 +78,8 @@ func (s *sseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	send(`{"choices":[{"index":0,"delta":{},"text":"","finish_reason":"length"}]}`)
 	if !s.noUsage {
-		send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":3}}}`, len(s.pieces)+1, len(s.pieces)+8))
+		send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":%d,"total_tokens":%d,`+
+			`"prompt_tokens_details":{"cached_tokens":3}}}`, len(s.pieces)+1, len(s.pieces)+8))
 	}
 	if !s.noDone {
 		send("[DONE]")

@@ -229,7 +229,8 @@ func WriteComparison(w io.Writer, runs []*Report) error {
 // WriteMarkdown writes the same rows as WriteComparison as a Markdown table, for
 // docs/BENCHMARKS.md.
 func WriteMarkdown(w io.Writer, runs []*Report) error {
-	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | TTFT mean | TTFT p50 | TTFT p99 | TPOT mean | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | prefill paths |")
+	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | TTFT mean | TTFT p50 | TTFT p99 | "+
+		"TPOT mean | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | prefill paths |")
 	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range runs {
 		for _, s := range append([]Summary{r.Overall}, r.Classes...) {

@@ -181,7 +181,8 @@ func TestValuesThatContainThemselves(t *testing.T) {
 		{"dict.update", "{% set d = {'a': 1} %}{% set _ = d . update({'b': d}) %}{{ d }}", "sandbox forbids too"},
 		// Not cycles, but as fatal in practice: minutes to print, or 2^60 items.
 		{"nested by a loop", "{% for i in range(100000) %}{% set x = [x] %}{% if loop.last %}{{ x }}{% endif %}{% endfor %}", "nested more than 128 deep"},
-		{"doubled by a loop", "{% set ns = namespace(x=[]) %}{% for i in range(60) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x }}", "more than 262144 lists and dicts once printed"},
+		{"doubled by a loop", "{% set ns = namespace(x=[]) %}{% for i in range(60) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x }}",
+			"more than 262144 lists and dicts once printed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl, err := New(tc.src, Options{})
@@ -194,7 +195,8 @@ func TestValuesThatContainThemselves(t *testing.T) {
 			}
 		})
 	}
-	tmpl, err := New("{% set ns = namespace(roles=[], n=0) %}{% for m in messages %}{% set ns.roles = ns.roles + [m.role] %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.roles | join(',') }}={{ ns.n }}", Options{})
+	tmpl, err := New("{% set ns = namespace(roles=[], n=0) %}{% for m in messages %}{% set ns.roles = ns.roles + [m.role] %}{% set ns.n = "+
+		"ns.n + 1 %}{% endfor %}{{ ns.roles | join(',') }}={{ ns.n }}", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -32,7 +32,7 @@ func TestDecodeAdmission(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	client := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), h2ctest.NewServer(t, mux).URL, connect.WithGRPC())
+	client := decodev1connect.NewDecodeServiceClient(rpctest.Client(t), rpctest.NewServer(t, mux).URL, connect.WithGRPC())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	long := request("long", prompt(1, 20), 0, 0)
@@ -76,8 +76,8 @@ func TestPrefillQueueLimit(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	pc := prefillv1connect.NewPrefillServiceClient(h2ctest.Client(t), srv.URL, connect.WithGRPC())
+	srv := rpctest.NewServer(t, mux)
+	pc := prefillv1connect.NewPrefillServiceClient(rpctest.Client(t), srv.URL, connect.WithGRPC())
 
 	// 80 queued tokens fit; 80 more do not. (The call returns only when the
 	// response starts, after the held prefill, so it runs on its own.)
@@ -171,7 +171,8 @@ func TestOwnPendingPrefillsCountAsQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	if second.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_LOCAL || second.decision.GetReason() != "prefill_queue_full" {
-		t.Errorf("second request: path %v reason %q (%s); want local prefill_queue_full", second.decision.GetPath(), second.decision.GetReason(), second.decision.GetDetail())
+		t.Errorf("second request: path %v reason %q (%s); want local prefill_queue_full", second.decision.GetPath(), second.decision.GetReason(),
+			second.decision.GetDetail())
 	}
 	close(gate.release)
 	if r := <-first; r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {

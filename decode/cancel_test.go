@@ -12,7 +12,7 @@ import (
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
@@ -96,8 +96,8 @@ func TestClientCancelDuringImportIsNotARemoteFailure(t *testing.T) {
 			errs := make(handlerErrs, 1)
 			mux := http.NewServeMux()
 			mux.Handle(decodev1connect.NewDecodeServiceHandler(svc, connect.WithInterceptors(errs)))
-			srv := h2ctest.NewServer(t, mux)
-			client := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL, connect.WithGRPC())
+			srv := rpctest.NewServer(t, mux)
+			client := decodev1connect.NewDecodeServiceClient(rpctest.Client(t), srv.URL, connect.WithGRPC())
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

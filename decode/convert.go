@@ -21,11 +21,16 @@ func validate(m *decodev1.GenerateRequest, info engine.Info) error {
 	}
 	for i, t := range m.GetPromptTokenIds() {
 		if int(t) >= info.VocabSize {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids[%d]: token %d is outside the vocabulary of %d", i, t, info.VocabSize))
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids[%d]: token %d is outside the vocabulary of %d", i, t,
+				info.VocabSize))
 		}
 	}
 	if s := m.GetSampling(); s.GetTemperature() < 0 || s.GetTopP() < 0 || s.GetTopP() > 1 {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sampling: temperature %g must be >= 0 and top_p %g in [0,1]", s.GetTemperature(), s.GetTopP()))
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sampling: temperature %g must be >= 0 and top_p %g in [0,1]",
+			s.GetTemperature(), s.GetTopP()))
+	}
+	if n := m.GetSampling().GetTopLogprobs(); n > engine.MaxTopLogprobs {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("sampling.top_logprobs: %d, at most %d", n, engine.MaxTopLogprobs))
 	}
 	return nil
 }
@@ -95,11 +100,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tandem_decode_pending_remote_prefill_tokens",
-		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the decision looks at. A worker's series goes away when nothing is pending there (absent means 0).",
+		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the " +
+			"decision looks at. A worker's series goes away when nothing is pending there (absent means 0).",
 	}, []string{"prefill_worker"})
 	m.reranked = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tandem_decode_prefill_reranked_total",
-		Help: "Requests for which this worker put another prefill worker ahead of the router's first choice, because of tokens pending there from this worker that the router had not heard of.",
+		Help: "Requests for which this worker put another prefill worker ahead of the router's first choice, because of tokens pending " +
+			"there from this worker that the router had not heard of.",
 	})
 	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)

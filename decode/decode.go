@@ -17,10 +17,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/errcode"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 // Config is the decode worker's identity, its starting decision parameters and
@@ -37,6 +38,12 @@ type Config struct {
 	// past it Generate answers ResourceExhausted at once, and the frontend tries
 	// another worker or tells the client to retry.
 	MaxRunning int
+}
+
+// DefaultConfig is the decode service's config unless flags say otherwise; the
+// caller sets WorkerID and Mode.
+func DefaultConfig() Config {
+	return Config{Params: DefaultParams(), MinRemoteDeadline: 5 * time.Second, MaxRemoteDeadline: 60 * time.Second, MaxRunning: 512}
 }
 
 // Validate checks the config.
@@ -111,8 +118,9 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	defer s.running.Add(-1)
 	ereq := engine.Request{
-		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: wire.Sampling(m.GetSampling()),
+		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: handoff.Sampling(m.GetSampling()),
 		MaxTokens: int(m.GetMaxTokens()), StopTokens: m.GetStopTokenIds(),
+		Logprobs: m.GetSampling().GetLogprobs(), TopLogprobs: int(m.GetSampling().GetTopLogprobs()),
 	}
 	start := time.Now()
 	p := s.Params()
@@ -156,11 +164,11 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	if stream == nil {
 		var err error
 		if stream, err = s.eng.Generate(ctx, ereq); err != nil {
-			return wire.Error(err)
+			return errcode.Error(err)
 		}
 	}
 	defer stream.Close()
-	path := wire.PathName(decision.Path)
+	path := decision.Path.Name()
 	s.metrics.decisions.WithLabelValues(path, decision.Reason).Inc()
 	s.log.InfoContext(ctx, "prefill decision", "request_id", ereq.ID, "path", path, "reason", decision.Reason,
 		"detail", decision.Detail, "policy", decision.Policy, "prompt_tokens", decision.PromptTokens,
@@ -194,12 +202,14 @@ func (s *Service) candidates(suggested []*decodev1.PrefillCandidate) []*decodev1
 // tryRemote walks the fallback ladder: the first prefill worker; on an error before
 // any KV arrived, one other; then nil, meaning prefill locally. It returns an error
 // only when the client is gone or EnforceDisagg forbids the fallback.
-func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates []*decodev1.PrefillCandidate, skip int, deadline time.Duration, d *decodev1.PrefillDecision) (engine.Stream, error) {
+func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates []*decodev1.PrefillCandidate, skip int, deadline time.Duration,
+	d *decodev1.PrefillDecision) (engine.Stream, error) {
 	fail := func(reason, detail string) (engine.Stream, error) {
 		s.metrics.fallbacks.WithLabelValues(reason).Inc()
 		if s.Params().EnforceDisagg {
 			s.metrics.decisions.WithLabelValues("error", reason).Inc()
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("remote prefill failed (%s: %s) and enforce-disagg forbids local prefill", reason, detail))
+			return nil, connect.NewError(connect.CodeUnavailable,
+				fmt.Errorf("remote prefill failed (%s: %s) and enforce-disagg forbids local prefill", reason, detail))
 		}
 		d.Path, d.Reason = decodev1.PrefillPath_PREFILL_PATH_FALLBACK, reason
 		d.Detail = fmt.Sprintf("%s; remote prefill failed: %s; prefilled locally", d.GetDetail(), detail)
@@ -224,14 +234,14 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		stream, ho, err := s.remotePrefill(ctx, client, id, req, skip, deadline)
 		if err == nil {
 			d.Path, d.PrefillWorkerId = decodev1.PrefillPath_PREFILL_PATH_REMOTE, id
-			d.PrefillTime, d.HandoffBytes = durationpb.New(ho.prefill), uint64(ho.bytes)
-			computed := len(req.Prompt) - (ho.skipped+ho.prefillCached)*s.eng.Info().Layout.BlockSize
+			d.PrefillTime, d.HandoffBytes = durationpb.New(ho.Prefill), uint64(ho.Bytes)
+			computed := len(req.Prompt) - (ho.Skipped+ho.PrefillCached)*s.eng.Info().Layout.BlockSize
 			// The prefill worker reports its own prefill time; it cannot exceed what
 			// this worker measured, and one bogus figure must not skew the policy.
-			s.estimator.ObserveRemote(computed, min(ho.prefill, ho.total), ho.bytes, ho.transfer, ho.total)
-			s.metrics.handoffBytes.Observe(float64(ho.bytes))
-			s.metrics.handoffSeconds.Observe(ho.transfer.Seconds())
-			s.metrics.queueWait.Observe(ho.queue.Seconds())
+			s.estimator.ObserveRemote(computed, min(ho.Prefill, ho.Total), ho.Bytes, ho.Transfer, ho.Total)
+			s.metrics.handoffBytes.Observe(float64(ho.Bytes))
+			s.metrics.handoffSeconds.Observe(ho.Transfer.Seconds())
+			s.metrics.queueWait.Observe(ho.Queue.Seconds())
 			return stream, nil
 		}
 		if ctx.Err() != nil {
@@ -241,15 +251,15 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			// failing, and there is no one to fall back for.
 			return nil, s.clientGone(ctx, req.ID, id, d, err)
 		}
-		var re *remoteError
+		var re *handoff.Error
 		if !errors.As(err, &re) {
-			return nil, wire.Error(err)
+			return nil, errcode.Error(err)
 		}
 		d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
-		s.metrics.remoteFailures.WithLabelValues(re.reason).Inc()
-		s.log.WarnContext(ctx, "remote prefill failed", "request_id", req.ID, "prefill_worker", id, "reason", re.reason, "error", re.err)
-		if !re.beforeKV {
-			return fail(re.reason, re.Error())
+		s.metrics.remoteFailures.WithLabelValues(re.Reason).Inc()
+		s.log.WarnContext(ctx, "remote prefill failed", "request_id", req.ID, "prefill_worker", id, "reason", re.Reason, "error", re.Err)
+		if !re.BeforeKV {
+			return fail(re.Reason, re.Error())
 		}
 		if tried == 1 && len(candidates) == 1 {
 			// The router offered one; discovery may know another to retry on.
@@ -263,7 +273,7 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		if ctx.Err() != nil {
 			return nil, s.clientGone(ctx, req.ID, id, d, err)
 		}
-		d.Reason = re.reason
+		d.Reason = re.Reason
 	}
 	return fail(d.GetReason(), "no prefill worker succeeded before any KV arrived")
 }
@@ -275,5 +285,5 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 func (s *Service) clientGone(ctx context.Context, reqID, prefillWorker string, d *decodev1.PrefillDecision, err error) error {
 	s.log.InfoContext(ctx, "client went away during the remote prefill", "request_id", reqID,
 		"prefill_worker", prefillWorker, "reason", d.GetReason(), "error", err)
-	return connect.NewError(wire.Code(ctx.Err()), fmt.Errorf("remote prefill on %s: %w", prefillWorker, err))
+	return connect.NewError(errcode.Of(ctx.Err()), fmt.Errorf("remote prefill on %s: %w", prefillWorker, err))
 }

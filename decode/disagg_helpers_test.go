@@ -18,7 +18,8 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -32,7 +33,13 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func newNative(t *testing.T) *native.Engine {
 	t.Helper()
-	e, err := native.New(native.Config{Model: "tiny", Seed: 7, NumBlocks: 256, Logger: quietLog()})
+	return newNativeModel(t, "tiny")
+}
+
+// newNativeModel runs model (a random shape, stories260K or a GGUF path).
+func newNativeModel(t *testing.T, model string) *native.Engine {
+	t.Helper()
+	e, err := native.New(native.Config{Model: model, Seed: 7, NumBlocks: 256, Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +51,7 @@ func newNative(t *testing.T) *native.Engine {
 type prefillNode struct {
 	eng    engine.Engine
 	srv    *httptest.Server
-	client prefillv1.PrefillServiceClient
+	client handoff.Client
 }
 
 func startPrefill(t *testing.T, eng engine.Engine, id string) *prefillNode {
@@ -55,33 +62,33 @@ func startPrefill(t *testing.T, eng engine.Engine, id string) *prefillNode {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
+	srv := rpctest.NewServer(t, mux)
 	return &prefillNode{eng: eng, srv: srv, client: grpcPrefillClient(t, srv.Listener.Addr().String())}
 }
 
-func grpcPrefillClient(t *testing.T, addr string) prefillv1.PrefillServiceClient {
+func grpcPrefillClient(t *testing.T, addr string) handoff.Client {
 	t.Helper()
-	return prefillv1.NewPrefillServiceClient(h2ctest.Dial(t, addr))
+	return handoff.GRPCClient(rpctest.Dial(t, addr))
 }
 
 // staticPrefillers is discovery as a fixed map; a test can change it.
 type staticPrefillers struct {
 	mu      sync.Mutex
-	clients map[string]prefillv1.PrefillServiceClient
+	clients map[string]handoff.Client
 	order   []string
 }
 
-func (p *staticPrefillers) add(id string, c prefillv1.PrefillServiceClient) {
+func (p *staticPrefillers) add(id string, c handoff.Client) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.clients == nil {
-		p.clients = map[string]prefillv1.PrefillServiceClient{}
+		p.clients = map[string]handoff.Client{}
 	}
 	p.clients[id] = c
 	p.order = append(p.order, id)
 }
 
-func (p *staticPrefillers) Client(id string) (prefillv1.PrefillServiceClient, bool) {
+func (p *staticPrefillers) Client(id string) (handoff.Client, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c, ok := p.clients[id]
@@ -112,13 +119,14 @@ func startDecode(t *testing.T, eng engine.Engine, pf decode.Prefillers, p decode
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL, connect.WithGRPC())}
+	srv := rpctest.NewServer(t, mux)
+	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(rpctest.Client(t), srv.URL, connect.WithGRPC())}
 }
 
 // result is what a client of Generate sees.
 type result struct {
 	tokens   []uint32
+	logprobs []*workerv1.TokenLogprobs
 	decision *decodev1.PrefillDecision
 	finish   decodev1.FinishReason
 	usage    *decodev1.Usage
@@ -135,6 +143,7 @@ func generate(t *testing.T, ctx context.Context, c decodev1connect.DecodeService
 	for stream.Receive() {
 		m := stream.Msg()
 		r.tokens = append(r.tokens, m.GetTokenIds()...)
+		r.logprobs = append(r.logprobs, m.GetLogprobs()...)
 		if m.GetPrefill() != nil {
 			r.decision = m.GetPrefill()
 		}

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/testmodel"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -34,7 +39,7 @@ func prompt(seed, n int) []uint32 {
 func request(id string, p []uint32, temp float32, seed uint64, prefill ...string) *decodev1.GenerateRequest {
 	r := &decodev1.GenerateRequest{
 		RequestId: id, PromptTokenIds: p, MaxTokens: 12,
-		Sampling: &workerv1.SamplingParams{Temperature: temp, TopP: 0.9, Seed: seed},
+		Sampling: &workerv1.SamplingParams{Temperature: temp, TopP: 0.9, Seed: seed, Logprobs: true, TopLogprobs: 3},
 	}
 	for _, id := range prefill {
 		r.PrefillWorkers = append(r.PrefillWorkers, &decodev1.PrefillCandidate{WorkerId: id})
@@ -42,15 +47,43 @@ func request(id string, p []uint32, temp float32, seed uint64, prefill ...string
 	return r
 }
 
+// pathModels are the models the path equivalence runs on: the random cl100k shape,
+// the embedded stories260K (a llama GGUF), and a qwen2 GGUF with quantized weights
+// (biases, NeoX rope, tied embeddings, integer kernels).
+func pathModels(t *testing.T) []string {
+	_, qwen := testmodel.Random(testmodel.Shape{Arch: "qwen2", D: 256, Layers: 2, Heads: 8, KVHeads: 2, FFN: 512, Vocab: 288,
+		Tied: true, Theta: 1e6}, 5).As(t, gguf.TypeQ8_0)
+	path := filepath.Join(t.TempDir(), "qwen2-q8_0.gguf")
+	if err := os.WriteFile(path, qwen, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"tiny", "stories260K", path}
+}
+
 // Whichever path a request takes, local, remote, or remote with part of the prompt
-// already cached on the decode worker, the user gets exactly the same tokens.
+// already cached on the decode worker, the user gets exactly the same tokens, and
+// the same logprobs, on every architecture.
 func TestPathsGiveIdenticalTokens(t *testing.T) {
+	for _, model := range pathModels(t) {
+		t.Run(filepath.Base(model), func(t *testing.T) { pathsGiveIdenticalTokens(t, model) })
+	}
+}
+
+func pathsGiveIdenticalTokens(t *testing.T, model string) {
 	ctx := context.Background()
-	local := startDecode(t, newNative(t), nil, alwaysLocal, time.Second, 30*time.Second)
+	local := startDecode(t, newNativeModel(t, model), nil, alwaysLocal, time.Second, 30*time.Second)
 	pf := &staticPrefillers{}
-	pnode := startPrefill(t, newNative(t), "p0")
+	pnode := startPrefill(t, newNativeModel(t, model), "p0")
 	pf.add("p0", pnode.client)
-	remote := startDecode(t, newNative(t), pf, alwaysRemote, 30*time.Second, time.Minute)
+	remote := startDecode(t, newNativeModel(t, model), pf, alwaysRemote, 30*time.Second, time.Minute)
+	vocab := local.eng.Info().VocabSize
+	prompt := func(seed, n int) []uint32 {
+		p := prompt(seed, n)
+		for i := range p {
+			p[i] %= uint32(vocab)
+		}
+		return p
+	}
 
 	for i, n := range []int{3, 17, 40, 100, 257} {
 		for _, s := range []struct {
@@ -72,6 +105,11 @@ func TestPathsGiveIdenticalTokens(t *testing.T) {
 			}
 			if !slices.Equal(got.tokens, want.tokens) || len(want.tokens) == 0 {
 				t.Errorf("%s: remote tokens %v, local tokens %v", name, got.tokens, want.tokens)
+			}
+			if len(got.logprobs) != len(got.tokens) || !slices.EqualFunc(got.logprobs, want.logprobs, func(a, b *workerv1.TokenLogprobs) bool {
+				return proto.Equal(a, b)
+			}) {
+				t.Errorf("%s: remote logprobs %v, local %v", name, got.logprobs, want.logprobs)
 			}
 			if got.usage.GetPromptTokens() != uint32(n) || got.usage.GetCompletionTokens() != uint32(len(got.tokens)) {
 				t.Errorf("%s: usage %v for %d prompt and %d output tokens", name, got.usage, n, len(got.tokens))
@@ -175,20 +213,20 @@ func TestFallbackWhenStreamIsCutMidTransfer(t *testing.T) {
 }
 
 // corrupting flips one byte in the second chunk a prefill worker sends.
-type corrupting struct{ prefillv1.PrefillServiceClient }
+type corrupting struct{ handoff.Client }
 
 type corruptStream struct {
-	grpc.ServerStreamingClient[prefillv1.PrefillResponse]
+	handoff.Stream
 	chunks int
 }
 
-func (c corrupting) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[prefillv1.PrefillResponse], error) {
-	s, err := c.PrefillServiceClient.Prefill(ctx, in, opts...)
-	return &corruptStream{ServerStreamingClient: s}, err
+func (c corrupting) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) (handoff.Stream, error) {
+	s, err := c.Client.Prefill(ctx, in)
+	return &corruptStream{Stream: s}, err
 }
 
 func (s *corruptStream) Recv() (*prefillv1.PrefillResponse, error) {
-	m, err := s.ServerStreamingClient.Recv()
+	m, err := s.Stream.Recv()
 	if c := m.GetChunk(); c != nil {
 		if s.chunks++; s.chunks == 2 {
 			c.Data[len(c.Data)/2] ^= 0x40
@@ -286,7 +324,8 @@ func TestCancelFreesBlocksOnBothSides(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
 	_, err := generate(t, ctx, node.client, request("r", prompt(13, 120), 0, 0, "p0"))
-	if err == nil || !(connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)) {
+	if err == nil || !(connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err,
+		context.DeadlineExceeded)) {
 		t.Fatalf("err %v, want the client's deadline", err)
 	}
 	waitIdle(t, "decode", node.eng)

@@ -20,14 +20,14 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/poolengine"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
-	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/services/kvport"
 )
 
 // KV handoff throughput, end to end from the prefill worker's block pool into the
@@ -39,8 +39,8 @@ import (
 //	go test -run '^$' -bench 'Handoff$|RawTCP' -benchtime 20x -count 3 ./decode/
 //	go test -run '^$' -bench HandoffTuning -benchtime 15x ./decode/
 
-// handoffChunkBytes is the chunk size a prefill worker sends (services/workersvc).
-const handoffChunkBytes = 1 << 20
+// handoffChunkBytes is the chunk size a prefill worker sends.
+var handoffChunkBytes = prefill.DefaultConfig().ChunkBytes
 
 var handoffTokens = []int{1024, 4096, 16384, 32768}
 
@@ -92,11 +92,11 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 		}
 		closers = append(closers, stop)
 		addr = kvAddr
-		dialOpts = append(kvport.DialOptions(), dialOpts...)
+		dialOpts = append(handoff.DialOptions(), dialOpts...)
 	} else {
 		mux := http.NewServeMux()
 		mux.Handle(prefillv1connect.NewPrefillServiceHandler(psvc))
-		psrv := h2ctest.NewServer(tb, mux)
+		psrv := rpctest.NewServer(tb, mux)
 		closers = append(closers, psrv.Close)
 		addr = psrv.Listener.Addr().String()
 	}
@@ -106,7 +106,7 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	}
 	closers = append(closers, func() { cc.Close() })
 	pf := &staticPrefillers{}
-	pf.add("p0", prefillv1.NewPrefillServiceClient(cc))
+	pf.add("p0", handoff.GRPCClient(cc))
 	reg := prometheus.NewRegistry()
 	dsvc, err := decode.New(decode.Config{
 		WorkerID: "d0", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Params: decode.Params{Policy: decode.PolicyAlwaysRemote},
@@ -117,10 +117,10 @@ func startHandoffRig(tb testing.TB, pe, de engine.Engine, chunkBytes int, kvPort
 	}
 	dmux := http.NewServeMux()
 	dmux.Handle(decodev1connect.NewDecodeServiceHandler(dsvc))
-	dsrv := h2ctest.NewServer(tb, dmux)
+	dsrv := rpctest.NewServer(tb, dmux)
 	closers = append(closers, dsrv.Close)
 	return &handoffRig{
-		decode:   decodev1connect.NewDecodeServiceClient(h2ctest.Client(tb), dsrv.URL, connect.WithGRPC()),
+		decode:   decodev1connect.NewDecodeServiceClient(rpctest.Client(tb), dsrv.URL, connect.WithGRPC()),
 		registry: reg,
 		close:    closeAll,
 	}
@@ -223,7 +223,7 @@ func windowOpts(window int) []grpc.DialOption {
 func BenchmarkHandoff(b *testing.B) {
 	layout := smallLayout(b)
 	maxBlocks := slices.Max(handoffTokens) / layout.BlockSize
-	pe, de := newPoolEngine(layout, maxBlocks), newPoolEngine(layout, maxBlocks)
+	pe, de := poolengine.New(layout, maxBlocks), poolengine.New(layout, maxBlocks)
 	for _, port := range []string{"kvport", "mainport"} {
 		rig := startHandoffRig(b, pe, de, handoffChunkBytes, port == "kvport")
 		for _, n := range handoffTokens {
@@ -244,7 +244,7 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer nde.Close()
-	nrig := startHandoffRig(b, npe, noLocalCache{nde}, handoffChunkBytes, true)
+	nrig := startHandoffRig(b, npe, poolengine.NoLocalCache{Engine: nde}, handoffChunkBytes, true)
 	defer nrig.close()
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("kvport/native-small/tokens=%d", n), func(b *testing.B) {
@@ -262,11 +262,11 @@ func BenchmarkHandoff(b *testing.B) {
 
 // BenchmarkHandoffTuning sweeps the chunk size and the decode side's HTTP/2 windows
 // on the KV transfer port, for a 16k-token prompt of the small model (96 MiB).
-// window=default is kvport.WindowBytes.
+// window=default is handoff.WindowBytes.
 func BenchmarkHandoffTuning(b *testing.B) {
 	layout := smallLayout(b)
 	const n = 16384
-	pe, de := newPoolEngine(layout, n/layout.BlockSize), newPoolEngine(layout, n/layout.BlockSize)
+	pe, de := poolengine.New(layout, n/layout.BlockSize), poolengine.New(layout, n/layout.BlockSize)
 	// Chunks stop short of 4 MiB: grpc-go refuses messages over 4 MiB unless the
 	// client raises grpc.MaxCallRecvMsgSize.
 	for _, window := range []int{0, 1 << 20, 16 << 20} {

@@ -17,7 +17,6 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 // loadKind is what one request of the load test runs into.
@@ -159,7 +158,7 @@ func TestLoadWithCancellationsAndFallbacks(t *testing.T) {
 			continue
 		}
 		d := r.decision
-		counts[fmt.Sprintf("%s: %s %s", j.kind, wire.PathName(d.GetPath()), d.GetReason())]++
+		counts[fmt.Sprintf("%s: %s %s", j.kind, d.GetPath().Name(), d.GetReason())]++
 		switch j.kind {
 		case loadNormal:
 			if d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
@@ -181,7 +180,7 @@ func TestLoadWithCancellationsAndFallbacks(t *testing.T) {
 		}
 		want := results[i].want
 		if !slices.Equal(r.tokens, want.tokens) || len(want.tokens) == 0 {
-			t.Errorf("%s (%s, %s): tokens %v, local prefill gives %v", j.req.RequestId, wire.PathName(d.GetPath()), d.GetReason(), r.tokens, want.tokens)
+			t.Errorf("%s (%s, %s): tokens %v, local prefill gives %v", j.req.RequestId, d.GetPath().Name(), d.GetReason(), r.tokens, want.tokens)
 		}
 	}
 	t.Logf("outcomes: %v", counts)

@@ -2,8 +2,6 @@ package decode_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -13,11 +11,10 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -30,23 +27,7 @@ const locWorkerID = "decode-local-1"
 
 // locClient runs Generate to the end and returns every message and the error the
 // stream ended with (nil for a clean end).
-type locClient struct {
-	name     string
-	generate func(ctx context.Context, req *decodev1.GenerateRequest) ([]*decodev1.GenerateResponse, error)
-}
-
-// locCode reads the status code from either client's error; gRPC and Connect
-// number their codes alike.
-func locCode(err error) connect.Code {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return ce.Code()
-	}
-	if s, ok := status.FromError(err); ok {
-		return connect.Code(s.Code())
-	}
-	return connect.CodeUnknown
-}
+type locClient = rpctest.Call[decodev1.GenerateRequest, decodev1.GenerateResponse]
 
 func locStart(t *testing.T) ([]locClient, *sim.Engine) {
 	t.Helper()
@@ -67,47 +48,7 @@ func locStart(t *testing.T) ([]locClient, *sim.Engine) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	cc := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL)
-	gc := decodev1.NewDecodeServiceClient(h2ctest.GRPCConn(t, srv))
-
-	return []locClient{
-		{name: "connect", generate: func(ctx context.Context, req *decodev1.GenerateRequest) ([]*decodev1.GenerateResponse, error) {
-			stream, err := cc.Generate(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			defer stream.Close()
-			var out []*decodev1.GenerateResponse
-			for stream.Receive() {
-				out = append(out, stream.Msg())
-			}
-			return out, stream.Err()
-		}},
-		{name: "grpc", generate: func(ctx context.Context, req *decodev1.GenerateRequest) ([]*decodev1.GenerateResponse, error) {
-			stream, err := gc.Generate(ctx, req)
-			if err != nil {
-				return nil, err
-			}
-			var out []*decodev1.GenerateResponse
-			for {
-				msg, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					return out, nil
-				}
-				if err != nil {
-					return out, err
-				}
-				out = append(out, msg)
-			}
-		}},
-	}, eng
-}
-
-func locCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return rpctest.ServeStream[decodev1.GenerateRequest, decodev1.GenerateResponse](t, mux, decodev1connect.DecodeServiceGenerateProcedure), eng
 }
 
 func locPrompt(n int, base uint32) []uint32 {
@@ -149,10 +90,10 @@ func locSplit(t *testing.T, msgs []*decodev1.GenerateResponse) ([]uint32, *decod
 func TestLocalGenerateLengthUsageAndDecision(t *testing.T) {
 	clients, _ := locStart(t)
 	for i, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.Name, func(t *testing.T) {
 			p := locPrompt(40, 11+uint32(i)) // a prompt of its own, so nothing is cached
 			const maxTokens = 12
-			msgs, err := c.generate(locCtx(t), &decodev1.GenerateRequest{
+			msgs, err := c.Do(rpctest.Context(t), &decodev1.GenerateRequest{
 				RequestId: "r1", PromptTokenIds: p, MaxTokens: maxTokens, Sampling: &workerv1.SamplingParams{Temperature: 0},
 			})
 			if err != nil {
@@ -198,9 +139,9 @@ func TestLocalGenerateDeterministic(t *testing.T) {
 	var all [][]uint32
 	for _, c := range clients {
 		for range 2 {
-			msgs, err := c.generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 20, Sampling: &workerv1.SamplingParams{Temperature: 0}})
+			msgs, err := c.Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 20, Sampling: &workerv1.SamplingParams{Temperature: 0}})
 			if err != nil {
-				t.Fatalf("%s: Generate: %v", c.name, err)
+				t.Fatalf("%s: Generate: %v", c.Name, err)
 			}
 			toks, _ := locSplit(t, msgs)
 			all = append(all, toks)
@@ -212,7 +153,7 @@ func TestLocalGenerateDeterministic(t *testing.T) {
 		}
 	}
 	// A different prompt must not give the same tokens, or the check above proves nothing.
-	msgs, err := clients[0].generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: locPrompt(33, 6), MaxTokens: 20})
+	msgs, err := clients[0].Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: locPrompt(33, 6), MaxTokens: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,9 +162,10 @@ func TestLocalGenerateDeterministic(t *testing.T) {
 	}
 	// Seeded sampling repeats across clients and differs between seeds.
 	run := func(c locClient, seed uint64) []uint32 {
-		msgs, err := c.generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 10, Sampling: &workerv1.SamplingParams{Temperature: 0.8, Seed: seed}})
+		msgs, err := c.Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 10,
+			Sampling: &workerv1.SamplingParams{Temperature: 0.8, Seed: seed}})
 		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+			t.Fatalf("%s: %v", c.Name, err)
 		}
 		toks, _ := locSplit(t, msgs)
 		return toks
@@ -254,12 +196,12 @@ func TestLocalGenerateInvalidArgument(t *testing.T) {
 	}
 	for _, c := range clients {
 		for _, tc := range cases {
-			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
-				msgs, err := c.generate(locCtx(t), tc.req)
+			t.Run(c.Name+"/"+tc.name, func(t *testing.T) {
+				msgs, err := c.Do(rpctest.Context(t), tc.req)
 				if err == nil {
 					t.Fatalf("Generate succeeded with %d messages, want InvalidArgument", len(msgs))
 				}
-				if got := locCode(err); got != connect.CodeInvalidArgument {
+				if got := rpctest.Code(err); got != connect.CodeInvalidArgument {
 					t.Fatalf("code %v (%v), want invalid_argument", got, err)
 				}
 				if !strings.Contains(err.Error(), tc.field) {
@@ -272,14 +214,14 @@ func TestLocalGenerateInvalidArgument(t *testing.T) {
 		}
 	}
 	// The last token of the vocabulary, and a prompt one short of the context, are fine.
-	msgs, err := clients[0].generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: []uint32{vocab - 1}, MaxTokens: 1})
+	msgs, err := clients[0].Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: []uint32{vocab - 1}, MaxTokens: 1})
 	if err != nil {
 		t.Fatalf("token %d (the last in the vocabulary) rejected: %v", vocab-1, err)
 	}
 	if toks, _ := locSplit(t, msgs); len(toks) != 1 {
 		t.Fatalf("got %d tokens, want 1", len(toks))
 	}
-	msgs, err = clients[1].generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: locPrompt(ctxLen-1, 0), MaxTokens: 5})
+	msgs, err = clients[1].Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: locPrompt(ctxLen-1, 0), MaxTokens: 5})
 	if err != nil {
 		t.Fatalf("a prompt one token short of the context rejected: %v", err)
 	}
@@ -291,9 +233,9 @@ func TestLocalGenerateInvalidArgument(t *testing.T) {
 func TestLocalGenerateStopToken(t *testing.T) {
 	clients, _ := locStart(t)
 	for i, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.Name, func(t *testing.T) {
 			p := locPrompt(24, 3+uint32(i))
-			msgs, err := c.generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 16})
+			msgs, err := c.Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 16})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,7 +252,7 @@ func TestLocalGenerateStopToken(t *testing.T) {
 				t.Fatalf("no usable stop token in %v", free)
 			}
 			stop := free[at]
-			msgs, err = c.generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 16, StopTokenIds: []uint32{stop}})
+			msgs, err = c.Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 16, StopTokenIds: []uint32{stop}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,7 +267,7 @@ func TestLocalGenerateStopToken(t *testing.T) {
 				t.Errorf("usage prompt=%d completion=%d, want %d and %d", u.GetPromptTokens(), u.GetCompletionTokens(), len(p), at)
 			}
 			// Stopping on the very first token: one message, which must still carry the decision.
-			msgs, err = c.generate(locCtx(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 16, StopTokenIds: []uint32{free[0]}})
+			msgs, err = c.Do(rpctest.Context(t), &decodev1.GenerateRequest{PromptTokenIds: p, MaxTokens: 16, StopTokenIds: []uint32{free[0]}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -343,8 +285,8 @@ func TestLocalGenerateStopToken(t *testing.T) {
 func TestLocalGenerateCancelFreesBlocks(t *testing.T) {
 	clients, eng := locStart(t)
 	for i, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(locCtx(t))
+		t.Run(c.Name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(rpctest.Context(t))
 			// Cancel as soon as the first token is in: the request asked for thousands.
 			cctx, stop := context.WithCancel(ctx)
 			defer stop()
@@ -354,11 +296,11 @@ func TestLocalGenerateCancelFreesBlocks(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}()
-			msgs, err := c.generate(ctx, &decodev1.GenerateRequest{PromptTokenIds: locPrompt(30, 100+uint32(i)), MaxTokens: 5000})
+			msgs, err := c.Do(ctx, &decodev1.GenerateRequest{PromptTokenIds: locPrompt(30, 100+uint32(i)), MaxTokens: 5000})
 			if err == nil {
 				t.Fatalf("cancelled Generate ended cleanly after %d messages", len(msgs))
 			}
-			if got := locCode(err); got != connect.CodeCanceled {
+			if got := rpctest.Code(err); got != connect.CodeCanceled {
 				t.Errorf("code %v (%v), want canceled", got, err)
 			}
 			deadline := time.Now().Add(10 * time.Second)

@@ -67,9 +67,11 @@ func (p *pendingPrefills) of(workerID string) int {
 // of long prompts from here would otherwise all queue on the router's favourite
 // while another prefill worker sits idle. The router's own weights are used (a
 // candidate carries its cost and what a queued token adds to it): with
-// queue_weight 0, cache affinity alone, the router's order stands. Only a candidate known reports true for (one
-// discovery knows) is moved ahead. moved names the worker displaced, or is "".
-func (p *pendingPrefills) rerank(cands []*decodev1.PrefillCandidate, prompt, blockSize int, known func(string) bool) (out []*decodev1.PrefillCandidate, moved string) {
+// queue_weight 0, cache affinity alone, the router's order stands. Only a
+// candidate that discovery knows (known reports true for it) is moved ahead.
+// moved names the worker displaced, or is "".
+func (p *pendingPrefills) rerank(cands []*decodev1.PrefillCandidate, prompt, blockSize int,
+	known func(string) bool) (out []*decodev1.PrefillCandidate, moved string) {
 	if len(cands) < 2 {
 		return cands, ""
 	}

@@ -43,6 +43,13 @@ type Params struct {
 	MaxPrefillQueueTokens int `json:"max_prefill_queue_tokens"`
 }
 
+// DefaultParams are the decision's parameters unless flags or Consul KV say
+// otherwise; docs/BENCHMARKS.md ("Short-prefill threshold") says how the
+// threshold's was chosen.
+func DefaultParams() Params {
+	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25}
+}
+
 // Validate checks the params.
 func (p Params) Validate() error {
 	valid := false

@@ -21,13 +21,11 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/internal/soaktest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
-	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
-	"github.com/tandem-serve/tandem/services/kvport"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 // TestSoak is the bounded soak of issue 9: many concurrent streams through a decode
@@ -82,7 +80,7 @@ func TestSoak(t *testing.T) {
 	// mid-transfer, healthy, and down.
 	states := []struct {
 		name   string
-		client prefillv1.PrefillServiceClient
+		client handoff.Client
 	}{{"healthy", good.client}, {"cut", cut}, {"healthy", good.client}, {"down", dead.client}}
 	stopFaults := make(chan struct{})
 	faultsDone := make(chan struct{})
@@ -154,7 +152,7 @@ func TestSoak(t *testing.T) {
 					note(errs, fmt.Sprintf("incomplete stream: %d tokens, finish %v, usage %v", len(r.tokens), r.finish, r.usage))
 				default:
 					tokens.Add(int64(len(r.tokens)))
-					note(outcomes, wire.PathName(r.decision.GetPath())+" "+r.decision.GetReason())
+					note(outcomes, r.decision.GetPath().Name()+" "+r.decision.GetReason())
 				}
 			}
 		})
@@ -203,7 +201,7 @@ func TestSoak(t *testing.T) {
 // client dialled as decode workers dial it.
 type kvNode struct {
 	addr   string
-	client prefillv1.PrefillServiceClient
+	client handoff.Client
 	stop   func() // ends Serve and waits for it; the test's cleanup calls it too
 }
 
@@ -220,8 +218,8 @@ func soakPrefill(t *testing.T, eng engine.Engine, id string, chunkBytes int) *kv
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	conn := h2ctest.Dial(t, addr, kvport.DialOptions()...)
-	return &kvNode{addr: addr, client: prefillv1.NewPrefillServiceClient(conn), stop: stop}
+	conn := rpctest.Dial(t, addr, handoff.DialOptions()...)
+	return &kvNode{addr: addr, client: handoff.GRPCClient(conn), stop: stop}
 }
 
 // soakGenerate runs req; if cancelAt >= 0 it calls cancel after that many token

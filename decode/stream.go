@@ -9,27 +9,33 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/errcode"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
-	"github.com/tandem-serve/tandem/wire"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
 // pump relays tokens from the engine to the client. Tokens are sent one message
 // each so that the inter-token latency the client sees is the engine's. The time to
 // the first token of a local prefill teaches the estimator this worker's speed.
-func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, out *connect.ServerStream[decodev1.GenerateResponse]) error {
+func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time,
+	out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	first := true
 	last := start
-	path := wire.PathName(decision.Path)
+	path := decision.Path.Name()
 	for {
 		tok, err := stream.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return wire.Error(err)
+			return errcode.Error(err)
 		}
 		now := time.Now()
 		msg := &decodev1.GenerateResponse{TokenIds: []uint32{tok}}
+		if lp := stream.Logprobs(); lp != nil {
+			msg.Logprobs = []*workerv1.TokenLogprobs{handoff.LogprobsProto(lp)}
+		}
 		if first {
 			ttft := now.Sub(start)
 			s.metrics.ttft.WithLabelValues(path).Observe(ttft.Seconds())

@@ -17,13 +17,12 @@ import (
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine/native"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
-	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/services/kvport"
 )
 
 // The data behind --short-prefill-threshold's default: with the native tiny engine
@@ -77,11 +76,11 @@ func startThresholdRig(b *testing.B) *thresholdRig {
 	kvAddr, stop, err := serveKV(psvc)
 	must(err)
 	closers = append(closers, stop)
-	cc, err := grpc.NewClient(kvAddr, append(kvport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	cc, err := grpc.NewClient(kvAddr, append(handoff.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	must(err)
 	closers = append(closers, func() { cc.Close() })
 	pf := &staticPrefillers{}
-	pf.add("p0", prefillv1.NewPrefillServiceClient(cc))
+	pf.add("p0", handoff.GRPCClient(cc))
 
 	serve := func(p decode.Params) decodev1connect.DecodeServiceClient {
 		svc, err := decode.New(decode.Config{
@@ -91,9 +90,9 @@ func startThresholdRig(b *testing.B) *thresholdRig {
 		must(err)
 		mux := http.NewServeMux()
 		mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-		srv := h2ctest.NewServer(b, mux)
+		srv := rpctest.NewServer(b, mux)
 		closers = append(closers, srv.Close)
-		return decodev1connect.NewDecodeServiceClient(h2ctest.Client(b), srv.URL, connect.WithGRPC())
+		return decodev1connect.NewDecodeServiceClient(rpctest.Client(b), srv.URL, connect.WithGRPC())
 	}
 	return &thresholdRig{
 		local:      serve(decode.Params{Policy: decode.PolicyAlwaysLocal}),

@@ -83,6 +83,27 @@ type Request struct {
 	Sampling   Sampling
 	MaxTokens  int
 	StopTokens []uint32
+	// Logprobs asks for each drawn token's log-probability under the model (its raw
+	// logits, before temperature or truncation, as vLLM reports them), with the
+	// TopLogprobs most likely tokens at that position.
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// MaxTopLogprobs bounds Request.TopLogprobs (OpenAI allows 20).
+const MaxTopLogprobs = 20
+
+// Logprob is a token and its log-probability.
+type Logprob struct {
+	Token   uint32
+	Logprob float32
+}
+
+// TokenLogprobs are a drawn token's log-probability and the most likely tokens at
+// its position, most likely first.
+type TokenLogprobs struct {
+	Logprob float32
+	Top     []Logprob
 }
 
 // FinishReason says why a stream ended.
@@ -119,6 +140,9 @@ type Stream interface {
 	// Next blocks for the next token. It returns io.EOF after the last one, when
 	// Finish tells why; a stop token ends the stream and is not returned.
 	Next(ctx context.Context) (uint32, error)
+	// Logprobs are those of the token the last Next returned; nil unless the
+	// request asked for them (or the engine cannot compute them).
+	Logprobs() *TokenLogprobs
 	Finish() FinishReason
 	Usage() Usage
 	// Close ends the sequence and frees its blocks at once. Safe to call twice.
@@ -128,6 +152,8 @@ type Stream interface {
 // Export is a prefilled prompt whose KV can be read out block by block.
 type Export interface {
 	FirstToken() uint32
+	// FirstLogprobs are the first token's, when the request asked; else nil.
+	FirstLogprobs() *TokenLogprobs
 	// NumBlocks covers the whole prompt; the last block may be partly filled.
 	NumBlocks() int
 	// CachedBlocks were already in this engine's prefix cache.
@@ -143,6 +169,8 @@ type Export interface {
 // ImportSpec describes incoming KV.
 type ImportSpec struct {
 	FirstToken uint32
+	// FirstLogprobs travel with the first token, for a request that asked.
+	FirstLogprobs *TokenLogprobs
 	NumBlocks  int
 	SkipBlocks int
 	Layout     Layout

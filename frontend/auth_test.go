@@ -25,13 +25,15 @@ func TestAPIKeys(t *testing.T) {
 	// The SDK with a wrong key sees a 401 it can recognise.
 	ctx := context.Background()
 	bad := openai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("sk-wrong"), option.WithMaxRetries(0))
-	_, err := bad.Completions.New(ctx, openai.CompletionNewParams{Model: "tandem-test", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}})
+	_, err := bad.Completions.New(ctx, openai.CompletionNewParams{Model: "tandem-test",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}})
 	var oe *openai.Error
 	if !errors.As(err, &oe) || oe.StatusCode != http.StatusUnauthorized || oe.Code != "invalid_api_key" || oe.Type != "authentication_error" {
 		t.Fatalf("wrong key: %v", err)
 	}
 	good := openai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("sk-other"), option.WithMaxRetries(0))
-	if _, err := good.Completions.New(ctx, openai.CompletionNewParams{Model: "tandem-test", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}}); err != nil {
+	if _, err := good.Completions.New(ctx, openai.CompletionNewParams{Model: "tandem-test",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}}); err != nil {
 		t.Fatalf("good key: %v", err)
 	}
 
@@ -48,7 +50,8 @@ func TestAPIKeys(t *testing.T) {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	resp.Body.Close()
-	if resp.StatusCode != 401 || body.Error.Code != "invalid_api_key" || !strings.Contains(body.Error.Message, "Bearer") || resp.Header.Get("WWW-Authenticate") == "" {
+	if resp.StatusCode != 401 || body.Error.Code != "invalid_api_key" || !strings.Contains(body.Error.Message,
+		"Bearer") || resp.Header.Get("WWW-Authenticate") == "" {
 		t.Fatalf("no key: %d %+v %q", resp.StatusCode, body, resp.Header.Get("WWW-Authenticate"))
 	}
 	// Health checks need no key.

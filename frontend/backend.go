@@ -7,9 +7,9 @@ import (
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
 
-// Backend runs a tokenized request on some decode worker: in production the router
-// picks the worker and the decode service runs it (services/ wires that); in unit
-// tests a fake stands in.
+// Backend runs a tokenized request on some decode worker: in production Routed,
+// where the router picks the worker and the decode service runs it; in unit tests
+// a fake stands in.
 type Backend interface {
 	// Generate routes req and starts it. route describes where it went and why; it
 	// is non-nil whenever err is nil.

@@ -52,7 +52,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("frontend: default temperature %v must be in [0, 2]", c.DefaultTemperature))
 	}
 	if c.MaxInFlight < 0 || c.MaxQueue < 0 || (c.MaxInFlight > 0 && c.QueueTimeout <= 0) {
-		errs = append(errs, fmt.Errorf("frontend: max in flight %d and max queue %d must not be negative, and the queue timeout %s must be positive when bounded", c.MaxInFlight, c.MaxQueue, c.QueueTimeout))
+		errs = append(errs,
+			fmt.Errorf("frontend: max in flight %d and max queue %d must not be negative, and the queue timeout %s must be positive when bounded",
+				c.MaxInFlight, c.MaxQueue, c.QueueTimeout))
 	}
 	return errors.Join(errs...)
 }

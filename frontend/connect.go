@@ -8,16 +8,18 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 )
 
 // Generate implements frontendv1connect.FrontendServiceHandler. The first message
 // carries the request id and prefill path, the middle ones text, the last the
 // finish reason and usage.
-func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1.GenerateRequest], stream *connect.ServerStream[frontendv1.GenerateResponse]) (err error) {
+func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1.GenerateRequest],
+	stream *connect.ServerStream[frontendv1.GenerateResponse]) (err error) {
 	const endpoint = "connect_generate"
-	rc := f.connectCtx(req.Header().Get(HeaderRequestID), endpoint)
-	stream.ResponseHeader().Set(HeaderRequestID, rc.id)
+	rc := f.connectCtx(req.Header().Get(requestid.Header), endpoint)
+	stream.ResponseHeader().Set(requestid.Header, rc.id)
 	defer func() { f.countConnect(rc, err) }()
 
 	g, err := f.fromProto(req.Msg, rc.id)
@@ -34,11 +36,7 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 	}
 	defer gen.close(endpoint)
 	stream.ResponseHeader().Set(HeaderPrefillPath, gen.info.Path)
-	i := gen.info
-	if err := stream.Send(&frontendv1.GenerateResponse{RequestId: rc.id, Prefill: &frontendv1.Prefill{
-		Path: i.Path, Reason: i.Reason, Detail: i.Detail, DecodeWorkerId: i.DecodeWorker,
-		PrefillWorkerId: i.PrefillWorker, RouteReason: i.RouteReason,
-	}}); err != nil {
+	if err := stream.Send(&frontendv1.GenerateResponse{RequestId: rc.id, Prefill: gen.info.proto()}); err != nil {
 		return err
 	}
 	for {
@@ -48,9 +46,7 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 		}
 		msg := &frontendv1.GenerateResponse{Text: text}
 		if done {
-			u := gen.usage()
-			msg.FinishReason = gen.finish
-			msg.Usage = &frontendv1.Usage{PromptTokens: uint32(u.prompt), CompletionTokens: uint32(u.completion), CachedTokens: uint32(u.cached)}
+			msg.FinishReason, msg.Usage = gen.finish, gen.usage().proto()
 		}
 		if err := stream.Send(msg); err != nil {
 			return err
@@ -64,19 +60,19 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 
 // ListModels implements frontendv1connect.FrontendServiceHandler.
 func (f *Frontend) ListModels(_ context.Context, req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
-	rc := f.connectCtx(req.Header().Get(HeaderRequestID), "connect_list_models")
+	rc := f.connectCtx(req.Header().Get(requestid.Header), "connect_list_models")
 	f.countConnect(rc, nil)
 	var list []*frontendv1.Model
 	if m := f.Model(); m != nil {
 		list = append(list, &frontendv1.Model{Id: m.ID, ContextLength: uint32(m.ContextLength)})
 	}
 	resp := connect.NewResponse(&frontendv1.ListModelsResponse{Models: list})
-	resp.Header().Set(HeaderRequestID, rc.id)
+	resp.Header().Set(requestid.Header, rc.id)
 	return resp, nil
 }
 
 func (f *Frontend) connectCtx(givenID, endpoint string) *reqCtx {
-	id := requestID(givenID)
+	id := requestid.Keep(givenID)
 	return &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", endpoint), start: time.Now(), endpoint: endpoint}
 }
 
@@ -126,4 +122,19 @@ func (f *Frontend) countConnect(rc *reqCtx, err error) {
 		status = (&apiError{code: connect.CodeOf(err)}).httpStatus()
 	}
 	f.metrics.requests.WithLabelValues(rc.endpoint, strconv.Itoa(status)).Inc()
+}
+
+// proto is the prefill description as FrontendService carries it. (The decode
+// worker's PrefillDecision says more, for the frontend; the frontend's clients
+// get this, the same as the OpenAI extension field.)
+func (i prefillInfo) proto() *frontendv1.Prefill {
+	return &frontendv1.Prefill{
+		Path: i.Path, Reason: i.Reason, Detail: i.Detail, DecodeWorkerId: i.DecodeWorker,
+		PrefillWorkerId: i.PrefillWorker, RouteReason: i.RouteReason,
+	}
+}
+
+// proto is the usage as FrontendService carries it.
+func (u usage) proto() *frontendv1.Usage {
+	return &frontendv1.Usage{PromptTokens: uint32(u.prompt), CompletionTokens: uint32(u.completion), CachedTokens: uint32(u.cached)}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
@@ -48,7 +49,7 @@ type connectClient struct {
 
 func (c connectClient) generate(ctx context.Context, m *frontendv1.GenerateRequest, requestID string) generateResult {
 	req := connect.NewRequest(m)
-	req.Header().Set(HeaderRequestID, requestID)
+	req.Header().Set(requestid.Header, requestID)
 	var res generateResult
 	stream, err := c.c.Generate(ctx, req)
 	if err != nil {
@@ -89,7 +90,7 @@ type grpcClient struct {
 }
 
 func (c grpcClient) generate(ctx context.Context, m *frontendv1.GenerateRequest, requestID string) generateResult {
-	ctx = metadata.AppendToOutgoingContext(ctx, strings.ToLower(HeaderRequestID), requestID)
+	ctx = metadata.AppendToOutgoingContext(ctx, strings.ToLower(requestid.Header), requestID)
 	var res generateResult
 	stream, err := c.c.Generate(ctx, m)
 	if err == nil {
@@ -223,10 +224,12 @@ func testConnectErrors(t *testing.T, c rpcClient) {
 		word  string
 		field string
 	}{
-		{"both", &frontendv1.GenerateRequest{Prompt: "a", Messages: []*frontendv1.ChatMessage{{Role: "user", Content: "b"}}}, connect.CodeInvalidArgument, "prompt", "prompt"},
+		{"both", &frontendv1.GenerateRequest{Prompt: "a", Messages: []*frontendv1.ChatMessage{{Role: "user", Content: "b"}}},
+			connect.CodeInvalidArgument, "prompt", "prompt"},
 		{"neither", &frontendv1.GenerateRequest{}, connect.CodeInvalidArgument, "prompt", "prompt"},
 		{"temperature", &frontendv1.GenerateRequest{Prompt: "a", Temperature: &temp}, connect.CodeInvalidArgument, "temperature", "temperature"},
-		{"role", &frontendv1.GenerateRequest{Messages: []*frontendv1.ChatMessage{{Role: "robot", Content: "b"}}}, connect.CodeInvalidArgument, "messages[0].role", "messages[0].role"},
+		{"role", &frontendv1.GenerateRequest{Messages: []*frontendv1.ChatMessage{{Role: "robot", Content: "b"}}}, connect.CodeInvalidArgument,
+			"messages[0].role", "messages[0].role"},
 		{"model", &frontendv1.GenerateRequest{Model: "other", Prompt: "a"}, connect.CodeNotFound, "other", "model"},
 		{"context", &frontendv1.GenerateRequest{Prompt: strings.Repeat("x ", 600)}, connect.CodeInvalidArgument, "context length", "prompt"},
 	} {

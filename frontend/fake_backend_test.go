@@ -13,6 +13,7 @@ import (
 
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -49,7 +50,18 @@ func (b *fakeBackend) Generate(ctx context.Context, req *decodev1.GenerateReques
 	per := max(b.perMsg, 1)
 	var msgs []*decodev1.GenerateResponse
 	for i := 0; i < len(out) || i == 0; i += per {
-		msgs = append(msgs, &decodev1.GenerateResponse{TokenIds: out[min(i, len(out)):min(i+per, len(out))]})
+		m := &decodev1.GenerateResponse{TokenIds: out[min(i, len(out)):min(i+per, len(out))]}
+		if req.GetSampling().GetLogprobs() {
+			// Token k's logprob is -k/10; its alternatives are itself and the next id.
+			for k := i; k < min(i+per, len(out)); k++ {
+				lp := &workerv1.TokenLogprobs{Logprob: -float32(k) / 10}
+				for a := range min(int(req.GetSampling().GetTopLogprobs()), 2) {
+					lp.Top = append(lp.Top, &workerv1.Logprob{TokenId: out[k] + uint32(a), Logprob: -float32(k)/10 - float32(a)})
+				}
+				m.Logprobs = append(m.Logprobs, lp)
+			}
+		}
+		msgs = append(msgs, m)
 	}
 	msgs[0].WorkerId = "decode-1"
 	msgs[0].Prefill = &decodev1.PrefillDecision{

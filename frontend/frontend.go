@@ -18,8 +18,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,10 +31,6 @@ import (
 
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 )
-
-// HeaderRequestID carries the request id in and out; an incoming one is kept so a
-// client's id can be followed through every service's logs.
-const HeaderRequestID = "X-Request-Id"
 
 // HeaderPrefillPath says how the prompt was prefilled: local, remote or fallback.
 const HeaderPrefillPath = "X-Tandem-Prefill-Path"
@@ -97,23 +91,4 @@ func (f *Frontend) ConnectHandler(opts ...connect.HandlerOption) (string, http.H
 func (f *Frontend) recoverConnect(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 	f.log.ErrorContext(ctx, "panic in Connect call", "procedure", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
-}
-
-// requestID keeps a client's id if it is a sane header value, else makes one.
-func requestID(given string) string {
-	if given != "" && len(given) <= 128 && printableASCII(given) {
-		return given
-	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

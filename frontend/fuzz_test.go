@@ -18,7 +18,8 @@ import (
 func FuzzChatRequest(f *testing.F) {
 	for _, seed := range []string{
 		`{"model":"tandem-test","messages":[{"role":"user","content":"hi"}]}`,
-		`{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"日本"}]}],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"日本"}]}],"stream":true,` +
+			`"stream_options":{"include_usage":true}}`,
 		`{"messages":[{"role":"user","content":"x"}],"stop":["a","b"],"max_tokens":3,"temperature":0,"top_p":1,"seed":-5,"n":1,"user":"u"}`,
 		`{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":1e30}`,
 		`{"prompt":[1,2,3],"stop":"o"}`,

@@ -4,9 +4,10 @@ package frontend
 // "tandem" extension (how the prompt was prefilled, where it ran) goes on the
 // whole response and on the first chunk.
 type responseFormat interface {
-	whole(text, finish string, u usage, info *prefillInfo) any
+	// lps are the tokens' logprobs, nil when the request did not ask for them.
+	whole(text, finish string, u usage, info *prefillInfo, lps []tokenLogprob) any
 	first(info *prefillInfo) any
-	delta(text string) any
+	delta(text string, lps []tokenLogprob) any
 	finish(reason string) any
 	usage(u usage) any
 }
@@ -20,10 +21,10 @@ func (c *chatFormat) chunk(choices []chatChunkChoice) *chatChunk {
 	return &chatChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: c.model, Choices: choices}
 }
 
-func (c *chatFormat) whole(text, finish string, u usage, info *prefillInfo) any {
+func (c *chatFormat) whole(text, finish string, u usage, info *prefillInfo, lps []tokenLogprob) any {
 	return &chatCompletion{
 		ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
-		Choices: []chatChoice{{Message: chatMessageOut{Role: "assistant", Content: text}, FinishReason: finish}},
+		Choices: []chatChoice{{Message: chatMessageOut{Role: "assistant", Content: text}, FinishReason: finish, Logprobs: chatLogprobsOf(lps)}},
 		Usage:   u.json(), Tandem: info,
 	}
 }
@@ -35,8 +36,8 @@ func (c *chatFormat) first(info *prefillInfo) any {
 	return ch
 }
 
-func (c *chatFormat) delta(text string) any {
-	return c.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}}})
+func (c *chatFormat) delta(text string, lps []tokenLogprob) any {
+	return c.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(lps)}})
 }
 
 func (c *chatFormat) finish(reason string) any {
@@ -52,14 +53,15 @@ func (c *chatFormat) usage(u usage) any {
 type completionFormat struct {
 	id, model string
 	created   int64
+	offset    int // text streamed so far, for logprobs' text_offset
 }
 
 func (c *completionFormat) chunk(choices []completionChoice) *completion {
 	return &completion{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model, Choices: choices}
 }
 
-func (c *completionFormat) whole(text, finish string, u usage, info *prefillInfo) any {
-	ch := c.chunk([]completionChoice{{Text: text, FinishReason: &finish}})
+func (c *completionFormat) whole(text, finish string, u usage, info *prefillInfo, lps []tokenLogprob) any {
+	ch := c.chunk([]completionChoice{{Text: text, FinishReason: &finish, Logprobs: completionLogprobsOf(lps, 0)}})
 	ch.Usage, ch.Tandem = u.json(), info
 	return ch
 }
@@ -70,8 +72,12 @@ func (c *completionFormat) first(info *prefillInfo) any {
 	return ch
 }
 
-func (c *completionFormat) delta(text string) any {
-	return c.chunk([]completionChoice{{Text: text}})
+func (c *completionFormat) delta(text string, lps []tokenLogprob) any {
+	ch := c.chunk([]completionChoice{{Text: text, Logprobs: completionLogprobsOf(lps, c.offset)}})
+	for _, lp := range lps {
+		c.offset += len(lp.text)
+	}
+	return ch
 }
 
 func (c *completionFormat) finish(reason string) any {

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+
+	"github.com/tandem-serve/tandem/internal/requestid"
 )
 
 // HTTPHandler serves the OpenAI-compatible API: POST /v1/chat/completions,
@@ -52,8 +54,8 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, rc *reqCtx)
 // to the backend), method checking, panic recovery, and the request metrics.
 func (f *Frontend) endpoint(name string, methods []string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := requestID(r.Header.Get(HeaderRequestID))
-		w.Header().Set(HeaderRequestID, id)
+		id := requestid.Keep(r.Header.Get(requestid.Header))
+		w.Header().Set(requestid.Header, id)
 		sw := &statusWriter{ResponseWriter: w}
 		rc := &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", name), start: time.Now(), endpoint: name}
 		defer func() {
@@ -244,6 +246,15 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		f.writeError(w, rc, err)
 		return
 	}
+	want := req.Logprobs != nil && *req.Logprobs
+	if req.TopLogprobs != nil && *req.TopLogprobs > 0 && !want {
+		f.writeError(w, rc, invalidField("top_logprobs", "top_logprobs needs logprobs set to true"))
+		return
+	}
+	if err := requestLogprobs(g, want, req.TopLogprobs, "top_logprobs"); err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
 	if g.messages, err = chatMessages(req.Messages); err != nil {
 		f.writeError(w, rc, err)
 		return
@@ -267,6 +278,12 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 	if err := req.toGen(g); err != nil {
 		f.writeError(w, rc, err)
 		return
+	}
+	if req.Logprobs != nil {
+		if err := requestLogprobs(g, true, req.Logprobs, "logprobs"); err != nil {
+			f.writeError(w, rc, err)
+			return
+		}
 	}
 	switch p := req.Prompt; {
 	case !p.Present:
@@ -304,6 +321,7 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 
 	if !s.Stream {
 		var sb strings.Builder
+		var lps []tokenLogprob
 		for {
 			text, done, err := gen.next()
 			if err != nil && r.Context().Err() != nil {
@@ -318,11 +336,17 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 				return
 			}
 			sb.WriteString(text)
+			lps = append(lps, gen.takeLogprobs()...)
 			if done {
 				break
 			}
 		}
-		writeJSON(w, http.StatusOK, out.whole(sb.String(), gen.finish, gen.usage(), &gen.info))
+		if !g.logprobs {
+			lps = nil
+		} else if lps == nil {
+			lps = []tokenLogprob{}
+		}
+		writeJSON(w, http.StatusOK, out.whole(sb.String(), gen.finish, gen.usage(), &gen.info, lps))
 		return
 	}
 
@@ -348,8 +372,8 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 			sse.done()
 			return
 		}
-		if text != "" {
-			sse.send(out.delta(text))
+		if lps := gen.takeLogprobs(); text != "" || lps != nil {
+			sse.send(out.delta(text, lps))
 		}
 		if done {
 			break

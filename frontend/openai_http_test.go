@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
@@ -82,8 +83,10 @@ func TestHTTPBadRequests(t *testing.T) {
 		{"not an object", "/v1/chat/completions", `[1,2]`, 400, "", "JSON object"},
 		{"invalid utf-8", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "", "UTF-8"},
 		{"wrong type", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, 400, "temperature", "temperature"},
-		{"unknown role", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}`, 400, "messages[1].role", "wizard"},
-		{"image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0].type", "image_url"},
+		{"unknown role", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}`, 400,
+			"messages[1].role", "wizard"},
+		{"image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400,
+			"messages[0].content[0].type", "image_url"},
 		{"bad stop", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"stop":5}`, 400, "stop", "stop"},
 		{"negative max", "/v1/completions", `{"prompt":"a","max_tokens":-3}`, 400, "max_tokens", "at least 1"},
 		{"no prompt", "/v1/completions", `{"model":"tandem-test"}`, 400, "prompt", "required"},
@@ -173,18 +176,18 @@ func TestHTTPMethodsAndPaths(t *testing.T) {
 func TestHTTPRequestID(t *testing.T) {
 	h, b, _ := newRawSetup(t)
 	r := do(t, h, "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, "X-Request-Id", "client-abc-1")
-	if r.header.Get(HeaderRequestID) != "client-abc-1" || b.lastReq().GetRequestId() != "client-abc-1" ||
+	if r.header.Get(requestid.Header) != "client-abc-1" || b.lastReq().GetRequestId() != "client-abc-1" ||
 		!strings.Contains(r.body, `"id":"chatcmpl-client-abc-1"`) {
-		t.Errorf("given id not carried: header %q backend %q body %s", r.header.Get(HeaderRequestID), b.lastReq().GetRequestId(), r.body)
+		t.Errorf("given id not carried: header %q backend %q body %s", r.header.Get(requestid.Header), b.lastReq().GetRequestId(), r.body)
 	}
 	r = do(t, h, "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`)
-	id := r.header.Get(HeaderRequestID)
+	id := r.header.Get(requestid.Header)
 	if len(id) != 32 || b.lastReq().GetRequestId() != id {
 		t.Errorf("generated id %q, backend got %q", id, b.lastReq().GetRequestId())
 	}
 	// A header that could break logs or other headers is replaced, not echoed.
 	r = do(t, h, "GET", "/healthz", "", "X-Request-Id", "bad id\twith spaces")
-	if got := r.header.Get(HeaderRequestID); got == "" || strings.ContainsAny(got, " \t") {
+	if got := r.header.Get(requestid.Header); got == "" || strings.ContainsAny(got, " \t") {
 		t.Errorf("unsafe id echoed: %q", got)
 	}
 }
@@ -192,7 +195,8 @@ func TestHTTPRequestID(t *testing.T) {
 func TestHTTPContentParts(t *testing.T) {
 	h, b, _ := newRawSetup(t)
 	r := do(t, h, "POST", "/v1/chat/completions",
-		`{"model":"tandem-test","messages":[{"role":"developer","content":[{"type":"text","text":"Be "},{"type":"text","text":"kind."}]},{"role":"user","content":"hi"},{"role":"assistant","content":null}],"user":"u1","future_field":{"x":1}}`)
+		`{"model":"tandem-test","messages":[{"role":"developer","content":[{"type":"text","text":"Be "},{"type":"text","text":"kind."}]},`+
+			`{"role":"user","content":"hi"},{"role":"assistant","content":null}],"user":"u1","future_field":{"x":1}}`)
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}

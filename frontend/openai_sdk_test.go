@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )
 
@@ -72,7 +73,7 @@ func TestSDKChatCompletion(t *testing.T) {
 	if got := raw.Header.Get(HeaderPrefillPath); got != "remote" {
 		t.Errorf("%s = %q, want remote", HeaderPrefillPath, got)
 	}
-	id := raw.Header.Get(HeaderRequestID)
+	id := raw.Header.Get(requestid.Header)
 	if id == "" || resp.ID != "chatcmpl-"+id {
 		t.Errorf("id %q, request id header %q", resp.ID, id)
 	}
@@ -267,7 +268,8 @@ func TestSDKErrors(t *testing.T) {
 		{"temperature", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, Temperature: openai.Float(2.5)}, 400, "temperature", ""},
 		{"top_p", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, TopP: openai.Float(0)}, 400, "top_p", ""},
 		{"max_tokens", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, MaxTokens: openai.Int(0)}, 400, "max_tokens", ""},
-		{"max_completion_tokens", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, MaxCompletionTokens: openai.Int(100000)}, 400, "max_completion_tokens", ""},
+		{"max_completion_tokens", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, MaxCompletionTokens: openai.Int(100000)}, 400,
+			"max_completion_tokens", ""},
 		{"n", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, N: openai.Int(2)}, 400, "n", ""},
 		{"empty messages", openai.ChatCompletionNewParams{Model: "tandem-test"}, 400, "messages", ""},
 		{"unknown model", openai.ChatCompletionNewParams{Model: "gpt-9", Messages: user}, 404, "model", "model_not_found"},

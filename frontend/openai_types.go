@@ -33,12 +33,16 @@ type samplingFields struct {
 
 type chatRequest struct {
 	samplingFields
-	Messages []chatMessage `json:"messages"`
+	Messages    []chatMessage `json:"messages"`
+	Logprobs    *bool         `json:"logprobs"`
+	TopLogprobs *int64        `json:"top_logprobs"`
 }
 
 type completionRequest struct {
 	samplingFields
 	Prompt promptField `json:"prompt"`
+	// Logprobs is the number of alternatives per token (0 for the chosen one only).
+	Logprobs *int64 `json:"logprobs"`
 }
 
 type chatMessage struct {
@@ -223,7 +227,7 @@ type chatChoice struct {
 	Index        int            `json:"index"`
 	Message      chatMessageOut `json:"message"`
 	FinishReason string         `json:"finish_reason"`
-	Logprobs     *struct{}      `json:"logprobs"`
+	Logprobs     *chatLogprobs  `json:"logprobs"`
 }
 
 type chatCompletion struct {
@@ -242,10 +246,10 @@ type chatDelta struct {
 }
 
 type chatChunkChoice struct {
-	Index        int       `json:"index"`
-	Delta        chatDelta `json:"delta"`
-	FinishReason *string   `json:"finish_reason"`
-	Logprobs     *struct{} `json:"logprobs"`
+	Index        int           `json:"index"`
+	Delta        chatDelta     `json:"delta"`
+	FinishReason *string       `json:"finish_reason"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
 }
 
 type chatChunk struct {
@@ -259,10 +263,10 @@ type chatChunk struct {
 }
 
 type completionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	FinishReason *string   `json:"finish_reason"`
-	Logprobs     *struct{} `json:"logprobs"`
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	FinishReason *string             `json:"finish_reason"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
 }
 
 // completion is both the /v1/completions response and its stream chunks; OpenAI

@@ -17,7 +17,6 @@ import (
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/tokenizer"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 // maxStops bounds stop sequences per request; each one is searched on every token.
@@ -47,6 +46,9 @@ type genRequest struct {
 	seed           *uint64
 	stops          []string
 	explain        bool
+	// logprobs asks for each token's log-probability and topLogprobs alternatives.
+	logprobs    bool
+	topLogprobs int
 	// user is the client's end-user id (OpenAI's "user"): it goes on the request's
 	// log lines, so abuse or a bad answer can be traced to whom it was served.
 	user string
@@ -157,6 +159,7 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 	if r.topP != nil {
 		sp.TopP = float32(*r.topP)
 	}
+	sp.Logprobs, sp.TopLogprobs = r.logprobs, uint32(r.topLogprobs)
 	if r.seed != nil {
 		sp.Seed = *r.seed
 	} else {
@@ -217,6 +220,17 @@ type generation struct {
 	firstToken   time.Time
 	finish       string
 	released     bool
+	// lps are the logprobs of tokens consumed since the last takeLogprobs, when
+	// the request asked (wantLP).
+	wantLP bool
+	lps    []tokenLogprob
+}
+
+// takeLogprobs returns the logprobs gathered since the last call.
+func (g *generation) takeLogprobs() []tokenLogprob {
+	lps := g.lps
+	g.lps = nil
+	return lps
 }
 
 // start sends p to the backend and waits for its first response, which carries the
@@ -248,6 +262,7 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 		f: f, tok: p.served.Tokenizer, stream: stream, log: log, started: started,
 		promptLen: p.promptLen, maxTokens: p.maxTokens,
 		detok:   detok,
+		wantLP:  p.req.GetSampling().GetLogprobs(),
 		stops:   stopMatcher{stops: p.stops},
 		pending: first,
 	}
@@ -265,7 +280,7 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 func describe(first *decodev1.GenerateResponse, route *routerv1.RouteResponse) prefillInfo {
 	d := first.GetPrefill()
 	info := prefillInfo{
-		Path:          wire.PathName(d.GetPath()),
+		Path:          d.GetPath().Name(),
 		Reason:        d.GetReason(),
 		Detail:        d.GetDetail(),
 		PrefillWorker: d.GetPrefillWorkerId(),
@@ -316,7 +331,7 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 		g.backendUsage = u
 	}
 	var sb strings.Builder
-	for _, id := range resp.GetTokenIds() {
+	for i, id := range resp.GetTokenIds() {
 		if g.firstToken.IsZero() {
 			g.firstToken = time.Now()
 		}
@@ -326,6 +341,13 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 		if slices.Contains(g.tok.StopTokens(), id) {
 			g.finish = "stop"
 			break
+		}
+		if g.wantLP {
+			var lp *workerv1.TokenLogprobs
+			if i < len(resp.GetLogprobs()) {
+				lp = resp.GetLogprobs()[i]
+			}
+			g.lps = append(g.lps, logprobOf(g.tok, id, lp))
 		}
 		out, stopped := g.stops.push(g.detok.Add(id))
 		sb.WriteString(out)

@@ -66,7 +66,7 @@ func TestComposeSmoke(t *testing.T) {
 	}
 	// A prompt longer than the decode worker's threshold crosses containers: the
 	// prefill worker computes its KV cache and ships it to the decode worker.
-	long := strings.Repeat("The prefill container ships the KV cache to the decode container. ", 120)
+	long := strings.Repeat("The prefill container ships the KV cache to the decode container. ", 20)
 	eventually(t, time.Minute, "a long prompt is prefilled remotely", func() bool {
 		_, path, _ := c.streamChat(t, long, 4)
 		return path == "remote"
@@ -270,7 +270,7 @@ func (c *composeRun) streamChat(t *testing.T, content string, maxTokens int) (wo
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	body, _ := json.Marshal(composeChatRequest{
-		Model: "tandem-tiny", MaxTokens: maxTokens, Stream: true,
+		Model: "stories260K", MaxTokens: maxTokens, Stream: true,
 		Messages: []composeMessage{{Role: "user", Content: content}},
 	})
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+c.frontend+"/v1/chat/completions", bytes.NewReader(body))

@@ -25,17 +25,19 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 		eventually(t, 30*time.Second, name+" passing in Consul", func() bool { return len(passing(t, a, name)) == 1 })
 	}
 	d := passing(t, a, "tandem-decode")[0].Service
-	if d.ID != "decode-c1" || d.Meta["mode"] != "decode" || d.Meta["engine"] != "native" || d.Meta["model"] != "tiny" ||
+	if d.ID != "decode-c1" || d.Meta["mode"] != "decode" || d.Meta["engine"] != "native" || d.Meta["model"] != "tandem-tiny" ||
 		d.Meta["block_size"] != "16" || d.Meta["kv_blocks"] == "" || d.Meta["version"] == "" {
 		t.Errorf("tandem-decode registered as %s with meta %v", d.ID, d.Meta)
 	}
 	if p := passing(t, a, "tandem-prefill")[0].Service; p.Meta["mode"] != "prefill" || p.Meta["kv_transfer_port"] == "" {
 		t.Errorf("tandem-prefill registered with meta %v, want its mode and KV transfer port", p.Meta)
 	}
-	for _, name := range []string{"tandem-router", "tandem-frontend"} {
-		if m := passing(t, a, name)[0].Service.Meta; m["version"] == "" || m["block_size"] != "16" {
-			t.Errorf("%s registered with meta %v, want its version and block size", name, m)
-		}
+	if m := passing(t, a, "tandem-router")[0].Service.Meta; m["version"] == "" || m["block_size"] != "16" {
+		t.Errorf("tandem-router registered with meta %v, want its version and block size", m)
+	}
+	// The frontend's model, and so its block size, come from the workers' cards.
+	if m := passing(t, a, "tandem-frontend")[0].Service.Meta; m["version"] == "" {
+		t.Errorf("tandem-frontend registered with meta %v, want its version", m)
 	}
 	waitHealthy(t, fe.addr)
 	long := strings.Repeat("Disaggregation ships the KV cache between workers. ", 10)

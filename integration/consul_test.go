@@ -149,12 +149,13 @@ func passing(t *testing.T, a *consulAgent, service string) []*api.ServiceEntry {
 	return entries
 }
 
-// chat posts a short chat and returns the decode worker and prefill path it took.
+// chat posts a short chat, to whichever model is served, and returns the decode
+// worker and prefill path it took.
 func chat(t *testing.T, frontend, content string) (decodeWorker, path string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	body := `{"model":"tandem-tiny","max_tokens":4,"messages":[{"role":"user","content":"` + content + `"}]}`
+	body := `{"max_tokens":4,"messages":[{"role":"user","content":"` + content + `"}]}`
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+frontend+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

@@ -25,7 +25,7 @@ type chatResult struct {
 }
 
 func chatFull(ctx context.Context, fe, content string, maxTokens int) chatResult {
-	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":%d,"temperature":0,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	body := fmt.Sprintf(`{"max_tokens":%d,"temperature":0,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -84,7 +84,7 @@ type streamedChat struct {
 }
 
 func chatStreamed(ctx context.Context, fe, content string, maxTokens int) streamedChat {
-	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	body := fmt.Sprintf(`{"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -247,7 +247,7 @@ func TestDecodeKilled(t *testing.T) {
 	ends := make(chan streamEnd, 8)
 	for i := range 4 {
 		go func() {
-			body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":3000,"stream":true,"messages":[{"role":"user","content":"story %d"}]}`, i)
+			body := fmt.Sprintf(`{"max_tokens":3000,"stream":true,"messages":[{"role":"user","content":"story %d"}]}`, i)
 			req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -357,7 +357,8 @@ func scrape(addr string) metricsText {
 	var out []byte
 	for try := 0; try < 20; try++ {
 		var err error
-		if out, err = exec.Command("curl", "-s", "--max-time", "5", "http://"+addr+"/metrics").Output(); err == nil && strings.Contains(string(out), "tandem_") {
+		if out, err = exec.Command("curl", "-s", "--max-time", "5", "http://"+addr+"/metrics").Output(); err == nil && strings.Contains(string(out),
+			"tandem_") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -423,7 +424,7 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 		{"remote prefill", longPrompt(7, 200), "remote"},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
-		body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":%q}]}`, tc.content)
+		body := fmt.Sprintf(`{"max_tokens":1000,"stream":true,"messages":[{"role":"user","content":%q}]}`, tc.content)
 		req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -512,7 +513,8 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 		}
 		cancel()
 		if r := <-res; r.err == nil || r.done || r.status != 0 {
-			t.Errorf("%s: the cancelled client saw status %d, [DONE] %v, %q (err %v): the request was not cut before its answer", tc.name, r.status, r.done, r.text, r.err)
+			t.Errorf("%s: the cancelled client saw status %d, [DONE] %v, %q (err %v): the request was not cut before its answer", tc.name, r.status,
+				r.done, r.text, r.err)
 		}
 		bothFree(tc.name)
 		eventually(t, 10*time.Second, tc.name+": the prefill worker ends the abandoned prefill", func() bool {

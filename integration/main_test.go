@@ -47,13 +47,20 @@ type proc struct {
 	routerAddr chan string
 }
 
-// startUp runs `tandem up` with args and waits for its "ready: URL" line.
+// startUp runs `tandem up` with args on the suite's fixture model and waits for
+// its "ready: URL" line.
 func startUp(t *testing.T, args ...string) (*proc, string) {
+	t.Helper()
+	return startUpWith(t, []string{fixtureModel}, args...)
+}
+
+// startUpWith is startUp with env added to the environment instead of the fixture.
+func startUpWith(t *testing.T, env []string, args ...string) (*proc, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, tandemBin, append([]string{"up", "--http-addr", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), "TANDEM_LOG_LEVEL=warn")
+	cmd.Env = append(append(os.Environ(), "TANDEM_LOG_LEVEL=warn"), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,14 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 )
+
+// fixtureModel is the workers' model unless a test names one (a flag wins over the
+// environment): the random-weight tiny, whose cl100k token counts and KV sizes
+// (a full 1 MiB chunk from a few hundred tokens) the suite's thresholds and faults
+// are written against. TestDefaultModel* serve the default, stories260K.
+const fixtureModel = "TANDEM_MODEL=tiny"
 
 // startService runs one tandem service as its own process and returns the address
 // it logged as listening on.
@@ -50,7 +56,7 @@ func runService(t *testing.T, args ...string) *service {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	cmd := exec.CommandContext(ctx, tandemBin, args...)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), fixtureModel)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +131,7 @@ func listServices(t *testing.T, url string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rs := grpcreflect.NewClient(h2ctest.Client(t), url, connect.WithGRPC()).NewStream(ctx)
+	rs := grpcreflect.NewClient(rpctest.Client(t), url, connect.WithGRPC()).NewStream(ctx)
 	defer rs.Close()
 	names, err := rs.ListServices()
 	if err != nil {
@@ -163,7 +169,8 @@ func TestSeparateProcesses(t *testing.T) {
 
 	// tandem route explains a decision without running the request.
 	out, err := exec.Command(tandemBin, "route", "--router", rtr, "--explain", "Where would this go?").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "decode worker: decode-a") || !strings.Contains(string(out), "prefill #1: prefill-a") || !strings.Contains(string(out), "class all") {
+	if err != nil || !strings.Contains(string(out), "decode worker: decode-a") || !strings.Contains(string(out),
+		"prefill #1: prefill-a") || !strings.Contains(string(out), "class all") {
 		t.Errorf("tandem route: %v\n%s", err, out)
 	}
 

@@ -13,7 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 )
@@ -74,7 +74,7 @@ func TestUpStreamedChat(t *testing.T) {
 	if err != nil || len(models.Msg.GetModels()) != 1 || models.Msg.GetModels()[0].GetId() != "tandem-tiny" {
 		t.Errorf("ListModels over Connect = %v, %v", models, err)
 	}
-	rs := grpcreflect.NewClient(h2ctest.Client(t), url, connect.WithGRPC()).NewStream(ctx)
+	rs := grpcreflect.NewClient(rpctest.Client(t), url, connect.WithGRPC()).NewStream(ctx)
 	names, err := rs.ListServices()
 	_, _ = rs.Close()
 	if err != nil {

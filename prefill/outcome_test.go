@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
@@ -59,7 +59,7 @@ func TestOutcomes(t *testing.T) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-		return prefillv1connect.NewPrefillServiceClient(h2ctest.Client(t), h2ctest.NewServer(t, mux).URL, connect.WithGRPC()), reg
+		return prefillv1connect.NewPrefillServiceClient(rpctest.Client(t), rpctest.NewServer(t, mux).URL, connect.WithGRPC()), reg
 	}
 	call := func(ctx context.Context, c prefillv1connect.PrefillServiceClient) error {
 		s, err := c.Prefill(ctx, connect.NewRequest(&prefillv1.PrefillRequest{RequestId: "r", PromptTokenIds: prompt(100, 7)}))
@@ -81,7 +81,7 @@ func TestOutcomes(t *testing.T) {
 	}
 
 	c, reg := serve(newEngine(t))
-	if err := call(testContext(t), c); err != nil {
+	if err := call(rpctest.Context(t), c); err != nil {
 		t.Fatal(err)
 	}
 	if got := waitFor(reg, "ok"); got["ok"] != 1 || len(got) != 1 {
@@ -90,7 +90,7 @@ func TestOutcomes(t *testing.T) {
 
 	held := heldPrefill{Engine: newEngine(t), began: make(chan struct{}, 2)}
 	c, reg = serve(held)
-	ctx, cancel := context.WithCancel(testContext(t))
+	ctx, cancel := context.WithCancel(rpctest.Context(t))
 	errc := make(chan error, 1)
 	go func() { errc <- call(ctx, c) }()
 	<-held.began
@@ -100,7 +100,7 @@ func TestOutcomes(t *testing.T) {
 		t.Errorf("caller gone mid-prefill: outcomes %v, want cancelled 1", got)
 	}
 
-	ctx, cancel = context.WithTimeout(testContext(t), 300*time.Millisecond)
+	ctx, cancel = context.WithTimeout(rpctest.Context(t), 300*time.Millisecond)
 	defer cancel()
 	if err := call(ctx, c); connect.CodeOf(err) != connect.CodeDeadlineExceeded {
 		t.Errorf("caller's deadline ran out: %v, want DeadlineExceeded", err)

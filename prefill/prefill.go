@@ -1,27 +1,24 @@
-// Package prefill serves remote prefill: it runs a prompt on the engine and streams
-// the KV cache out as a header, CRC-checked chunks of whole blocks, and a trailer.
+// Package prefill serves remote prefill: it admits a prompt, runs it on the engine
+// and hands its KV to the decode worker that asked (package handoff).
 package prefill
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/errcode"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
-	"github.com/tandem-serve/tandem/wire"
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Config bounds what one prefill may hold.
 type Config struct {
@@ -36,6 +33,13 @@ type Config struct {
 	// (0: unbounded). Past it a request is refused at once with ResourceExhausted,
 	// so the decode worker prefills locally instead of waiting in a long queue.
 	MaxQueuedTokens int
+}
+
+// DefaultConfig is the prefill service's config unless the worker says otherwise:
+// 1 MiB chunks (docs/BENCHMARKS.md, "KV handoff throughput") and a 30 s lease. The
+// caller sets WorkerID and the limits.
+func DefaultConfig() Config {
+	return Config{ChunkBytes: 1 << 20, MaxLease: 30 * time.Second}
 }
 
 // Validate checks the config.
@@ -85,7 +89,8 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_token_ids: empty"))
 	}
 	if s.cfg.MaxPromptTokens > 0 && len(m.GetPromptTokenIds()) > s.cfg.MaxPromptTokens {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids: %d tokens, more than the %d this worker accepts", len(m.GetPromptTokenIds()), s.cfg.MaxPromptTokens))
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids: %d tokens, more than the %d this worker accepts",
+			len(m.GetPromptTokenIds()), s.cfg.MaxPromptTokens))
 	}
 	lease := s.cfg.MaxLease
 	if l := m.GetLease().AsDuration(); l > 0 && l < lease {
@@ -113,102 +118,43 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		s.metrics.requests.WithLabelValues(outcome).Inc()
 	}
 	start := time.Now()
-	exp, err := s.eng.Prefill(ctx, engine.Request{
-		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: wire.Sampling(m.GetSampling()), MaxTokens: 1,
-	})
+	exp, err := s.eng.Prefill(ctx, handoff.EngineRequest(m))
 	s.queued.Add(-tokens)
 	if err != nil {
 		failed("prefill_error")
-		return wire.Error(err)
+		return errcode.Error(err)
 	}
 	defer exp.Release()
 	s.metrics.queue.Observe(exp.QueueTime().Seconds())
 	s.metrics.compute.Observe(exp.PrefillTime().Seconds())
 
-	layout := s.eng.Info().Layout
-	n := exp.NumBlocks()
-	skip := int(m.GetSkipBlocks())
-	if skip >= n {
-		// The receiver holds every block but must still import at least the last one,
-		// whose tail it is missing.
-		skip = n - 1
-	}
-	// A stalled receiver must not pin KV forever: when the lease runs out the blocks
-	// are released at once. The send itself cannot be abandoned (the handler may not
-	// return while a Send is in progress), so it is waited for: it ends when the
-	// receiver reads or its connection goes.
-	leaseTimer := time.NewTimer(lease)
-	defer leaseTimer.Stop()
-	expired := false
-	send := func(r *prefillv1.PrefillResponse) error {
-		if expired {
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("receiver stalled past the %s lease", lease))
-		}
-		errc := make(chan error, 1)
-		go func() { errc <- sendMsg(r) }()
-		select {
-		case err := <-errc:
-			return err
-		case <-leaseTimer.C:
-			expired = true
-			exp.Release()
-			s.metrics.requests.WithLabelValues("lease_expired").Inc()
-			s.log.WarnContext(ctx, "lease expired; KV released", "request_id", m.GetRequestId(), "lease", lease)
-			<-errc
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("receiver stalled past the %s lease", lease))
-		}
-	}
-	err = send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Header{Header: &prefillv1.Header{
-		RequestId: m.GetRequestId(), FirstToken: exp.FirstToken(), PromptTokens: uint32(len(m.GetPromptTokenIds())),
-		BlockSize: uint32(layout.BlockSize), Layout: wire.LayoutProto(layout), NumBlocks: uint32(n),
-		SkippedBlocks: uint32(skip), PrefillCachedBlocks: uint32(exp.CachedBlocks()), WorkerId: s.cfg.WorkerID,
-	}}})
-	if err != nil {
-		if !expired {
-			failed("send_error")
-		}
-		return err
-	}
-	per := max(1, s.cfg.ChunkBytes/max(1, layout.BlockBytes))
-	sendStart := time.Now()
-	var sentBlocks, sentBytes int
-	buf := make([]byte, 0, per*layout.BlockBytes)
-	for first := skip; first < n; first += per {
-		count := min(per, n-first)
-		buf = buf[:0]
-		for i := first; i < first+count; i++ {
-			if buf, err = exp.AppendBlock(buf, i); err != nil {
-				failed("read_error")
-				return connect.NewError(connect.CodeInternal, fmt.Errorf("read block %d: %w", i, err))
-			}
-		}
-		chunk := &prefillv1.Chunk{FirstBlock: uint32(first), BlockCount: uint32(count), Data: buf, Crc32C: crc32.Checksum(buf, castagnoli)}
-		if err := send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Chunk{Chunk: chunk}}); err != nil {
-			if !expired { // an expired lease was counted as such
-				failed("send_error")
-			}
+	sender := handoff.Sender{ChunkBytes: s.cfg.ChunkBytes, Lease: lease, LeaseExpired: func() {
+		s.metrics.requests.WithLabelValues(handoff.OutcomeLeaseExpired).Inc()
+		s.log.WarnContext(ctx, "lease expired; KV released", "request_id", m.GetRequestId(), "lease", lease)
+	}}
+	sent, err := sender.Send(exp, handoff.Meta{
+		RequestID: m.GetRequestId(), WorkerID: s.cfg.WorkerID, PromptTokens: len(m.GetPromptTokenIds()),
+		Layout: s.eng.Info().Layout, SkipBlocks: int(m.GetSkipBlocks()),
+	}, func(r *prefillv1.PrefillResponse) error {
+		if err := sendMsg(r); err != nil {
 			return err
 		}
-		sentBlocks += count
-		sentBytes += len(buf)
 		// Per chunk, so that a long handoff shows on a dashboard while it runs.
-		s.metrics.bytes.WithLabelValues(port).Add(float64(len(buf)))
-	}
-	transfer := time.Since(sendStart)
-	// The decode worker needs the trailer to use the KV: only once it is sent is
-	// the prefill done.
-	if err := send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
-		BlocksSent: uint32(sentBlocks), BytesSent: uint64(sentBytes), PrefillTime: durationpb.New(exp.PrefillTime()),
-		QueueTime: durationpb.New(exp.QueueTime()), TransferTime: durationpb.New(transfer),
-	}}}); err != nil {
-		if !expired {
-			failed("send_error")
+		if c := r.GetChunk(); c != nil {
+			s.metrics.bytes.WithLabelValues(port).Add(float64(len(c.GetData())))
 		}
-		return err
+		return nil
+	})
+	if se := (*handoff.SendError)(nil); errors.As(err, &se) {
+		if se.Outcome != handoff.OutcomeLeaseExpired { // counted when it expired
+			failed(se.Outcome)
+		}
+		return se.Err
 	}
 	s.metrics.requests.WithLabelValues("ok").Inc()
 	s.log.InfoContext(ctx, "prefill sent", "request_id", m.GetRequestId(), "prompt_tokens", len(m.GetPromptTokenIds()),
-		"blocks", sentBlocks, "skipped", skip, "bytes", sentBytes, "port", port, "prefill", exp.PrefillTime(), "transfer", transfer, "total", time.Since(start))
+		"blocks", sent.Blocks, "skipped", sent.Skipped, "bytes", sent.Bytes, "port", port, "prefill", exp.PrefillTime(),
+		"transfer", sent.Transfer, "total", time.Since(start))
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package prefill_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -17,42 +16,23 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
-	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
-	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
-	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 const prefillWorkerID = "prefill-test-1"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-type prefillFunc func(ctx context.Context, req *prefillv1.PrefillRequest) ([]*prefillv1.PrefillResponse, error)
-
-type client struct {
-	name    string
-	prefill prefillFunc
-}
-
-func codeOf(err error) connect.Code {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return ce.Code()
-	}
-	if s, ok := status.FromError(err); ok {
-		return connect.Code(s.Code())
-	}
-	return connect.CodeUnknown
-}
+// client is one way to call Prefill: its whole stream, or the error it ended with.
+type client = rpctest.Call[prefillv1.PrefillRequest, prefillv1.PrefillResponse]
 
 func newEngine(t *testing.T) *sim.Engine {
 	t.Helper()
@@ -82,46 +62,11 @@ func startPrefill(t *testing.T) ([]client, *sim.Engine) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	cc := prefillv1connect.NewPrefillServiceClient(h2ctest.Client(t), srv.URL)
-	gc := prefillv1.NewPrefillServiceClient(h2ctest.GRPCConn(t, srv))
-	return []client{
-		{name: "connect", prefill: func(ctx context.Context, req *prefillv1.PrefillRequest) ([]*prefillv1.PrefillResponse, error) {
-			stream, err := cc.Prefill(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			defer stream.Close()
-			var out []*prefillv1.PrefillResponse
-			for stream.Receive() {
-				out = append(out, stream.Msg())
-			}
-			return out, stream.Err()
-		}},
-		{name: "grpc", prefill: grpcPrefill(gc)},
-		// The KV transfer port's face: the same service on a grpc-go server.
-		{name: "grpc-server", prefill: grpcPrefill(prefillv1.NewPrefillServiceClient(grpcServe(t, svc)))},
-	}, eng
-}
-
-func grpcPrefill(gc prefillv1.PrefillServiceClient) prefillFunc {
-	return func(ctx context.Context, req *prefillv1.PrefillRequest) ([]*prefillv1.PrefillResponse, error) {
-		stream, err := gc.Prefill(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		var out []*prefillv1.PrefillResponse
-		for {
-			msg, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			if err != nil {
-				return out, err
-			}
-			out = append(out, msg)
-		}
-	}
+	clients := rpctest.ServeStream[prefillv1.PrefillRequest, prefillv1.PrefillResponse](t, mux, prefillv1connect.PrefillServicePrefillProcedure)
+	// The KV transfer port's face: the same service on a grpc-go server.
+	clients = append(clients, rpctest.GRPCCall[prefillv1.PrefillRequest, prefillv1.PrefillResponse](
+		"grpc-server", grpcServe(t, svc), prefillv1connect.PrefillServicePrefillProcedure))
+	return clients, eng
 }
 
 // grpcServe serves svc.GRPC() on a grpc-go server over loopback and returns a
@@ -136,47 +81,33 @@ func grpcServe(t *testing.T, svc *prefill.Service) *grpc.ClientConn {
 	prefillv1.RegisterPrefillServiceServer(gs, svc.GRPC())
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
-	return h2ctest.Dial(t, ln.Addr().String())
+	return rpctest.Dial(t, ln.Addr().String())
 }
 
-// localGenerate runs the same prompt through the decode service (over Connect) on
-// its own sim engine: the local path the remote one must agree with.
+// localGenerate runs the same prompt on a sim engine of its own: the local path
+// the remote one must agree with.
 func localGenerate(t *testing.T, prompt []uint32, s *workerv1.SamplingParams, maxTokens uint32) []uint32 {
 	t.Helper()
-	svc, err := decode.New(decode.Config{
-		WorkerID: "decode-local", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
-		Params:            decode.Params{Policy: decode.PolicyAlwaysLocal},
-		MinRemoteDeadline: time.Second, MaxRemoteDeadline: time.Second,
-	}, newEngine(t), nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	stream, err := decodev1connect.NewDecodeServiceClient(h2ctest.Client(t), srv.URL).Generate(testContext(t),
-		connect.NewRequest(&decodev1.GenerateRequest{PromptTokenIds: prompt, Sampling: s, MaxTokens: maxTokens}))
+	stream, err := newEngine(t).Generate(rpctest.Context(t), engine.Request{Prompt: prompt, Sampling: handoff.Sampling(s), MaxTokens: int(maxTokens)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stream.Close()
 	var toks []uint32
-	for stream.Receive() {
-		toks = append(toks, stream.Msg().GetTokenIds()...)
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
+	for {
+		tok, err := stream.Next(rpctest.Context(t))
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, tok)
 	}
 	if len(toks) != int(maxTokens) {
 		t.Fatalf("local Generate gave %d tokens, want %d", len(toks), maxTokens)
 	}
 	return toks
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func prompt(n int, base uint32) []uint32 {
@@ -268,8 +199,8 @@ func TestPrefillStreamFraming(t *testing.T) {
 	clients, eng := startPrefill(t)
 	for _, c := range clients {
 		for _, n := range []int{1, 16, 17, 100, 160} {
-			t.Run(fmt.Sprintf("%s/%d_tokens", c.name, n), func(t *testing.T) {
-				msgs, err := c.prefill(testContext(t), &prefillv1.PrefillRequest{RequestId: "p1", PromptTokenIds: prompt(n, 1)})
+			t.Run(fmt.Sprintf("%s/%d_tokens", c.Name, n), func(t *testing.T) {
+				msgs, err := c.Do(rpctest.Context(t), &prefillv1.PrefillRequest{RequestId: "p1", PromptTokenIds: prompt(n, 1)})
 				if err != nil {
 					t.Fatalf("Prefill of %d tokens: %v", n, err)
 				}
@@ -280,7 +211,7 @@ func TestPrefillStreamFraming(t *testing.T) {
 				if p.header.GetRequestId() != "p1" {
 					t.Errorf("request_id %q, want p1", p.header.GetRequestId())
 				}
-				if got, want := wire.Layout(p.header.GetLayout()), eng.Info().Layout; got != want {
+				if got, want := handoff.Layout(p.header.GetLayout()), eng.Info().Layout; got != want {
 					t.Errorf("layout %+v, engine has %+v", got, want)
 				}
 			})
@@ -297,8 +228,8 @@ func TestPrefillSkipBlocks(t *testing.T) {
 	const n = 100 // 7 blocks of 16
 	for _, c := range clients {
 		for _, tc := range []struct{ skip, want uint32 }{{0, 0}, {1, 1}, {4, 4}, {6, 6}, {7, 6}, {50, 6}} {
-			t.Run(fmt.Sprintf("%s/skip_%d", c.name, tc.skip), func(t *testing.T) {
-				msgs, err := c.prefill(testContext(t), &prefillv1.PrefillRequest{PromptTokenIds: prompt(n, 2), SkipBlocks: tc.skip})
+			t.Run(fmt.Sprintf("%s/skip_%d", c.Name, tc.skip), func(t *testing.T) {
+				msgs, err := c.Do(rpctest.Context(t), &prefillv1.PrefillRequest{PromptTokenIds: prompt(n, 2), SkipBlocks: tc.skip})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -314,11 +245,11 @@ func TestPrefillSkipBlocks(t *testing.T) {
 		}
 	}
 	// Skipped blocks change nothing about the blocks that are sent.
-	full, err := clients[0].prefill(testContext(t), &prefillv1.PrefillRequest{PromptTokenIds: prompt(n, 2)})
+	full, err := clients[0].Do(rpctest.Context(t), &prefillv1.PrefillRequest{PromptTokenIds: prompt(n, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	part, err := clients[1].prefill(testContext(t), &prefillv1.PrefillRequest{PromptTokenIds: prompt(n, 2), SkipBlocks: 3})
+	part, err := clients[1].Do(rpctest.Context(t), &prefillv1.PrefillRequest{PromptTokenIds: prompt(n, 2), SkipBlocks: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,10 +286,10 @@ func TestPrefillMatchesLocal(t *testing.T) {
 	const maxTokens = 8
 	for _, c := range clients {
 		for name, s := range samplings {
-			t.Run(c.name+"/"+name, func(t *testing.T) {
+			t.Run(c.Name+"/"+name, func(t *testing.T) {
 				p := prompt(70, 4)
 				local := localGenerate(t, p, s, maxTokens)
-				msgs, err := c.prefill(testContext(t), &prefillv1.PrefillRequest{PromptTokenIds: p, Sampling: s})
+				msgs, err := c.Do(rpctest.Context(t), &prefillv1.PrefillRequest{PromptTokenIds: p, Sampling: s})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -368,10 +299,10 @@ func TestPrefillMatchesLocal(t *testing.T) {
 				}
 
 				dst := newEngine(t)
-				req := engine.Request{Prompt: p, Sampling: wire.Sampling(s), MaxTokens: maxTokens}
-				imp, err := dst.Import(testContext(t), req, engine.ImportSpec{
+				req := engine.Request{Prompt: p, Sampling: handoff.Sampling(s), MaxTokens: maxTokens}
+				imp, err := dst.Import(rpctest.Context(t), req, engine.ImportSpec{
 					FirstToken: pr.header.GetFirstToken(), NumBlocks: int(pr.header.GetNumBlocks()),
-					SkipBlocks: int(pr.header.GetSkippedBlocks()), Layout: wire.Layout(pr.header.GetLayout()),
+					SkipBlocks: int(pr.header.GetSkippedBlocks()), Layout: handoff.Layout(pr.header.GetLayout()),
 				})
 				if err != nil {
 					t.Fatalf("Import: %v", err)
@@ -382,14 +313,14 @@ func TestPrefillMatchesLocal(t *testing.T) {
 						t.Fatalf("WriteBlock(%d): %v", i, err)
 					}
 				}
-				stream, err := imp.Commit(testContext(t))
+				stream, err := imp.Commit(rpctest.Context(t))
 				if err != nil {
 					t.Fatalf("Commit: %v", err)
 				}
 				t.Cleanup(stream.Close)
 				var remote []uint32
 				for {
-					tok, err := stream.Next(testContext(t))
+					tok, err := stream.Next(rpctest.Context(t))
 					if errors.Is(err, io.EOF) {
 						break
 					}
@@ -412,17 +343,17 @@ func TestPrefillMatchesLocal(t *testing.T) {
 func TestPrefillCorruptBlockRejected(t *testing.T) {
 	clients, _ := startPrefill(t)
 	for _, c := range clients {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.Name, func(t *testing.T) {
 			p := prompt(50, 8)
-			msgs, err := c.prefill(testContext(t), &prefillv1.PrefillRequest{PromptTokenIds: p})
+			msgs, err := c.Do(rpctest.Context(t), &prefillv1.PrefillRequest{PromptTokenIds: p})
 			if err != nil {
 				t.Fatal(err)
 			}
 			pr := check(t, msgs, len(p))
 			blocks := blockData(pr)
 			dst := newEngine(t)
-			imp, err := dst.Import(testContext(t), engine.Request{Prompt: p, MaxTokens: 4}, engine.ImportSpec{
-				FirstToken: pr.header.GetFirstToken(), NumBlocks: len(blocks), Layout: wire.Layout(pr.header.GetLayout()),
+			imp, err := dst.Import(rpctest.Context(t), engine.Request{Prompt: p, MaxTokens: 4}, engine.ImportSpec{
+				FirstToken: pr.header.GetFirstToken(), NumBlocks: len(blocks), Layout: handoff.Layout(pr.header.GetLayout()),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -450,7 +381,7 @@ func TestPrefillCorruptBlockRejected(t *testing.T) {
 				}
 			}
 			// Block 1 never arrived intact, so decoding must not start.
-			if _, err := imp.Commit(testContext(t)); !errors.Is(err, engine.ErrBadBlock) {
+			if _, err := imp.Commit(rpctest.Context(t)); !errors.Is(err, engine.ErrBadBlock) {
 				t.Fatalf("Commit without block 1: %v, want ErrBadBlock", err)
 			}
 		})
@@ -464,9 +395,9 @@ func TestPrefillInvalidArgument(t *testing.T) {
 			"empty prompt":   {},
 			"over the limit": {PromptTokenIds: prompt(4097, 0)},
 		} {
-			t.Run(c.name+"/"+name, func(t *testing.T) {
-				msgs, err := c.prefill(testContext(t), req)
-				if codeOf(err) != connect.CodeInvalidArgument {
+			t.Run(c.Name+"/"+name, func(t *testing.T) {
+				msgs, err := c.Do(rpctest.Context(t), req)
+				if rpctest.Code(err) != connect.CodeInvalidArgument {
 					t.Fatalf("got %d messages and error %v, want invalid_argument", len(msgs), err)
 				}
 				if !strings.Contains(err.Error(), "prompt_token_ids") {

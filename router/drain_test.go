@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
@@ -34,10 +35,10 @@ func TestRouteSkipsDrainingWorkers(t *testing.T) {
 			t.Errorf("draining prefill worker still ranked: %v", resp.GetPrefillWorkers())
 		}
 		drain(t, r, decodeB, true)
-		if _, err := c.route(testContext(t), &routerv1.RouteRequest{PromptTokens: 8}); codeOf(err) != connect.CodeUnavailable {
+		if _, err := c.route(rpctest.Context(t), &routerv1.RouteRequest{PromptTokens: 8}); rpctest.Code(err) != connect.CodeUnavailable {
 			t.Fatalf("every decode worker draining: %v, want unavailable", err)
 		}
-		lw, err := r.ListWorkers(testContext(t), connect.NewRequest(&routerv1.ListWorkersRequest{}))
+		lw, err := r.ListWorkers(rpctest.Context(t), connect.NewRequest(&routerv1.ListWorkersRequest{}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -112,7 +112,8 @@ func TestGatingClasses(t *testing.T) {
 	}
 	resp := routeTokens(t, r, long)
 	if e := resp.GetExplanation(); e.GetEffectiveTokens() != 200 || e.GetGateClass() != "local" || resp.GetDecodeWorker().GetId() != "cond" {
-		t.Fatalf("cached long prompt: effective %d class %s worker %s, want 200 local cond", e.GetEffectiveTokens(), e.GetGateClass(), resp.GetDecodeWorker().GetId())
+		t.Fatalf("cached long prompt: effective %d class %s worker %s, want 200 local cond", e.GetEffectiveTokens(), e.GetGateClass(),
+			resp.GetDecodeWorker().GetId())
 	}
 }
 
@@ -177,7 +178,8 @@ func TestIndexExactAfterRestart(t *testing.T) {
 	if resp := routeTokens(t, r, old); resp.GetDecodeCachedBlocks() != 0 {
 		t.Fatalf("restarted worker still credited with %d cached blocks", resp.GetDecodeCachedBlocks())
 	}
-	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "2", Load: &workerv1.Load{}, Snapshot: &workerv1.Snapshot{LastEventId: 7, BlockHashes: kvcache.HashBlocks(fresh, 16)}}); err != nil {
+	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "2", Load: &workerv1.Load{}, Snapshot: &workerv1.Snapshot{LastEventId: 7,
+		BlockHashes: kvcache.HashBlocks(fresh, 16)}}); err != nil {
 		t.Fatal(err)
 	}
 	if resp := routeTokens(t, r, fresh); resp.GetDecodeWorker().GetId() != "a" || resp.GetDecodeCachedBlocks() != 10 {

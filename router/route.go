@@ -86,7 +86,8 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d, the workers use %d", b, bs))
 	}
 	if full := int(m.GetPromptTokens()) / bs; len(m.GetBlockHashes()) > full {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_hashes: %d hashes for %d prompt tokens (%d full blocks)", len(m.GetBlockHashes()), m.GetPromptTokens(), full))
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_hashes: %d hashes for %d prompt tokens (%d full blocks)",
+			len(m.GetBlockHashes()), m.GetPromptTokens(), full))
 	}
 	promptBlocks := (int(m.GetPromptTokens()) + bs - 1) / bs
 

@@ -2,18 +2,15 @@ package router_test
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/status"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -50,17 +47,6 @@ type client struct {
 	route routeFunc
 }
 
-func codeOf(err error) connect.Code {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return ce.Code()
-	}
-	if s, ok := status.FromError(err); ok {
-		return connect.Code(s.Code())
-	}
-	return connect.CodeUnknown
-}
-
 // start serves a router over ws and calls fn once with a Connect client and once
 // with a gRPC client, each against a router of its own.
 func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Router, c client)) {
@@ -76,7 +62,7 @@ func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Rou
 			}
 			mux := http.NewServeMux()
 			mux.Handle(routerv1connect.NewRouterServiceHandler(r))
-			srv := h2ctest.NewServer(t, mux)
+			srv := rpctest.NewServer(t, mux)
 			c := client{name: kind}
 			switch kind {
 			case "connect":
@@ -92,7 +78,7 @@ func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Rou
 					return resp.Msg, nil
 				}
 			case "grpc":
-				gc := routerv1.NewRouterServiceClient(h2ctest.GRPCConn(t, srv))
+				gc := routerv1.NewRouterServiceClient(rpctest.GRPCConn(t, srv))
 				c.route = func(ctx context.Context, req *routerv1.RouteRequest) (*routerv1.RouteResponse, error) {
 					return gc.Route(ctx, req)
 				}
@@ -102,15 +88,9 @@ func start(t *testing.T, ws []router.Worker, fn func(t *testing.T, r *router.Rou
 	}
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func mustRoute(t *testing.T, c client, req *routerv1.RouteRequest) *routerv1.RouteResponse {
 	t.Helper()
-	resp, err := c.route(testContext(t), req)
+	resp, err := c.route(rpctest.Context(t), req)
 	if err != nil {
 		t.Fatalf("Route: %v", err)
 	}
@@ -192,8 +172,8 @@ func TestRouteExclude(t *testing.T) {
 		if len(resp.GetPrefillWorkers()) != 0 {
 			t.Errorf("excluded prefill worker still ranked: %v", resp.GetPrefillWorkers())
 		}
-		_, err := c.route(testContext(t), &routerv1.RouteRequest{PromptTokens: 8, ExcludeWorkerIds: []string{decodeA.ID, decodeB.ID}})
-		if codeOf(err) != connect.CodeUnavailable {
+		_, err := c.route(rpctest.Context(t), &routerv1.RouteRequest{PromptTokens: 8, ExcludeWorkerIds: []string{decodeA.ID, decodeB.ID}})
+		if rpctest.Code(err) != connect.CodeUnavailable {
 			t.Fatalf("every decode worker excluded: %v, want unavailable", err)
 		}
 	})
@@ -203,8 +183,8 @@ func TestRouteNoDecodeWorker(t *testing.T) {
 	for name, ws := range map[string][]router.Worker{"none": nil, "prefill only": {prefillP}} {
 		t.Run(name, func(t *testing.T) {
 			start(t, ws, func(t *testing.T, r *router.Router, c client) {
-				resp, err := c.route(testContext(t), &routerv1.RouteRequest{PromptTokens: 8})
-				if codeOf(err) != connect.CodeUnavailable {
+				resp, err := c.route(rpctest.Context(t), &routerv1.RouteRequest{PromptTokens: 8})
+				if rpctest.Code(err) != connect.CodeUnavailable {
 					t.Fatalf("got %v, %v; want unavailable", resp, err)
 				}
 			})
@@ -258,8 +238,8 @@ func TestRouteInvalidArgument(t *testing.T) {
 			{&routerv1.RouteRequest{}, "prompt_tokens"},
 			{&routerv1.RouteRequest{PromptTokens: 5, BlockSize: 32}, "block_size"},
 		} {
-			_, err := c.route(testContext(t), tc.req)
-			if codeOf(err) != connect.CodeInvalidArgument {
+			_, err := c.route(rpctest.Context(t), tc.req)
+			if rpctest.Code(err) != connect.CodeInvalidArgument {
 				t.Fatalf("%v: got %v, want invalid_argument", tc.req, err)
 			}
 			if !strings.Contains(err.Error(), tc.field) {

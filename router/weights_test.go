@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/router"
 )
@@ -32,8 +33,8 @@ func TestRouteSkipsWorkersOfOtherWeights(t *testing.T) {
 		if resp.GetDecodeWorker().GetId() != b.ID || len(resp.GetPrefillWorkers()) != 1 {
 			t.Fatalf("fp-2: %v", resp)
 		}
-		_, err := c.route(testContext(t), &routerv1.RouteRequest{PromptTokens: 40, ModelFingerprint: "fp-3"})
-		if codeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "fingerprint fp-3") {
+		_, err := c.route(rpctest.Context(t), &routerv1.RouteRequest{PromptTokens: 40, ModelFingerprint: "fp-3"})
+		if rpctest.Code(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "fingerprint fp-3") {
 			t.Fatalf("no worker of fp-3: %v", err)
 		}
 	})

@@ -62,8 +62,9 @@ fuzz ./tokenizer FuzzTokenizer
 fuzz ./tokenizer FuzzVocabRoundTrip
 fuzz ./tokenizer FuzzSplitters
 fuzz ./tokenizer FuzzHuggingFace
+fuzz ./handoff FuzzHandoff
+fuzz ./handoff FuzzParseChunk
 fuzz ./chattemplate FuzzRender
-fuzz ./decode FuzzRemotePrefillHandoff
-fuzz ./decode FuzzParseChunk
 fuzz ./services/consul FuzzOverlay
 fuzz ./gguf FuzzParse
+fuzz ./engine/quant FuzzMulAdd

@@ -8,7 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
 	"github.com/tandem-serve/tandem/worker"
@@ -32,9 +32,9 @@ func TestDrainIsPushedToSubscribers(t *testing.T) {
 	})
 	mux := http.NewServeMux()
 	mux.Handle(workerv1connect.NewWorkerServiceHandler(svc))
-	c := workerv1connect.NewWorkerServiceClient(h2ctest.Client(t), h2ctest.NewServer(t, mux).URL)
+	c := workerv1connect.NewWorkerServiceClient(rpctest.Client(t), rpctest.NewServer(t, mux).URL)
 
-	ctx := testContext(t)
+	ctx := rpctest.Context(t)
 	s, err := c.WatchEvents(ctx, connect.NewRequest(&workerv1.WatchEventsRequest{}))
 	if err != nil {
 		t.Fatal(err)

@@ -12,10 +12,10 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/kvcache"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
-	"github.com/tandem-serve/tandem/wire"
 )
 
 // Service implements WorkerService over one engine.
@@ -108,7 +108,7 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	info := s.eng.Info()
 	wi := &workerv1.WorkerInfo{
 		Id: s.id, Mode: s.mode, Model: info.Model, Engine: info.Engine,
-		Layout: wire.LayoutProto(info.Layout), TotalBlocks: uint32(info.TotalBlocks), Version: s.version,
+		Layout: handoff.LayoutProto(info.Layout), TotalBlocks: uint32(info.TotalBlocks), Version: s.version,
 		KvTransferPort: uint32(s.kvPort),
 	}
 	if s.policy != nil {
@@ -121,7 +121,7 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 }
 
 func (s *Service) Info(context.Context, *connect.Request[workerv1.InfoRequest]) (*connect.Response[workerv1.InfoResponse], error) {
-	return connect.NewResponse(&workerv1.InfoResponse{Info: s.WorkerInfo(), Load: wire.Load(s.eng.Stats())}), nil
+	return connect.NewResponse(&workerv1.InfoResponse{Info: s.WorkerInfo(), Load: loadProto(s.eng.Stats())}), nil
 }
 
 // Snapshotter is implemented by engines whose pool can list its cached blocks
@@ -133,7 +133,8 @@ type Snapshotter interface {
 // WatchEvents sends a snapshot when the subscriber holds nothing or has fallen out
 // of the event ring, then every event as it happens, with the load, and at least one
 // message per heartbeat.
-func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest], stream *connect.ServerStream[workerv1.WatchEventsResponse]) error {
+func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest],
+	stream *connect.ServerStream[workerv1.WatchEventsResponse]) error {
 	log := s.eng.Events()
 	after := req.Msg.GetAfterEventId()
 	needSnapshot := after == 0
@@ -152,7 +153,7 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 			msg.Events = append(msg.Events, eventProto(ev))
 			after = ev.ID
 		}
-		msg.Load = wire.Load(s.eng.Stats())
+		msg.Load = loadProto(s.eng.Stats())
 		var drainChanged <-chan struct{}
 		msg.Draining, drainChanged = s.drainState()
 		if err := stream.Send(msg); err != nil {
@@ -193,4 +194,13 @@ func eventProto(ev kvcache.Event) *workerv1.KVEvent {
 		p.Kind = &workerv1.KVEvent_Cleared{Cleared: &workerv1.AllBlocksCleared{}}
 	}
 	return p
+}
+
+// loadProto is the engine's load as the protos carry it.
+func loadProto(st engine.Stats) *workerv1.Load {
+	return &workerv1.Load{
+		RunningSequences: uint32(st.Running), WaitingSequences: uint32(st.Waiting),
+		WaitingTokens: uint64(st.WaitingTokens), FreeBlocks: uint32(st.FreeBlocks + st.CachedBlocks),
+		TotalBlocks: uint32(st.TotalBlocks), ActiveBlocks: uint32(st.ActiveBlocks),
+	}
 }

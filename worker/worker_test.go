@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/kvcache"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
@@ -77,9 +77,9 @@ func start(t *testing.T) (*sim.Engine, []client) {
 
 	mux := http.NewServeMux()
 	mux.Handle(workerv1connect.NewWorkerServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
-	cc := workerv1connect.NewWorkerServiceClient(h2ctest.Client(t), srv.URL)
-	gc := workerv1.NewWorkerServiceClient(h2ctest.GRPCConn(t, srv))
+	srv := rpctest.NewServer(t, mux)
+	cc := workerv1connect.NewWorkerServiceClient(rpctest.Client(t), srv.URL)
+	gc := workerv1.NewWorkerServiceClient(rpctest.GRPCConn(t, srv))
 
 	return eng, []client{
 		{
@@ -116,18 +116,12 @@ func start(t *testing.T) (*sim.Engine, []client) {
 	}
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestInfo(t *testing.T) {
 	eng, clients := start(t)
 	want := eng.Info()
 	for _, c := range clients {
 		t.Run(c.name, func(t *testing.T) {
-			resp, err := c.info(testContext(t))
+			resp, err := c.info(rpctest.Context(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +167,7 @@ func TestWatchEventsSnapshotHeartbeatAndEvents(t *testing.T) {
 	var lastID uint64
 	for _, c := range clients {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := c.watch(testContext(t), &workerv1.WatchEventsRequest{})
+			s, err := c.watch(rpctest.Context(t), &workerv1.WatchEventsRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -224,7 +218,7 @@ func TestWatchEventsSnapshotHeartbeatAndEvents(t *testing.T) {
 	b := eng.Events().Append(kvcache.Cleared, 0, nil)
 	for _, c := range clients {
 		t.Run(c.name+"/resume", func(t *testing.T) {
-			s, err := c.watch(testContext(t), &workerv1.WatchEventsRequest{AfterEventId: a - 1})
+			s, err := c.watch(rpctest.Context(t), &workerv1.WatchEventsRequest{AfterEventId: a - 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +237,7 @@ func TestWatchEventsSnapshotHeartbeatAndEvents(t *testing.T) {
 		})
 		t.Run(c.name+"/future_id", func(t *testing.T) {
 			// An id the log never issued (another incarnation's) needs a snapshot.
-			s, err := c.watch(testContext(t), &workerv1.WatchEventsRequest{AfterEventId: b + 1000})
+			s, err := c.watch(rpctest.Context(t), &workerv1.WatchEventsRequest{AfterEventId: b + 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -267,7 +261,7 @@ func TestWatchEventsAfterRingWrapped(t *testing.T) {
 	last := eng.Events().LastID()
 	for _, c := range clients {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := c.watch(testContext(t), &workerv1.WatchEventsRequest{AfterEventId: first})
+			s, err := c.watch(rpctest.Context(t), &workerv1.WatchEventsRequest{AfterEventId: first})
 			if err != nil {
 				t.Fatal(err)
 			}

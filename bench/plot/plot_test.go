@@ -62,7 +62,8 @@ func TestReportsForASweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ttft_cdf.png", "itl_cdf.png", "ttft_cdf_short.png", "itl_cdf_short.png", "ttft_cdf_long.png", "itl_cdf_long.png", "throughput.png", "goodput.png"}
+	want := []string{"ttft_cdf.png", "itl_cdf.png", "ttft_cdf_short.png", "itl_cdf_short.png", "ttft_cdf_long.png", "itl_cdf_long.png",
+		"throughput.png", "goodput.png"}
 	for _, w := range want {
 		if !slices.Contains(files, filepath.Join(dir, w)) {
 			t.Errorf("%s not written (wrote %v)", w, files)

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime/debug"
 
 	"github.com/tandem-serve/tandem/services"
 )
@@ -35,13 +34,6 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		return err
 	}
 	return services.ApplyEnv(fs, getenv)
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }
 
 func flagGiven(fs *flag.FlagSet, name string) bool {

@@ -12,6 +12,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tandem-serve/tandem/services/app"
+	"github.com/tandem-serve/tandem/services/process"
 )
 
 func main() {
@@ -40,19 +43,20 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"up", "run the frontend, the router and the workers in one process on loopback", runUp},
-		{"frontend", "run the frontend: OpenAI-compatible HTTP and the Connect/gRPC API", runFrontend},
-		{"router", "run the router", runRouter},
-		{"decode", "run a decode worker (conditional disaggregation, or --mode aggregated)", runDecode},
-		{"prefill", "run a prefill worker", runPrefill},
+		{"up", "run the frontend, the router and the workers in one process on loopback", role(app.Up, "up [flags]")},
+		{"frontend", "run the frontend: OpenAI-compatible HTTP and the Connect/gRPC API", role(app.Frontend, "frontend --router ADDR [flags]")},
+		{"router", "run the router", role(app.Router, "router --decode-workers A,B [--prefill-workers C,D] [flags]")},
+		{"decode", "run a decode worker (conditional disaggregation, or --mode aggregated)", role(app.Decode, "decode [flags]")},
+		{"prefill", "run a prefill worker", role(app.Prefill, "prefill [flags]")},
 		{"bench", "benchmark any OpenAI-compatible server: TTFT, TPOT, ITL, goodput; 'bench compare' runs the decode policies", runBench},
 		{"config", "get or set the runtime policy in Consul KV (tandem/config/router, tandem/config/decode)", runConfig},
 		{"drain", "take a worker out of rotation (health NOT_SERVING) without stopping it; --undo puts it back", runDrain},
 		{"route", "ask a router where a prompt would go and why (--explain)", runRoute},
 		{"workers", "list the workers a router can route to, with their mode and whether they drain", runWorkers},
 		{"health", "check a service's grpc.health.v1 status; exit 0 only when SERVING", runHealth},
+		{"tokenize", "print the token ids and pieces a model's tokenizer makes of a text", runTokenize},
 		{"version", "print the version", func(_ context.Context, _ []string, _ func(string) string, stdout, _ io.Writer) error {
-			_, err := fmt.Fprintln(stdout, version())
+			_, err := fmt.Fprintln(stdout, process.Version())
 			return err
 		}},
 	}

@@ -179,6 +179,9 @@ func (e *Engine) validate(req engine.Request) error {
 			return fmt.Errorf("native: request %q: token %d at %d is outside the vocabulary", req.ID, t, i)
 		}
 	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > engine.MaxTopLogprobs {
+		return fmt.Errorf("native: request %q: %d top logprobs, want 0 to %d", req.ID, req.TopLogprobs, engine.MaxTopLogprobs)
+	}
 	if need := (len(req.Prompt) + e.cfg.BlockSize) / e.cfg.BlockSize; need > e.cfg.NumBlocks {
 		return fmt.Errorf("%w: prompt needs %d blocks, pool has %d", engine.ErrNoBlocks, need, e.cfg.NumBlocks)
 	}

@@ -20,6 +20,7 @@ import (
 type export struct {
 	e       *Engine
 	first   uint32
+	firstLP *engine.TokenLogprobs
 	blocks  []kvcache.BlockID
 	cached  int
 	queue   time.Duration
@@ -29,7 +30,10 @@ type export struct {
 	released bool
 }
 
-func (x *export) FirstToken() uint32          { return x.first }
+func (x *export) FirstToken() uint32 { return x.first }
+func (x *export) FirstLogprobs() *engine.TokenLogprobs {
+	return x.firstLP
+}
 func (x *export) NumBlocks() int              { return len(x.blocks) }
 func (x *export) CachedBlocks() int           { return x.cached }
 func (x *export) QueueTime() time.Duration    { return x.queue }
@@ -190,7 +194,11 @@ func (im *importer) Commit(ctx context.Context) (engine.Stream, error) {
 		ended = engine.FinishStop
 	} else {
 		s.tokens = append(s.tokens, first)
-		s.out.emit(first)
+		var lp *engine.TokenLogprobs
+		if s.req.Logprobs {
+			lp = im.spec.FirstLogprobs
+		}
+		s.out.emit(first, lp)
 		if e.outOfRoom(s) {
 			ended = engine.FinishLength
 		}

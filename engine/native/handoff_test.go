@@ -22,7 +22,7 @@ func transfer(t *testing.T, src, dst *Engine, req engine.Request, skip int) engi
 	}
 	defer x.Release()
 	im, err := dst.Import(ctx, req, engine.ImportSpec{
-		FirstToken: x.FirstToken(), NumBlocks: x.NumBlocks(), SkipBlocks: skip, Layout: src.Info().Layout,
+		FirstToken: x.FirstToken(), FirstLogprobs: x.FirstLogprobs(), NumBlocks: x.NumBlocks(), SkipBlocks: skip, Layout: src.Info().Layout,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,10 +3,10 @@ package native
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/tandem-serve/tandem/engine/quant"
 	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/models"
 	"github.com/zeebo/xxh3"
@@ -16,14 +16,11 @@ import (
 // stories260K, or a path to a GGUF file. The caller closes the file when the engine
 // that uses it is closed.
 func OpenModelFile(name string) (*gguf.File, error) {
-	if name == models.Stories260KName {
-		return gguf.Parse(models.Stories260K)
+	f, err := models.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("native: %w (or a random shape: %s)", err, strings.Join(Models(), ", "))
 	}
-	if _, err := os.Stat(name); err != nil {
-		return nil, fmt.Errorf("native: model %q is not %s, %s or a readable GGUF file: %w",
-			name, strings.Join(Models(), ", "), models.Stories260KName, err)
-	}
-	return gguf.Open(name)
+	return f, nil
 }
 
 // IsRandom reports whether name is one of the random-weight benchmark shapes.
@@ -148,7 +145,8 @@ func tensorFloats(f *gguf.File, name string, n int) ([]float32, error) {
 	return out, nil
 }
 
-// rowsOf reads an unquantized tensor as rows of dim values, in place.
+// rowsOf reads a tensor as rows of dim values, in place: unquantized rows are
+// converted as they are read, quantized ones dequantized.
 func rowsOf(t gguf.TensorInfo, dim int) (rowSource, error) {
 	switch t.Type {
 	case gguf.TypeF32:
@@ -158,7 +156,74 @@ func rowsOf(t gguf.TensorInfo, dim int) (rowSource, error) {
 	case gguf.TypeBF16:
 		return bf16Rows{t.Data, dim}, nil
 	}
-	return nil, fmt.Errorf("native: tensor %s has type %s, which tandem does not compute with yet", t.Name, t.Type)
+	if !quant.Supported(t.Type) {
+		return nil, unsupportedType(t)
+	}
+	m, err := quant.NewMatrix(t.Type, dim, int(t.Elems())/dim, t.Data)
+	if err != nil {
+		return nil, fmt.Errorf("native: tensor %s: %w", t.Name, err)
+	}
+	return quantRows{m}, nil
+}
+
+func unsupportedType(t gguf.TensorInfo) error {
+	return fmt.Errorf("native: tensor %s has type %s, which tandem does not compute with "+
+		"(supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)", t.Name, t.Type)
+}
+
+// quantRows looks rows up in a quantized matrix (a quantized token embedding).
+type quantRows struct{ m *quant.Matrix }
+
+func (q quantRows) row(i int, dst []float32) { q.m.Row(i, dst) }
+
+// quantLinear is a linear layer on quantized weights, used in place in the mapping.
+type quantLinear struct{ m *quant.Matrix }
+
+func (q quantLinear) mulAdd(m int, a []float32, lda int, c []float32, ldc int) {
+	q.m.MulAdd(m, a, lda, c, ldc)
+}
+func (q quantLinear) inDim() int  { return q.m.K() }
+func (q quantLinear) outDim() int { return q.m.N() }
+func (q quantLinear) ldOut() int  { return q.m.N() }
+
+func isFloat(t gguf.Type) bool {
+	return t == gguf.TypeF32 || t == gguf.TypeF16 || t == gguf.TypeBF16
+}
+
+// linearOf builds one layer from matrices with k inputs side by side. Unquantized
+// weights are packed into one matrix for the f32 kernels (one product for Q, K and
+// V); quantized ones stay as they are in the file, each its own product.
+func linearOf(k int, ts ...gguf.TensorInfo) (linear, error) {
+	allFloat := true
+	for _, t := range ts {
+		allFloat = allFloat && isFloat(t.Type)
+	}
+	if allFloat {
+		return packTensors(k, ts...)
+	}
+	parts := make([]linear, len(ts))
+	for i, t := range ts {
+		if isFloat(t.Type) {
+			p, err := packTensors(k, t)
+			if err != nil {
+				return nil, err
+			}
+			parts[i] = p
+			continue
+		}
+		if !quant.Supported(t.Type) {
+			return nil, unsupportedType(t)
+		}
+		m, err := quant.NewMatrix(t.Type, k, int(t.Dims[1]), t.Data)
+		if err != nil {
+			return nil, fmt.Errorf("native: tensor %s: %w", t.Name, err)
+		}
+		parts[i] = quantLinear{m}
+	}
+	if len(parts) == 1 {
+		return parts[0], nil
+	}
+	return newConcat(parts...), nil
 }
 
 // matrix returns a linear layer's weights with k inputs and n outputs, checking the
@@ -241,7 +306,7 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 		if _, err := matrixTensor(f, "output.weight", d, mc.VocabSize); err != nil {
 			return nil, err
 		}
-		if w.output, err = packTensors(d, out); err != nil {
+		if w.output, err = linearOf(d, out); err != nil {
 			return nil, err
 		}
 		if w.embed, err = rowsOf(emb, d); err != nil {
@@ -249,11 +314,17 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 		}
 	} else {
 		// Tied: the output matrix is the embedding, stored once.
-		p, err := packTensors(d, emb)
+		out, err := linearOf(d, emb)
 		if err != nil {
 			return nil, err
 		}
-		w.output, w.embed = p, columnsOf{p}
+		w.output = out
+		switch o := out.(type) {
+		case *packed:
+			w.embed = columnsOf{o}
+		case quantLinear:
+			w.embed = quantRows{o.m}
+		}
 	}
 	for l := range mc.Layers {
 		blk := fmt.Sprintf("blk.%d.", l)
@@ -273,7 +344,7 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 				return nil, err
 			}
 		}
-		if lw.wqkv, err = packTensors(d, ts[:]...); err != nil {
+		if lw.wqkv, err = linearOf(d, ts[:]...); err != nil {
 			return nil, err
 		}
 		if supportedArch[mc.Arch].qkvBias {
@@ -293,7 +364,7 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 		if err != nil {
 			return nil, err
 		}
-		if lw.wo, err = packTensors(qN, wo); err != nil {
+		if lw.wo, err = linearOf(qN, wo); err != nil {
 			return nil, err
 		}
 		gate, err := matrixTensor(f, blk+"ffn_gate.weight", d, mc.FFN)
@@ -304,14 +375,14 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 		if err != nil {
 			return nil, err
 		}
-		if lw.wgu, err = packTensors(d, gate, up); err != nil {
+		if lw.wgu, err = linearOf(d, gate, up); err != nil {
 			return nil, err
 		}
 		down, err := matrixTensor(f, blk+"ffn_down.weight", mc.FFN, d)
 		if err != nil {
 			return nil, err
 		}
-		if lw.wdown, err = packTensors(mc.FFN, down); err != nil {
+		if lw.wdown, err = linearOf(mc.FFN, down); err != nil {
 			return nil, err
 		}
 		w.layers = append(w.layers, lw)

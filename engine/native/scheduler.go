@@ -334,17 +334,22 @@ func (sc *sched) run() {
 		if !segs[i].logits {
 			continue
 		}
-		tok := sc.smp.sample(logits[li], sc.e.mc.VocabSize, s.req.Sampling, s.outputs())
+		row := logits[li][:sc.e.mc.VocabSize]
+		tok := sc.smp.sample(row, sc.e.mc.VocabSize, s.req.Sampling, s.outputs())
 		li++
-		sc.deliver(s, tok)
+		var lp *engine.TokenLogprobs
+		if s.req.Logprobs {
+			lp = logprobsOf(row, tok, s.req.TopLogprobs)
+		}
+		sc.deliver(s, tok, lp)
 	}
 }
 
 // deliver acts on a freshly drawn token.
-func (sc *sched) deliver(s *sequence, tok uint32) {
+func (sc *sched) deliver(s *sequence, tok uint32, lp *engine.TokenLogprobs) {
 	if s.kind == kindPrefill {
 		s.tokens = append(s.tokens, tok)
-		sc.handOver(s, tok)
+		sc.handOver(s, tok, lp)
 		return
 	}
 	if s.isStop(tok) {
@@ -352,7 +357,7 @@ func (sc *sched) deliver(s *sequence, tok uint32) {
 		return
 	}
 	s.tokens = append(s.tokens, tok)
-	s.out.emit(tok)
+	s.out.emit(tok, lp)
 	if sc.e.outOfRoom(s) {
 		sc.finish(s, engine.FinishLength, nil)
 	}
@@ -368,12 +373,13 @@ func (e *Engine) outOfRoom(s *sequence) bool {
 }
 
 // handOver turns a finished prefill into an Export that owns the blocks.
-func (sc *sched) handOver(s *sequence, first uint32) {
+func (sc *sched) handOver(s *sequence, first uint32, lp *engine.TokenLogprobs) {
 	sc.running = slices.DeleteFunc(sc.running, func(x *sequence) bool { return x == s })
 	s.doneAt = time.Now()
 	s.export = &export{
 		e:       sc.e,
 		first:   first,
+		firstLP: lp,
 		blocks:  s.blocks,
 		cached:  s.out.usage.CachedTokens / sc.e.cfg.BlockSize,
 		queue:   s.startedAt.Sub(s.queuedAt),

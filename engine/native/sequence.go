@@ -77,6 +77,7 @@ func (s *sequence) isStop(tok uint32) bool { return slices.Contains(s.req.StopTo
 type outbox struct {
 	mu       sync.Mutex
 	toks     []uint32
+	lps      []*engine.TokenLogprobs // beside toks, for a request that asked
 	read     int
 	finished bool
 	finish   engine.FinishReason
@@ -90,9 +91,13 @@ func (o *outbox) changed() {
 	o.notify = make(chan struct{})
 }
 
-func (o *outbox) emit(tok uint32) {
+func (o *outbox) emit(tok uint32, lp *engine.TokenLogprobs) {
 	o.mu.Lock()
 	o.toks = append(o.toks, tok)
+	if lp != nil {
+		o.lps = append(o.lps, make([]*engine.TokenLogprobs, len(o.toks)-len(o.lps)-1)...)
+		o.lps = append(o.lps, lp)
+	}
 	o.usage.CompletionTokens++
 	o.changed()
 	o.mu.Unlock()
@@ -117,8 +122,9 @@ func (o *outbox) setCached(n int) {
 
 // stream is the engine.Stream of a generating or imported sequence.
 type stream struct {
-	e   *Engine
-	seq *sequence
+	e    *Engine
+	seq  *sequence
+	last *engine.TokenLogprobs
 }
 
 func (st *stream) Next(ctx context.Context) (uint32, error) {
@@ -127,6 +133,10 @@ func (st *stream) Next(ctx context.Context) (uint32, error) {
 		o.mu.Lock()
 		if o.read < len(o.toks) {
 			t := o.toks[o.read]
+			st.last = nil
+			if o.read < len(o.lps) {
+				st.last = o.lps[o.read]
+			}
 			o.read++
 			o.mu.Unlock()
 			return t, nil
@@ -148,6 +158,9 @@ func (st *stream) Next(ctx context.Context) (uint32, error) {
 		}
 	}
 }
+
+// Logprobs implements engine.Stream.
+func (st *stream) Logprobs() *engine.TokenLogprobs { return st.last }
 
 func (st *stream) Finish() engine.FinishReason {
 	o := &st.seq.out

@@ -52,12 +52,15 @@ type export struct {
 	once        sync.Once
 }
 
-func (x *export) FirstToken() uint32         { return x.first }
-func (x *export) NumBlocks() int             { return x.e.blocksFor(len(x.prompt)) }
-func (x *export) CachedBlocks() int          { return 0 }
-func (x *export) QueueTime() time.Duration   { return x.queue }
-func (x *export) PrefillTime() time.Duration { return x.took }
-func (x *export) Release()                   { x.once.Do(func() { x.e.pool.Release(x.blocks.ids) }) }
+func (x *export) FirstToken() uint32 { return x.first }
+
+// FirstLogprobs is nil: the sim engine computes no distribution to report.
+func (x *export) FirstLogprobs() *engine.TokenLogprobs { return nil }
+func (x *export) NumBlocks() int                       { return x.e.blocksFor(len(x.prompt)) }
+func (x *export) CachedBlocks() int                    { return 0 }
+func (x *export) QueueTime() time.Duration             { return x.queue }
+func (x *export) PrefillTime() time.Duration           { return x.took }
+func (x *export) Release()                             { x.once.Do(func() { x.e.pool.Release(x.blocks.ids) }) }
 func (x *export) AppendBlock(dst []byte, i int) ([]byte, error) {
 	if i < 0 || i >= x.NumBlocks() {
 		return dst, fmt.Errorf("sim: block %d out of range [0,%d)", i, x.NumBlocks())

@@ -380,7 +380,10 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 
 // Finish and Usage are final once Next has returned io.EOF.
 func (s *stream) Finish() engine.FinishReason { return s.finish }
-func (s *stream) Usage() engine.Usage         { return s.usage }
+
+// Logprobs is nil: the sim engine draws tokens from a hash, with no distribution.
+func (s *stream) Logprobs() *engine.TokenLogprobs { return nil }
+func (s *stream) Usage() engine.Usage             { return s.usage }
 
 func (s *stream) Close() {
 	s.once.Do(func() {

@@ -6,10 +6,10 @@ import (
 	"io"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 )
 
 func newEngine(t *testing.T, mod func(*sim.Config)) *sim.Engine {
@@ -27,12 +27,6 @@ func newEngine(t *testing.T, mod func(*sim.Config)) *sim.Engine {
 	return e
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func prompt(n int) []uint32 {
 	p := make([]uint32, n)
 	for i := range p {
@@ -46,7 +40,7 @@ func drain(t *testing.T, s engine.Stream) []uint32 {
 	t.Helper()
 	var out []uint32
 	for {
-		tok, err := s.Next(testContext(t))
+		tok, err := s.Next(rpctest.Context(t))
 		if errors.Is(err, io.EOF) {
 			return out
 		}
@@ -59,7 +53,7 @@ func drain(t *testing.T, s engine.Stream) []uint32 {
 
 func generate(t *testing.T, e *sim.Engine, req engine.Request) ([]uint32, engine.Stream) {
 	t.Helper()
-	s, err := e.Generate(testContext(t), req)
+	s, err := e.Generate(rpctest.Context(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +137,7 @@ func TestPrefillImportMatchesGenerate(t *testing.T) {
 	smp := engine.Sampling{Temperature: 0.5, Seed: 11}
 	local, _ := generate(t, newEngine(t, nil), engine.Request{Prompt: p, MaxTokens: 10, Sampling: smp})
 
-	exp, err := src.Prefill(testContext(t), engine.Request{Prompt: p, Sampling: smp})
+	exp, err := src.Prefill(rpctest.Context(t), engine.Request{Prompt: p, Sampling: smp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +149,7 @@ func TestPrefillImportMatchesGenerate(t *testing.T) {
 	if exp.NumBlocks() != (70+layout.BlockSize-1)/layout.BlockSize {
 		t.Fatalf("%d blocks for 70 tokens", exp.NumBlocks())
 	}
-	imp, err := dst.Import(testContext(t), engine.Request{Prompt: p, Sampling: smp, MaxTokens: 10},
+	imp, err := dst.Import(rpctest.Context(t), engine.Request{Prompt: p, Sampling: smp, MaxTokens: 10},
 		engine.ImportSpec{FirstToken: exp.FirstToken(), NumBlocks: exp.NumBlocks(), Layout: layout})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +167,7 @@ func TestPrefillImportMatchesGenerate(t *testing.T) {
 			t.Fatalf("WriteBlock(%d): %v", i, err)
 		}
 	}
-	s, err := imp.Commit(testContext(t))
+	s, err := imp.Commit(rpctest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +183,7 @@ func TestPrefillImportMatchesGenerate(t *testing.T) {
 func TestImportRejects(t *testing.T) {
 	src, dst := newEngine(t, nil), newEngine(t, nil)
 	p := prompt(40)
-	exp, err := src.Prefill(testContext(t), engine.Request{Prompt: p})
+	exp, err := src.Prefill(rpctest.Context(t), engine.Request{Prompt: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,16 +192,16 @@ func TestImportRejects(t *testing.T) {
 
 	wrong := spec
 	wrong.Layout.Fingerprint = "sim/seed=2"
-	if _, err := dst.Import(testContext(t), engine.Request{Prompt: p}, wrong); !errors.Is(err, engine.ErrLayoutMismatch) {
+	if _, err := dst.Import(rpctest.Context(t), engine.Request{Prompt: p}, wrong); !errors.Is(err, engine.ErrLayoutMismatch) {
 		t.Errorf("KV from other weights: %v, want ErrLayoutMismatch", err)
 	}
 	short := spec
 	short.NumBlocks--
-	if _, err := dst.Import(testContext(t), engine.Request{Prompt: p}, short); !errors.Is(err, engine.ErrBadBlock) {
+	if _, err := dst.Import(rpctest.Context(t), engine.Request{Prompt: p}, short); !errors.Is(err, engine.ErrBadBlock) {
 		t.Errorf("too few blocks for the prompt: %v, want ErrBadBlock", err)
 	}
 
-	imp, err := dst.Import(testContext(t), engine.Request{Prompt: p, MaxTokens: 4}, spec)
+	imp, err := dst.Import(rpctest.Context(t), engine.Request{Prompt: p, MaxTokens: 4}, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +210,7 @@ func TestImportRejects(t *testing.T) {
 	// its first token.)
 	op := prompt(40)
 	op[0]++
-	other, err := src.Prefill(testContext(t), engine.Request{Prompt: op})
+	other, err := src.Prefill(rpctest.Context(t), engine.Request{Prompt: op})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +226,7 @@ func TestImportRejects(t *testing.T) {
 	if err := imp.WriteBlock(0, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := imp.Commit(testContext(t)); !errors.Is(err, engine.ErrBadBlock) {
+	if _, err := imp.Commit(rpctest.Context(t)); !errors.Is(err, engine.ErrBadBlock) {
 		t.Errorf("Commit with blocks missing: %v, want ErrBadBlock", err)
 	}
 	// The failed import released what it held.
@@ -246,7 +240,7 @@ func TestImportRejects(t *testing.T) {
 func TestBlocksAccounting(t *testing.T) {
 	e := newEngine(t, func(c *sim.Config) { c.NumBlocks = 10 })
 	// 40 prompt + 8 output = 48 tokens = 3 blocks.
-	s, err := e.Generate(testContext(t), engine.Request{Prompt: prompt(40), MaxTokens: 8})
+	s, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: prompt(40), MaxTokens: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,11 +254,11 @@ func TestBlocksAccounting(t *testing.T) {
 	for i := range other {
 		other[i] += 7
 	}
-	if _, err := e.Generate(testContext(t), engine.Request{Prompt: other, MaxTokens: 20}); !errors.Is(err, engine.ErrNoBlocks) {
+	if _, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: other, MaxTokens: 20}); !errors.Is(err, engine.ErrNoBlocks) {
 		t.Errorf("8 blocks with 7 free: %v, want ErrNoBlocks", err)
 	}
 	// Closing a stream mid-way frees its blocks at once.
-	if _, err := s.Next(testContext(t)); err != nil {
+	if _, err := s.Next(rpctest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -273,7 +267,7 @@ func TestBlocksAccounting(t *testing.T) {
 		t.Errorf("after Close: %+v", st)
 	}
 	// Cancelling the request's context ends the stream and frees its blocks.
-	ctx, cancel := context.WithCancel(testContext(t))
+	ctx, cancel := context.WithCancel(rpctest.Context(t))
 	s2, err := e.Generate(ctx, engine.Request{Prompt: prompt(40), MaxTokens: 8})
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +275,7 @@ func TestBlocksAccounting(t *testing.T) {
 	t.Cleanup(s2.Close)
 	cancel()
 	for range 100 {
-		if _, err := s2.Next(testContext(t)); err != nil {
+		if _, err := s2.Next(rpctest.Context(t)); err != nil {
 			if errors.Is(err, io.EOF) {
 				t.Fatalf("cancelled stream ended as if finished (%v)", s2.Finish())
 			}
@@ -299,17 +293,17 @@ func TestBlocksAccounting(t *testing.T) {
 
 func TestRejectsBadRequests(t *testing.T) {
 	e := newEngine(t, func(c *sim.Config) { c.ContextLength = 32 })
-	if _, err := e.Generate(testContext(t), engine.Request{Prompt: prompt(32)}); !errors.Is(err, engine.ErrPromptTooLong) {
+	if _, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: prompt(32)}); !errors.Is(err, engine.ErrPromptTooLong) {
 		t.Errorf("prompt filling the context: %v, want ErrPromptTooLong", err)
 	}
-	if _, err := e.Prefill(testContext(t), engine.Request{Prompt: prompt(40)}); !errors.Is(err, engine.ErrPromptTooLong) {
+	if _, err := e.Prefill(rpctest.Context(t), engine.Request{Prompt: prompt(40)}); !errors.Is(err, engine.ErrPromptTooLong) {
 		t.Errorf("Prefill of a prompt over the context: %v, want ErrPromptTooLong", err)
 	}
-	if _, err := e.Generate(testContext(t), engine.Request{}); err == nil {
+	if _, err := e.Generate(rpctest.Context(t), engine.Request{}); err == nil {
 		t.Error("empty prompt accepted")
 	}
 	_ = e.Close()
-	if _, err := e.Generate(testContext(t), engine.Request{Prompt: prompt(4)}); !errors.Is(err, engine.ErrClosed) {
+	if _, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: prompt(4)}); !errors.Is(err, engine.ErrClosed) {
 		t.Errorf("Generate after Close: %v, want ErrClosed", err)
 	}
 	if _, err := sim.New(sim.Config{}); err == nil {

@@ -56,14 +56,18 @@ type Config struct {
 // RegisterFlags registers the Consul flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "consul", "", "Consul agent HTTP address (host:port) for registration, discovery and runtime config; CONSUL_HTTP_ADDR also works")
-	fs.StringVar(&c.Advertise, "advertise", "", "host:port to register in Consul (default: the listen address, or this host's address when listening on all interfaces)")
+	fs.StringVar(&c.Advertise, "advertise", "",
+		"host:port to register in Consul (default: the listen address, or this host's address when listening on all interfaces)")
 	fs.DurationVar(&c.CheckInterval, "check-interval", 2*time.Second, "interval of Consul's gRPC health check of this service")
 	fs.DurationVar(&c.CheckTimeout, "check-timeout", time.Second, "timeout of Consul's gRPC health check")
-	fs.DurationVar(&c.DeregisterAfter, "deregister-after", time.Minute, "Consul removes this service after its check has been critical this long (a backstop for crashes)")
+	fs.DurationVar(&c.DeregisterAfter, "deregister-after", time.Minute,
+		"Consul removes this service after its check has been critical this long (a backstop for crashes)")
 	fs.Var(&c.Tags, "tags", "comma-separated tags to register with")
 	fs.BoolVar(&c.CheckTLSVerify, "check-tls-verify", false,
-		"with TLS on, make Consul's health check verify this service's certificate; the agent needs enable_agent_tls_for_checks and a tls ca_file that trusts --tls-ca (without it the check only tests that the service answers over TLS)")
-	fs.StringVar(&c.CheckTLSServerName, "check-tls-server-name", "", "name the verifying health check expects in the certificate (default: the advertised host)")
+		"with TLS on, make Consul's health check verify this service's certificate; the agent needs enable_agent_tls_for_checks and a tls "+
+			"ca_file that trusts --tls-ca (without it the check only tests that the service answers over TLS)")
+	fs.StringVar(&c.CheckTLSServerName, "check-tls-server-name", "",
+		"name the verifying health check expects in the certificate (default: the advertised host)")
 }
 
 // ValidateServing is Validate for a service that serves TLS or not: verifying

@@ -25,7 +25,8 @@ func FuzzOverlay(f *testing.F) {
 	for _, seed := range []string{
 		`{}`,
 		`{"policy":"cost","short_prefill_threshold":256,"itl_weight":0.5,"enforce_disagg":false,"max_prefill_queue_tokens":4096}`,
-		`{"prefill_weight":2,"queue_weight":0.5,"temperature":0.1,"isl_gate":true,"isl_threshold":512,"isl_adaptive":true,"isl_min":64,"isl_max":2048,"isl_step":32,"isl_margin":1.5,"isl_hysteresis":8}`,
+		`{"prefill_weight":2,"queue_weight":0.5,"temperature":0.1,"isl_gate":true,"isl_threshold":512,"isl_adaptive":true,"isl_min":64,` +
+			`"isl_max":2048,"isl_step":32,"isl_margin":1.5,"isl_hysteresis":8}`,
 		` {"policy":"always-remote"}` + "\n",
 		`{"policy":"always_remote"}`,
 		`{"polcy":"cost"}`,

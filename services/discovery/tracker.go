@@ -1,5 +1,5 @@
 // Package discovery tracks the workers a process may call. Addresses come from a
-// source (a static list now, Consul later); the tracker asks each address who it is
+// static list, Consul, or both (Set); the tracker asks each address who it is
 // (WorkerService.Info) and keeps its event stream open, so a worker counts as a
 // member exactly while its stream is up.
 package discovery

@@ -11,18 +11,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tandem-serve/tandem/services/consul"
-	"github.com/tandem-serve/tandem/services/telemetry"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/tandem-serve/tandem/frontend"
+	"github.com/tandem-serve/tandem/internal/requestid"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/process"
+	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
-	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Config is the frontend's flags.
@@ -39,10 +41,17 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:8080")
 	c.Serve.Public = true
-	d := frontend.DefaultConfig()
-	c.Frontend = d
 	fs.StringVar(&c.Router, "router", "", "router address (host:port); with --consul and no --router, every passing tandem-router, round-robin")
 	c.Consul.RegisterFlags(fs)
+	c.RegisterRoleFlags(fs)
+}
+
+// RegisterRoleFlags registers the flags that say how the frontend treats its
+// clients, the ones tandem up takes too; RegisterFlags adds where it listens and
+// how it finds the router.
+func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
+	d := frontend.DefaultConfig()
+	c.Frontend = d
 	fs.Int64Var(&c.Frontend.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.Frontend.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
 	fs.Func("default-temperature", fmt.Sprintf("temperature when a request sets none (default %g)", d.DefaultTemperature), func(s string) error {
@@ -53,7 +62,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Frontend.DefaultTemperature = t
 		return nil
 	})
-	fs.StringVar(&c.APIKeysFile, "api-keys-file", "", "file of accepted API keys, one per line; clients send 'Authorization: Bearer KEY' (default: no authentication)")
+	fs.StringVar(&c.APIKeysFile, "api-keys-file", "",
+		"file of accepted API keys, one per line; clients send 'Authorization: Bearer KEY' (default: no authentication)")
 	fs.IntVar(&c.Frontend.MaxInFlight, "max-in-flight", d.MaxInFlight, "requests generating at once (0: unbounded); more wait in a queue")
 	fs.IntVar(&c.Frontend.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more get 429 with Retry-After")
 	fs.DurationVar(&c.Frontend.QueueTimeout, "queue-timeout", d.QueueTimeout, "longest wait for a slot; then 503 with Retry-After")
@@ -73,7 +83,7 @@ func (c *Config) Validate() error {
 // Service is a started frontend.
 type Service struct {
 	srv     *server.Server
-	backend *backend
+	workers *rpc.Conns // to workers: decode workers, and any worker for its model card
 	router  *grpc.ClientConn
 	member  *consul.Member
 	// routers is fed from Consul when the router is discovered, not given.
@@ -109,7 +119,14 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &backend{router: routerv1.NewRouterServiceClient(rc), dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}}
+	workers := rpc.NewConns(env.Clients.DialWith, nil)
+	b := frontend.NewRouted(routerv1.NewRouterServiceClient(rc), func(addr string) (decodev1.DecodeServiceClient, error) {
+		cc, err := workers.Get(addr)
+		if err != nil {
+			return nil, err
+		}
+		return decodev1.NewDecodeServiceClient(cc), nil
+	})
 	// The model comes from the workers' model cards (modelLoader); until then the
 	// frontend answers 503 and reports NOT_SERVING.
 	f, err := frontend.New(cfg.Frontend, nil, b, env.Logger, env.Registry)
@@ -125,8 +142,8 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
-	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+telemetry.NewRequestID()[:8], srv.Addr(),
-		map[string]string{"version": process.Version})
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+requestid.New()[:8], srv.Addr(),
+		map[string]string{"version": process.Version()})
 	if err != nil {
 		rc.Close()
 		srv.Close()
@@ -135,9 +152,10 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if member != nil {
 		srv.OnDrain(member.Deregister)
 	}
-	s := &Service{srv: srv, backend: b, router: rc, member: member, routers: routers}
+	s := &Service{srv: srv, workers: workers, router: rc, member: member, routers: routers}
 	s.ready = &readiness{setServing: srv.SetServing}
-	s.loader = &modelLoader{router: b.router, conn: b.conn, fe: f, backend: b, ready: s.ready, log: env.Logger, told: map[string]bool{}}
+	s.loader = &modelLoader{router: routerv1.NewRouterServiceClient(rc), conns: workers, fe: f, backend: b, ready: s.ready, log: env.Logger,
+		told: map[string]bool{}}
 	return s, nil
 }
 
@@ -147,7 +165,7 @@ func (s *Service) Addr() string { return s.srv.Addr() }
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.router.Close()
-	defer s.backend.close()
+	defer s.workers.Close()
 	if s.member != nil {
 		go s.member.Run(ctx)
 		if s.routers != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/tandem-serve/tandem/gguf"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -93,9 +94,9 @@ func (r *readiness) set(router, model *bool) {
 // never sends them this frontend's requests, and an operator should know why.
 type modelLoader struct {
 	router  routerv1.RouterServiceClient
-	conn    func(addr string) (*grpc.ClientConn, error)
+	conns   *rpc.Conns
 	fe      *frontend.Frontend
-	backend *backend
+	backend *frontend.Routed
 	ready   *readiness
 	log     *slog.Logger
 	// told lists the workers already reported as serving other weights.
@@ -140,7 +141,7 @@ func (l *modelLoader) poll(ctx context.Context) {
 }
 
 func (l *modelLoader) load(ctx context.Context, w *routerv1.Worker) error {
-	cc, err := l.conn(w.GetAddress())
+	cc, err := l.conns.Get(w.GetAddress())
 	if err != nil {
 		return err
 	}
@@ -155,7 +156,7 @@ func (l *modelLoader) load(ctx context.Context, w *routerv1.Worker) error {
 	if err != nil {
 		return err
 	}
-	l.backend.setModel(card.GetFingerprint(), int(card.GetBlockSize()))
+	l.backend.SetModel(card.GetFingerprint(), int(card.GetBlockSize()))
 	if err := l.fe.SetModel(m); err != nil {
 		return err
 	}

@@ -24,12 +24,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-)
 
-// WriteBufferBytes is the server's per-connection write buffer: a flush moves up to
-// this much in one write. The buffer is shared across idle connections
-// (grpc.SharedWriteBuffer), so an idle connection holds none of it.
-const WriteBufferBytes = 1 << 20
+	"github.com/tandem-serve/tandem/handoff"
+	"github.com/tandem-serve/tandem/services/server"
+)
 
 // Config is what a Server needs.
 type Config struct {
@@ -63,10 +61,7 @@ func New(cfg Config, register func(grpc.ServiceRegistrar)) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s for KV transfers: %w", cfg.Addr, err)
 	}
-	opts := append([]grpc.ServerOption{
-		grpc.WriteBufferSize(WriteBufferBytes),
-		grpc.SharedWriteBuffer(true),
-	}, cfg.Options...)
+	opts := append(handoff.ServerOptions(), cfg.Options...)
 	if cfg.TLS != nil {
 		t := cfg.TLS.Clone()
 		if t.ClientCAs != nil {
@@ -103,57 +98,33 @@ func (s *Server) SetServing(serving bool) {
 // Serve serves until ctx ends, then lets in-flight transfers finish for up to Grace
 // before cutting them.
 func (s *Server) Serve(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(s.ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	s.SetServing(false)
-	grace := s.cfg.Grace
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
 	done := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		s.cfg.Logger.Warn("drain timeout over, cutting remaining KV transfers", "drain_timeout", grace)
-		s.grpc.Stop()
-		<-done
-	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return err
-	}
-	return nil
+	return server.Lifecycle{
+		Serve:   func() error { return s.grpc.Serve(s.ln) },
+		Stopped: grpc.ErrServerStopped,
+		Drain:   func() { s.SetServing(false) },
+		Graceful: func(ctx context.Context) error {
+			go func() {
+				s.grpc.GracefulStop()
+				close(done)
+			}()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		Cut: func() error {
+			s.grpc.Stop()
+			<-done
+			return nil
+		},
+		Grace:   s.cfg.Grace,
+		Log:     s.cfg.Logger,
+		Cutting: "cutting remaining KV transfers",
+	}.Run(ctx)
 }
 
 // Close releases the listener of a server that will not Serve.
 func (s *Server) Close() error { return s.ln.Close() }
-
-// Client-side settings for a connection to a KV transfer port. The stream window
-// lets a transfer run without waiting for window updates while bounding what is in
-// flight to four 1 MiB chunks; the connection's has room for four transfers at
-// once. (Static windows turn grpc-go's BDP estimator off; on loopback 4 and 16 MiB
-// were equal and 1 MiB about 30 % slower: BenchmarkHandoffTuning.) The read buffer
-// lets one read take in many frames.
-const (
-	WindowBytes     = 4 << 20
-	ConnWindowBytes = 4 * WindowBytes
-	ReadBufferBytes = 1 << 20
-)
-
-// DialOptions are added to the usual client options (rpc.Clients) when dialling a
-// KV transfer port.
-func DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithInitialWindowSize(WindowBytes),
-		grpc.WithInitialConnWindowSize(ConnWindowBytes),
-		grpc.WithReadBufferSize(ReadBufferBytes),
-	}
-}

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/services/kvport"
 )
 
@@ -27,7 +28,7 @@ func start(t *testing.T, grace time.Duration) (*kvport.Server, *grpc.ClientConn,
 	// after a test has read it.
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx); close(done) }()
-	cc, err := grpc.NewClient(s.Addr(), append(kvport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	cc, err := grpc.NewClient(s.Addr(), append(handoff.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

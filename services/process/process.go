@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,9 +24,24 @@ import (
 	"github.com/tandem-serve/tandem/services/tlsconf"
 )
 
-// Version is the build's version, reported in WorkerInfo and in every service's
-// Consul metadata; cmd/tandem sets it from the build info before starting anything.
-var Version = "dev"
+// version, when set at link time (-ldflags "-X
+// github.com/tandem-serve/tandem/services/process.version=v1.2.3"), is the build's
+// version; otherwise the go command's build info says it.
+var version string
+
+var buildVersion = sync.OnceValue(func() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+})
+
+// Version is the build's version, as tandem version prints it and every service
+// reports it in WorkerInfo and its Consul metadata.
+func Version() string { return buildVersion() }
 
 // Serve is the flags every service shares.
 type Serve struct {
@@ -39,8 +56,15 @@ type Serve struct {
 // RegisterFlags registers the shared serving flags with defaultListen.
 func (s *Serve) RegisterFlags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&s.Listen, "listen", defaultListen, "address to serve gRPC, gRPC-Web, Connect, health, reflection and /metrics on")
-	fs.DurationVar(&s.Grace, "drain-timeout", 15*time.Second, "after SIGINT/SIGTERM (deregister, NOT_SERVING, stop accepting), how long in-flight requests may finish before they are cut")
+	s.RegisterDrainFlag(fs)
 	s.TLS.RegisterFlags(fs)
+}
+
+// RegisterDrainFlag registers --drain-timeout alone, for a process that picks its
+// own listeners (tandem up).
+func (s *Serve) RegisterDrainFlag(fs *flag.FlagSet) {
+	fs.DurationVar(&s.Grace, "drain-timeout", 15*time.Second,
+		"after SIGINT/SIGTERM (deregister, NOT_SERVING, stop accepting), how long in-flight requests may finish before they are cut")
 }
 
 // Env is what a service gets from its process.

@@ -10,8 +10,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/services/consul"
-	"github.com/tandem-serve/tandem/services/telemetry"
 
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	"github.com/tandem-serve/tandem/router"
@@ -37,18 +37,22 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.DecodeWorkers, "decode-workers", "comma-separated decode (or aggregated) worker addresses (static discovery)")
 	fs.Var(&c.PrefillWorkers, "prefill-workers", "comma-separated prefill worker addresses (static discovery)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
-	RegisterParamFlags(fs, &c.Params)
 	c.Consul.RegisterFlags(fs)
+	c.RegisterRoleFlags(fs)
 }
 
-// RegisterParamFlags registers the routing parameters' flags on p, with defaults.
-func RegisterParamFlags(fs *flag.FlagSet, p *router.Params) {
-	*p = router.DefaultParams()
+// RegisterRoleFlags registers the routing parameters' flags, with their defaults:
+// the ones tandem up takes too.
+func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
+	c.Params = router.DefaultParams()
+	p := &c.Params
 	fs.Float64Var(&p.PrefillWeight, "prefill-weight", p.PrefillWeight, "cost of one uncached prompt block relative to one active decode block")
 	fs.Float64Var(&p.QueueWeight, "queue-weight", p.QueueWeight, "weight of blocks queued for prefill on a worker (and routed there since its last report)")
 	fs.Float64Var(&p.Temperature, "router-temperature", p.Temperature, "softmax temperature over normalised costs; 0 picks the cheapest worker, ties at random")
-	fs.BoolVar(&p.ISLGate, "isl-gate", p.ISLGate, "gate candidates by worker mode: below --isl-threshold effective tokens score only workers that prefill locally, else only disaggregated decode workers")
-	fs.IntVar(&p.ISLThreshold, "isl-threshold", p.ISLThreshold, "effective prompt tokens (prompt minus best cached prefix) at which gating switches to disaggregated workers")
+	fs.BoolVar(&p.ISLGate, "isl-gate", p.ISLGate,
+		"gate candidates by worker mode: below --isl-threshold effective tokens score only workers that prefill locally, else only disaggregated decode workers")
+	fs.IntVar(&p.ISLThreshold, "isl-threshold", p.ISLThreshold,
+		"effective prompt tokens (prompt minus best cached prefix) at which gating switches to disaggregated workers")
 	fs.BoolVar(&p.ISLAdaptive, "isl-adaptive", p.ISLAdaptive, "nudge --isl-threshold by comparing the two classes' best costs")
 	fs.IntVar(&p.ISLMin, "isl-min", p.ISLMin, "lowest the adaptive threshold goes")
 	fs.IntVar(&p.ISLMax, "isl-max", p.ISLMax, "highest the adaptive threshold goes")
@@ -98,8 +102,8 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
-	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+telemetry.NewRequestID()[:8], srv.Addr(),
-		map[string]string{"block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version})
+	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+requestid.New()[:8], srv.Addr(),
+		map[string]string{"block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version()})
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("consul: %w", err)

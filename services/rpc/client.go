@@ -25,7 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
-	"github.com/tandem-serve/tandem/services/telemetry"
+	"github.com/tandem-serve/tandem/internal/requestid"
 )
 
 // ClientConfig shapes every outgoing connection of a process.
@@ -75,7 +75,7 @@ func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientC
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithFieldsFromContext(func(ctx context.Context) logging.Fields {
-			if id := telemetry.RequestID(ctx); id != "" {
+			if id := requestid.From(ctx); id != "" {
 				return logging.Fields{"request_id", id}
 			}
 			return nil
@@ -149,8 +149,8 @@ func IsIdempotent(fullMethod string) bool {
 }
 
 func outgoing(ctx context.Context) context.Context {
-	if id := telemetry.RequestID(ctx); id != "" {
-		return metadata.AppendToOutgoingContext(ctx, telemetry.RequestIDHeader, id)
+	if id := requestid.From(ctx); id != "" {
+		return metadata.AppendToOutgoingContext(ctx, requestid.Header, id)
 	}
 	return ctx
 }
@@ -159,6 +159,7 @@ func propagateUnary(ctx context.Context, method string, req, reply any, cc *grpc
 	return invoker(outgoing(ctx), method, req, reply, cc, opts...)
 }
 
-func propagateStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+func propagateStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer,
+	opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return streamer(outgoing(ctx), desc, cc, method, opts...)
 }

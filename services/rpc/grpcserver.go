@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandem-serve/tandem/services/telemetry"
+	"github.com/tandem-serve/tandem/internal/requestid"
 )
 
 // GRPCServerOptions give a grpc-go server the behaviour of the Connect handlers:
@@ -43,7 +43,7 @@ func (m mdGetter) Get(key string) string {
 func (i *ServerInterceptor) grpcBegin(ctx context.Context) (context.Context, string) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	ctx, id := i.begin(ctx, mdGetter(md))
-	_ = grpc.SetHeader(ctx, metadata.Pairs(telemetry.RequestIDHeader, id))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestid.Header, id))
 	return ctx, id
 }
 

@@ -12,7 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tandem-serve/tandem/services/telemetry"
+	"github.com/tandem-serve/tandem/internal/requestid"
 )
 
 // ServerMetrics counts and times every Connect call a service handles.
@@ -58,11 +58,11 @@ type ServerInterceptor struct {
 var _ connect.Interceptor = (*ServerInterceptor)(nil)
 
 func (i *ServerInterceptor) begin(ctx context.Context, h interface{ Get(string) string }) (context.Context, string) {
-	id := h.Get(telemetry.RequestIDHeader)
+	id := h.Get(requestid.Header)
 	if id == "" {
-		id = telemetry.NewRequestID()
+		id = requestid.New()
 	}
-	return telemetry.WithRequestID(ctx, id), id
+	return requestid.With(ctx, id), id
 }
 
 // end logs and counts a call's outcome. err must carry the code the caller is sent
@@ -115,7 +115,7 @@ func (i *ServerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		ctx, id := i.begin(ctx, req.Header())
 		resp, err := next(ctx, req)
 		if resp != nil {
-			resp.Header().Set(telemetry.RequestIDHeader, id)
+			resp.Header().Set(requestid.Header, id)
 		}
 		i.end(ctx, req.Spec().Procedure, id, start, coded(err))
 		return resp, err
@@ -130,7 +130,7 @@ func (i *ServerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		start := time.Now()
 		ctx, id := i.begin(ctx, conn.RequestHeader())
-		conn.ResponseHeader().Set(telemetry.RequestIDHeader, id)
+		conn.ResponseHeader().Set(requestid.Header, id)
 		err := next(ctx, conn)
 		i.end(ctx, conn.Spec().Procedure, id, start, coded(err))
 		return err

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-serve/tandem/internal/requestid"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	_ "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
@@ -27,7 +29,6 @@ import (
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
 	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
-	"github.com/tandem-serve/tandem/services/telemetry"
 )
 
 func TestIsIdempotent(t *testing.T) {
@@ -85,12 +86,13 @@ type workerSvc struct {
 }
 
 func (w workerSvc) Info(ctx context.Context, req *connect.Request[workerv1.InfoRequest]) (*connect.Response[workerv1.InfoResponse], error) {
-	w.seen.add(req.Header().Get(telemetry.RequestIDHeader), telemetry.RequestID(ctx))
+	w.seen.add(req.Header().Get(requestid.Header), requestid.From(ctx))
 	return connect.NewResponse(&workerv1.InfoResponse{Info: &workerv1.WorkerInfo{Id: "w"}}), nil
 }
 
-func (w workerSvc) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest], s *connect.ServerStream[workerv1.WatchEventsResponse]) error {
-	w.seen.add(req.Header().Get(telemetry.RequestIDHeader), telemetry.RequestID(ctx))
+func (w workerSvc) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest],
+	s *connect.ServerStream[workerv1.WatchEventsResponse]) error {
+	w.seen.add(req.Header().Get(requestid.Header), requestid.From(ctx))
 	return s.Send(&workerv1.WatchEventsResponse{Incarnation: "i"})
 }
 
@@ -103,7 +105,7 @@ type routerSvc struct {
 }
 
 func (r *routerSvc) Route(ctx context.Context, req *connect.Request[routerv1.RouteRequest]) (*connect.Response[routerv1.RouteResponse], error) {
-	r.seen.add(req.Header().Get(telemetry.RequestIDHeader), telemetry.RequestID(ctx))
+	r.seen.add(req.Header().Get(requestid.Header), requestid.From(ctx))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failures > 0 {
@@ -120,7 +122,7 @@ type decodeSvc struct {
 }
 
 func (d decodeSvc) Generate(ctx context.Context, req *connect.Request[decodev1.GenerateRequest], _ *connect.ServerStream[decodev1.GenerateResponse]) error {
-	d.seen.add(req.Header().Get(telemetry.RequestIDHeader), telemetry.RequestID(ctx))
+	d.seen.add(req.Header().Get(requestid.Header), requestid.From(ctx))
 	return connect.NewError(connect.CodeUnavailable, errors.New("draining"))
 }
 
@@ -171,18 +173,12 @@ func start(t *testing.T) *fixture {
 	return f
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestRequestIDPropagates(t *testing.T) {
 	f := start(t)
 
 	t.Run("unary", func(t *testing.T) {
 		var hdr metadata.MD
-		ctx := telemetry.WithRequestID(testContext(t), "req-unary-1")
+		ctx := requestid.With(rpctest.Context(t), "req-unary-1")
 		if _, err := f.worker.Info(ctx, &workerv1.InfoRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatal(err)
 		}
@@ -190,13 +186,13 @@ func TestRequestIDPropagates(t *testing.T) {
 		if h != "req-unary-1" || id != "req-unary-1" {
 			t.Errorf("server saw header %q and context id %q, want req-unary-1", h, id)
 		}
-		if got := hdr.Get(telemetry.RequestIDHeader); len(got) != 1 || got[0] != "req-unary-1" {
+		if got := hdr.Get(requestid.Header); len(got) != 1 || got[0] != "req-unary-1" {
 			t.Errorf("response header x-request-id %v, want [req-unary-1]", got)
 		}
 	})
 
 	t.Run("stream", func(t *testing.T) {
-		ctx := telemetry.WithRequestID(testContext(t), "req-stream-2")
+		ctx := requestid.With(rpctest.Context(t), "req-stream-2")
 		s, err := f.worker.WatchEvents(ctx, &workerv1.WatchEventsRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -215,14 +211,14 @@ func TestRequestIDPropagates(t *testing.T) {
 		if h != "req-stream-2" || id != "req-stream-2" {
 			t.Errorf("server saw header %q and context id %q, want req-stream-2", h, id)
 		}
-		if got := hdr.Get(telemetry.RequestIDHeader); len(got) != 1 || got[0] != "req-stream-2" {
+		if got := hdr.Get(requestid.Header); len(got) != 1 || got[0] != "req-stream-2" {
 			t.Errorf("response header x-request-id %v, want [req-stream-2]", got)
 		}
 	})
 
 	t.Run("absent", func(t *testing.T) {
 		var hdr metadata.MD
-		if _, err := f.worker.Info(testContext(t), &workerv1.InfoRequest{}, grpc.Header(&hdr)); err != nil {
+		if _, err := f.worker.Info(rpctest.Context(t), &workerv1.InfoRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatal(err)
 		}
 		h, id := f.seen.last(t)
@@ -232,7 +228,7 @@ func TestRequestIDPropagates(t *testing.T) {
 		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
 			t.Errorf("server made request id %q, want 32 hex digits", id)
 		}
-		if got := hdr.Get(telemetry.RequestIDHeader); len(got) != 1 || got[0] != id {
+		if got := hdr.Get(requestid.Header); len(got) != 1 || got[0] != id {
 			t.Errorf("response header x-request-id %v, want the id the server made, %q", got, id)
 		}
 	})
@@ -241,11 +237,11 @@ func TestRequestIDPropagates(t *testing.T) {
 func TestServerMetricsCountCalls(t *testing.T) {
 	f := start(t)
 	for range 3 {
-		if _, err := f.worker.Info(testContext(t), &workerv1.InfoRequest{}); err != nil {
+		if _, err := f.worker.Info(rpctest.Context(t), &workerv1.InfoRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, err := f.decodeC.Generate(testContext(t), &decodev1.GenerateRequest{})
+	s, err := f.decodeC.Generate(rpctest.Context(t), &decodev1.GenerateRequest{})
 	if err == nil {
 		_, err = s.Recv()
 	}
@@ -290,7 +286,7 @@ func TestRetriesOnlyIdempotent(t *testing.T) {
 	f.router.mu.Lock()
 	f.router.failures = 1
 	f.router.mu.Unlock()
-	ctx := telemetry.WithRequestID(testContext(t), "req-retry")
+	ctx := requestid.With(rpctest.Context(t), "req-retry")
 	resp, err := f.routerC.Route(ctx, &routerv1.RouteRequest{PromptTokens: 1})
 	if err != nil {
 		t.Fatalf("Route (NO_SIDE_EFFECTS) after one Unavailable: %v, want a successful retry", err)
@@ -304,7 +300,7 @@ func TestRetriesOnlyIdempotent(t *testing.T) {
 	}
 
 	before := f.seen.count()
-	s, err := f.decodeC.Generate(testContext(t), &decodev1.GenerateRequest{})
+	s, err := f.decodeC.Generate(rpctest.Context(t), &decodev1.GenerateRequest{})
 	if err == nil {
 		_, err = s.Recv()
 	}

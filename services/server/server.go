@@ -76,7 +76,8 @@ func New(cfg Config, handlers []Handler, extra http.Handler) (*Server, error) {
 		health.SetStatus(n, grpchealth.StatusNotServing)
 	}
 	mux.Handle(grpchealth.NewHandler(health))
-	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName)...)
+	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName,
+		grpcreflect.ReflectV1AlphaServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -143,41 +144,29 @@ func (s *Server) OnDrain(f func()) {
 // NOT_SERVING, stop accepting, and wait up to Grace for in-flight requests before
 // closing the rest.
 func (s *Server) Serve(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() {
-		if s.cfg.TLS != nil {
-			errc <- s.http.ServeTLS(s.ln, "", "")
-			return
-		}
-		errc <- s.http.Serve(s.ln)
-	}()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	s.mu.Lock()
-	hooks := s.draining
-	s.mu.Unlock()
-	for _, f := range hooks {
-		f()
-	}
-	s.SetServing(false)
-	grace := s.cfg.Grace
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	err := s.http.Shutdown(sctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		s.cfg.Logger.Warn("drain timeout over, closing remaining connections", "drain_timeout", grace)
-		err = s.http.Close()
-	}
-	if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) {
-		return e
-	}
-	return err
+	return Lifecycle{
+		Serve: func() error {
+			if s.cfg.TLS != nil {
+				return s.http.ServeTLS(s.ln, "", "")
+			}
+			return s.http.Serve(s.ln)
+		},
+		Stopped: http.ErrServerClosed,
+		Drain: func() {
+			s.mu.Lock()
+			hooks := s.draining
+			s.mu.Unlock()
+			for _, f := range hooks {
+				f()
+			}
+			s.SetServing(false)
+		},
+		Graceful: s.http.Shutdown,
+		Cut:      s.http.Close,
+		Grace:    s.cfg.Grace,
+		Log:      s.cfg.Logger,
+		Cutting:  "closing remaining connections",
+	}.Run(ctx)
 }
 
 // HandlerOptions are the options every Connect handler of a service takes.

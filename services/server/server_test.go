@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -117,12 +117,6 @@ func start(t *testing.T, g *gate, reg *prometheus.Registry, grace time.Duration)
 	return r
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestHealth(t *testing.T) {
 	r := start(t, newGate(), prometheus.NewRegistry(), time.Second)
 	hc := healthpb.NewHealthClient(r.conn)
@@ -130,7 +124,7 @@ func TestHealth(t *testing.T) {
 	check := func(want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
 		for _, name := range services {
-			resp, err := hc.Check(testContext(t), &healthpb.HealthCheckRequest{Service: name})
+			resp, err := hc.Check(rpctest.Context(t), &healthpb.HealthCheckRequest{Service: name})
 			if err != nil {
 				t.Fatalf("Check(%q): %v", name, err)
 			}
@@ -146,7 +140,7 @@ func TestHealth(t *testing.T) {
 	check(healthpb.HealthCheckResponse_NOT_SERVING)
 
 	// A service the server does not run is unknown, not healthy.
-	_, err := hc.Check(testContext(t), &healthpb.HealthCheckRequest{Service: "tandem.nothing.v1.NothingService"})
+	_, err := hc.Check(rpctest.Context(t), &healthpb.HealthCheckRequest{Service: "tandem.nothing.v1.NothingService"})
 	if status.Code(err).String() != "NotFound" {
 		t.Errorf("Check of an unknown service: %v, want NotFound", err)
 	}
@@ -154,7 +148,7 @@ func TestHealth(t *testing.T) {
 
 func TestReflection(t *testing.T) {
 	r := start(t, newGate(), prometheus.NewRegistry(), time.Second)
-	stream, err := reflectionpb.NewServerReflectionClient(r.conn).ServerReflectionInfo(testContext(t))
+	stream, err := reflectionpb.NewServerReflectionClient(r.conn).ServerReflectionInfo(rpctest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +186,7 @@ func TestReflection(t *testing.T) {
 	_ = stream.CloseSend()
 
 	// Older clients (grpcurl before v1.8.8, many IDEs) speak only v1alpha.
-	alpha, err := reflectionv1alpha.NewServerReflectionClient(r.conn).ServerReflectionInfo(testContext(t))
+	alpha, err := reflectionv1alpha.NewServerReflectionClient(r.conn).ServerReflectionInfo(rpctest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +215,7 @@ func TestMetrics(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	r := start(t, newGate(), reg, time.Second)
-	req, err := http.NewRequestWithContext(testContext(t), http.MethodGet, "http://"+r.srv.Addr()+"/metrics", nil)
+	req, err := http.NewRequestWithContext(rpctest.Context(t), http.MethodGet, "http://"+r.srv.Addr()+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,14 +239,14 @@ func TestMetrics(t *testing.T) {
 func TestHandlerPanicIsInternal(t *testing.T) {
 	g := newGate()
 	r := start(t, g, prometheus.NewRegistry(), time.Second)
-	cc := workerv1connect.NewWorkerServiceClient(h2ctest.Client(t), "http://"+r.srv.Addr())
+	cc := workerv1connect.NewWorkerServiceClient(rpctest.Client(t), "http://"+r.srv.Addr())
 	gc := workerv1.NewWorkerServiceClient(r.conn)
 	g.setPanic(true)
-	_, err := cc.Info(testContext(t), connect.NewRequest(&workerv1.InfoRequest{}))
+	_, err := cc.Info(rpctest.Context(t), connect.NewRequest(&workerv1.InfoRequest{}))
 	if connect.CodeOf(err) != connect.CodeInternal {
 		t.Errorf("Connect: panic gave %v, want internal", err)
 	}
-	_, err = gc.Info(testContext(t), &workerv1.InfoRequest{})
+	_, err = gc.Info(rpctest.Context(t), &workerv1.InfoRequest{})
 	if got := connect.Code(status.Code(err)); got != connect.CodeInternal {
 		t.Errorf("gRPC: panic gave %v, want internal", err)
 	}
@@ -261,14 +255,14 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 	}
 	// The server keeps serving, on the same connections and new ones.
 	g.setPanic(false)
-	if resp, err := cc.Info(testContext(t), connect.NewRequest(&workerv1.InfoRequest{})); err != nil || resp.Msg.GetInfo().GetId() != "gate" {
+	if resp, err := cc.Info(rpctest.Context(t), connect.NewRequest(&workerv1.InfoRequest{})); err != nil || resp.Msg.GetInfo().GetId() != "gate" {
 		t.Errorf("Connect after a panic: %v, %v", resp, err)
 	}
-	if resp, err := gc.Info(testContext(t), &workerv1.InfoRequest{}); err != nil || resp.GetInfo().GetId() != "gate" {
+	if resp, err := gc.Info(rpctest.Context(t), &workerv1.InfoRequest{}); err != nil || resp.GetInfo().GetId() != "gate" {
 		t.Errorf("gRPC after a panic: %v, %v", resp, err)
 	}
 	hc := healthpb.NewHealthClient(r.conn)
-	if _, err := hc.Check(testContext(t), &healthpb.HealthCheckRequest{}); err != nil {
+	if _, err := hc.Check(rpctest.Context(t), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("health after a panic: %v", err)
 	}
 }
@@ -286,7 +280,7 @@ func TestGracefulShutdown(t *testing.T) {
 			hc := healthpb.NewHealthClient(r.conn)
 			hookHealth := make(chan healthpb.HealthCheckResponse_ServingStatus, 1)
 			r.srv.OnDrain(func() {
-				resp, err := hc.Check(testContext(t), &healthpb.HealthCheckRequest{})
+				resp, err := hc.Check(rpctest.Context(t), &healthpb.HealthCheckRequest{})
 				if err != nil {
 					t.Errorf("health during drain: %v", err)
 				}
@@ -296,8 +290,8 @@ func TestGracefulShutdown(t *testing.T) {
 			var recv func() (*workerv1.WatchEventsResponse, error)
 			switch kind {
 			case "connect":
-				s, err := workerv1connect.NewWorkerServiceClient(h2ctest.Client(t), "http://"+r.srv.Addr()).
-					WatchEvents(testContext(t), connect.NewRequest(&workerv1.WatchEventsRequest{}))
+				s, err := workerv1connect.NewWorkerServiceClient(rpctest.Client(t), "http://"+r.srv.Addr()).
+					WatchEvents(rpctest.Context(t), connect.NewRequest(&workerv1.WatchEventsRequest{}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -312,7 +306,7 @@ func TestGracefulShutdown(t *testing.T) {
 					return nil, io.EOF
 				}
 			case "grpc":
-				s, err := workerv1.NewWorkerServiceClient(r.conn).WatchEvents(testContext(t), &workerv1.WatchEventsRequest{})
+				s, err := workerv1.NewWorkerServiceClient(r.conn).WatchEvents(rpctest.Context(t), &workerv1.WatchEventsRequest{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -393,7 +387,7 @@ func TestShutdownClosesWatchersAfterGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	s, err := workerv1.NewWorkerServiceClient(conn).WatchEvents(testContext(t), &workerv1.WatchEventsRequest{})
+	s, err := workerv1.NewWorkerServiceClient(conn).WatchEvents(rpctest.Context(t), &workerv1.WatchEventsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +412,7 @@ func TestShutdownClosesWatchersAfterGrace(t *testing.T) {
 // Keep the router import honest: the mounted router answers Unimplemented, not 404.
 func TestMountedUnimplemented(t *testing.T) {
 	r := start(t, newGate(), prometheus.NewRegistry(), time.Second)
-	_, err := routerv1.NewRouterServiceClient(r.conn).Route(testContext(t), &routerv1.RouteRequest{PromptTokens: 1})
+	_, err := routerv1.NewRouterServiceClient(r.conn).Route(rpctest.Context(t), &routerv1.RouteRequest{PromptTokens: 1})
 	if got := status.Code(err).String(); got != "Unimplemented" {
 		t.Fatalf("Route on a mounted but unimplemented service: %v", err)
 	}

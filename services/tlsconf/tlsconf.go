@@ -26,7 +26,8 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Cert, "tls-cert", "", "PEM certificate this service presents, as a server and as a client of other services (default: plaintext)")
 	fs.StringVar(&c.Key, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&c.CA, "tls-ca", "", "PEM CA bundle: services require client certificates it signed (mutual TLS; health checks exempt) and verify servers with it")
+	fs.StringVar(&c.CA, "tls-ca", "",
+		"PEM CA bundle: services require client certificates it signed (mutual TLS; health checks exempt) and verify servers with it")
 }
 
 // Enabled reports whether this service serves TLS.

@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
-	"time"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/process"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // Config is a worker's flags.
@@ -32,6 +33,7 @@ type Config struct {
 	Engine         string
 	Model          string
 	ServedName     string
+	Tokenizer      string
 	ContextLength  int
 	Seed           uint64
 	NumBlocks      int
@@ -39,16 +41,11 @@ type Config struct {
 	SimTimeScale   float64
 	PrefillWorkers services.List
 
-	Policy                string
-	ShortPrefillThreshold int
-	ITLWeight             float64
-	EnforceDisagg         bool
-	RemoteDeadlineMin     time.Duration
-	RemoteDeadlineMax     time.Duration
-
-	MaxRunning            int
-	MaxPrefillQueueTokens int
-	MaxQueuedTokens       int
+	// Decode is the decode service's config (decode and aggregated modes); its
+	// WorkerID and Mode are the worker's, set when it starts.
+	Decode decode.Config
+	// MaxQueuedTokens bounds a prefill worker's queue (prefill.Config).
+	MaxQueuedTokens int
 
 	// KVListen is a prefill worker's KV transfer port (process.NewKVPort), and
 	// KVAdvertisePort the port decode workers are told to dial for it (0: the one
@@ -62,50 +59,61 @@ type Config struct {
 // DefaultModel is what a worker serves when not told: the embedded trained model.
 const DefaultModel = models.Stories260KName
 
-// DefaultShortPrefillThreshold is the default of --short-prefill-threshold, in
-// effective prompt tokens. See docs/BENCHMARKS.md for how it was chosen.
-const DefaultShortPrefillThreshold = 128
-
 // RegisterFlags registers the worker's flags; mode is the default --mode.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:0")
 	fs.StringVar(&c.ID, "id", "", "worker id the router and logs know this worker by (default: mode and a random suffix)")
+	fs.Var(&c.PrefillWorkers, "prefill-workers", "decode mode: comma-separated prefill worker addresses (static discovery)")
+	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode: address of the KV transfer port, Prefill on grpc-go's transport for bulk data "+
+		"(default: --listen's host and port + 1, a free port when --listen's is 0; \"off\": Prefill on the main port only)")
+	fs.IntVar(&c.KVAdvertisePort, "kv-advertise-port", 0,
+		"prefill mode: the KV transfer port decode workers reach, when a port mapping or proxy makes it differ from --kv-listen's (0: the same)")
+	c.Consul.RegisterFlags(fs)
+	c.RegisterRoleFlags(fs, mode)
+}
+
+// RegisterRoleFlags registers the flags that say what the worker serves and how
+// it decides, the ones tandem up takes too; RegisterFlags adds where it listens
+// and how it finds its peers. mode is the default --mode.
+func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	fs.StringVar(&c.Mode, "mode", mode, "aggregated, decode (conditional disaggregation) or prefill")
 	fs.StringVar(&c.Engine, "engine", "native", "engine: native (pure-Go transformer) or sim (timing model, no compute)")
 	fs.StringVar(&c.Model, "model", DefaultModel, "native engine: the model to serve: "+models.Stories260KName+
 		" (embedded, a real trained model), the path of a GGUF file (llama or qwen2 architecture), or a random-weight benchmark shape: "+
 		strings.Join(native.Models(), ", "))
 	fs.StringVar(&c.ServedName, "served-model-name", "", "the model id clients name in requests (default: the GGUF's general.name, else its file name)")
+	fs.StringVar(&c.Tokenizer, "tokenizer", "", "a Hugging Face tokenizer.json the frontend tokenizes with, instead of the model file's own tokenizer")
 	fs.IntVar(&c.ContextLength, "max-model-len", 0, "native engine: cap the model's context length in tokens (0: the model's own)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the model's weights (or of the sim engine's tokens)")
 	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's")
 	fs.Float64Var(&c.SimTimeScale, "sim-time-scale", 1, "sim engine: multiply every modelled time by this (0: no waiting)")
-	fs.Var(&c.PrefillWorkers, "prefill-workers", "decode mode: comma-separated prefill worker addresses (static discovery)")
-	fs.StringVar(&c.Policy, "policy", string(decode.PolicyThreshold), "decode mode: local-or-remote prefill policy: threshold, cost, always-local or always-remote")
-	fs.IntVar(&c.ShortPrefillThreshold, "short-prefill-threshold", DefaultShortPrefillThreshold, "decode mode: prefill locally when prompt tokens minus cached tokens are at most this (threshold policy, and cost policy until warmed up)")
-	fs.Float64Var(&c.ITLWeight, "itl-weight", 0.25, "decode mode, cost policy: weight of the stall a local prefill inflicts on each running sequence")
-	fs.BoolVar(&c.EnforceDisagg, "enforce-disagg", false, "decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
-	fs.DurationVar(&c.RemoteDeadlineMin, "remote-deadline-min", 5*time.Second, "decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
-	fs.IntVar(&c.MaxRunning, "max-running-requests", 512, "decode mode: requests served or queued at once (0: unbounded); past it new ones get ResourceExhausted and the frontend tries another worker, then answers 429")
-	fs.IntVar(&c.MaxPrefillQueueTokens, "max-prefill-queue-tokens", 0, "decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
-	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); past it requests are refused so decode workers prefill locally")
-	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode: address of the KV transfer port, Prefill on grpc-go's transport for bulk data (default: --listen's host and port + 1, a free port when --listen's is 0; \"off\": Prefill on the main port only)")
-	fs.IntVar(&c.KVAdvertisePort, "kv-advertise-port", 0, "prefill mode: the KV transfer port decode workers reach, when a port mapping or proxy makes it differ from --kv-listen's (0: the same)")
-	c.Consul.RegisterFlags(fs)
-	fs.DurationVar(&c.RemoteDeadlineMax, "remote-deadline-max", 60*time.Second, "decode mode: most time a remote prefill is given before falling back")
+	c.Decode = decode.DefaultConfig()
+	d := &c.Decode
+	fs.StringVar((*string)(&d.Params.Policy), "policy", string(d.Params.Policy),
+		"decode mode: local-or-remote prefill policy: threshold, cost, always-local or always-remote")
+	fs.IntVar(&d.Params.ShortPrefillThreshold, "short-prefill-threshold", d.Params.ShortPrefillThreshold,
+		"decode mode: prefill locally when prompt tokens minus cached tokens are at most this (threshold policy, and cost policy until warmed up)")
+	fs.Float64Var(&d.Params.ITLWeight, "itl-weight", d.Params.ITLWeight,
+		"decode mode, cost policy: weight of the stall a local prefill inflicts on each running sequence")
+	fs.BoolVar(&d.Params.EnforceDisagg, "enforce-disagg", d.Params.EnforceDisagg,
+		"decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
+	fs.IntVar(&d.Params.MaxPrefillQueueTokens, "max-prefill-queue-tokens", d.Params.MaxPrefillQueueTokens,
+		"decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
+	fs.DurationVar(&d.MinRemoteDeadline, "remote-deadline-min", d.MinRemoteDeadline,
+		"decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
+	fs.DurationVar(&d.MaxRemoteDeadline, "remote-deadline-max", d.MaxRemoteDeadline, "decode mode: most time a remote prefill is given before falling back")
+	fs.IntVar(&d.MaxRunning, "max-running-requests", d.MaxRunning, "decode mode: requests served or queued at once (0: unbounded); "+
+		"past it new ones get ResourceExhausted and the frontend tries another worker, then answers 429")
+	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); "+
+		"past it requests are refused so decode workers prefill locally")
 }
 
 // DecodeConfig is the decode service's config for worker id in mode.
 func (c *Config) DecodeConfig(id string, mode workerv1.WorkerMode) decode.Config {
-	return decode.Config{
-		WorkerID: id, Mode: mode,
-		Params: decode.Params{
-			Policy: decode.Policy(c.Policy), ShortPrefillThreshold: c.ShortPrefillThreshold,
-			ITLWeight: c.ITLWeight, EnforceDisagg: c.EnforceDisagg, MaxPrefillQueueTokens: c.MaxPrefillQueueTokens,
-		},
-		MinRemoteDeadline: c.RemoteDeadlineMin, MaxRemoteDeadline: c.RemoteDeadlineMax, MaxRunning: c.MaxRunning,
-	}
+	d := c.Decode
+	d.WorkerID, d.Mode = id, mode
+	return d
 }
 
 // WorkerMode parses the --mode value.
@@ -127,8 +135,8 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return err
 	}
-	if c.MaxRunning < 0 {
-		return fmt.Errorf("--max-running-requests %d: want 0 (no bound) or more", c.MaxRunning)
+	if c.Decode.MaxRunning < 0 {
+		return fmt.Errorf("--max-running-requests %d: want 0 (no bound) or more", c.Decode.MaxRunning)
 	}
 	if mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
 		if err := c.DecodeConfig("validate", mode).Validate(); err != nil {
@@ -160,6 +168,15 @@ func (c *Config) Validate() error {
 	}
 	if c.SimTimeScale < 0 {
 		return errors.New("--sim-time-scale must not be negative")
+	}
+	if c.Tokenizer != "" {
+		b, err := os.ReadFile(c.Tokenizer)
+		if err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+		if _, err := tokenizer.FromHuggingFace(b); err != nil {
+			return fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
+		}
 	}
 	switch c.Engine {
 	case "sim":

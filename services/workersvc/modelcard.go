@@ -1,6 +1,8 @@
 package workersvc
 
 import (
+	"fmt"
+	"os"
 	"strings"
 
 	"github.com/tandem-serve/tandem/engine"
@@ -15,7 +17,7 @@ type modelFiler interface {
 
 // modelCard is what this worker publishes about its model: the frontend takes the
 // tokenizer and chat template from it, the router the fingerprint.
-func modelCard(cfg Config, eng engine.Engine) *workerv1.ModelCard {
+func modelCard(cfg Config, eng engine.Engine) (*workerv1.ModelCard, error) {
 	info := eng.Info()
 	card := &workerv1.ModelCard{
 		Model:         info.Model,
@@ -39,8 +41,16 @@ func modelCard(cfg Config, eng engine.Engine) *workerv1.ModelCard {
 		})}
 		card.ChatTemplate, _ = file.String("tokenizer.chat_template")
 	}
+	if cfg.Tokenizer != "" {
+		// Validate checked it parses; what the frontend gets is the file as given.
+		b, err := os.ReadFile(cfg.Tokenizer)
+		if err != nil {
+			return nil, fmt.Errorf("--tokenizer: %w", err)
+		}
+		card.Tokenizer = &workerv1.ModelCard_TokenizerJson{TokenizerJson: b}
+	}
 	if cfg.ServedName != "" {
 		card.Model = cfg.ServedName
 	}
-	return card
+	return card, nil
 }

@@ -5,29 +5,27 @@ import (
 	"log/slog"
 	"sync"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/handoff"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
-	"github.com/tandem-serve/tandem/services/discovery"
+	"github.com/tandem-serve/tandem/services/rpc"
 )
 
-// prefillers resolves prefill worker ids through discovery, dialling each address
-// once: a worker's KV transfer port when it has one (with its main port behind it),
-// else its main port.
+// prefillers resolves prefill worker ids through discovery, with one connection
+// to each address: a worker's KV transfer port when it has one (with its main
+// port behind it), else its main port.
 type prefillers struct {
 	tracker members
-	dial    discovery.Dialer // main ports
-	dialKV  discovery.Dialer // KV transfer ports
+	conns   *rpc.Conns
 	log     *slog.Logger
 
 	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn // by address
-	warned map[string]bool             // KV addresses found unreachable
+	warned map[string]bool // KV addresses found unreachable
 }
 
 var _ decode.Prefillers = (*prefillers)(nil)
@@ -38,50 +36,37 @@ type members interface {
 	Workers() []router.Worker
 }
 
-func (p *prefillers) Client(id string) (prefillv1.PrefillServiceClient, bool) {
+// newPrefillers keeps connections through dial to the addresses tracker knows; a
+// new address is the moment to close those to addresses no member has any more
+// (workers that left, or came back on another port or under another id).
+func newPrefillers(tracker members, dial rpc.Dialer, log *slog.Logger) *prefillers {
+	live := func() []string {
+		var addrs []string
+		for _, w := range tracker.Workers() {
+			addrs = append(addrs, w.Address, w.KVAddress)
+		}
+		return addrs
+	}
+	return &prefillers{tracker: tracker, conns: rpc.NewConns(dial, live), log: log}
+}
+
+func (p *prefillers) Client(id string) (handoff.Client, bool) {
 	w, ok := p.tracker.ByID(id)
 	if !ok || w.Mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
 		return nil, false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	main, err := p.conn(w.Address, p.dial)
+	main, err := p.conns.Get(w.Address)
 	if err != nil {
 		return nil, false
 	}
 	if w.KVAddress == "" {
-		return prefillv1.NewPrefillServiceClient(main), true
+		return handoff.GRPCClient(main), true
 	}
-	kv, err := p.conn(w.KVAddress, p.dialKV)
+	kv, err := p.conns.Get(w.KVAddress, handoff.DialOptions()...)
 	if err != nil {
 		return nil, false
 	}
-	return &kvThenMain{p: p, addr: w.KVAddress, kv: prefillv1.NewPrefillServiceClient(kv), main: prefillv1.NewPrefillServiceClient(main)}, true
-}
-
-// conn returns the connection to addr, dialling it the first time. A new address
-// is the moment to close connections to addresses no member has any more (workers
-// that left, or came back on another port or under another id). p.mu is held.
-func (p *prefillers) conn(addr string, dial discovery.Dialer) (*grpc.ClientConn, error) {
-	if cc, ok := p.conns[addr]; ok {
-		return cc, nil
-	}
-	cc, err := dial(addr)
-	if err != nil {
-		return nil, err
-	}
-	p.conns[addr] = cc
-	live := map[string]bool{}
-	for _, w := range p.tracker.Workers() {
-		live[w.Address], live[w.KVAddress] = true, true
-	}
-	for a, old := range p.conns {
-		if !live[a] && a != addr {
-			_ = old.Close()
-			delete(p.conns, a)
-		}
-	}
-	return cc, nil
+	return &kvThenMain{p: p, addr: w.KVAddress, kv: handoff.GRPCClient(kv), main: handoff.GRPCClient(main)}, true
 }
 
 // kvThenMain calls Prefill on a worker's KV transfer port and, when that port
@@ -91,11 +76,11 @@ func (p *prefillers) conn(addr string, dial discovery.Dialer) (*grpc.ClientConn,
 type kvThenMain struct {
 	p        *prefillers
 	addr     string
-	kv, main prefillv1.PrefillServiceClient
+	kv, main handoff.Client
 }
 
-func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[prefillv1.PrefillResponse], error) {
-	s, err := c.kv.Prefill(ctx, in, opts...)
+func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) (handoff.Stream, error) {
+	s, err := c.kv.Prefill(ctx, in)
 	if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 		return s, err
 	}
@@ -110,7 +95,7 @@ func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest, 
 		c.p.log.WarnContext(ctx, "KV transfer port unreachable; calling Prefill on the main port (slower). Check that it is open, or --kv-advertise-port",
 			"kv_address", c.addr, "error", err)
 	}
-	return c.main.Prefill(ctx, in, opts...)
+	return c.main.Prefill(ctx, in)
 }
 
 func (p *prefillers) IDs() []string {
@@ -125,10 +110,4 @@ func (p *prefillers) IDs() []string {
 	return ids
 }
 
-func (p *prefillers) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, cc := range p.conns {
-		_ = cc.Close()
-	}
-}
+func (p *prefillers) close() { p.conns.Close() }

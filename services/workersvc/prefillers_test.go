@@ -3,7 +3,6 @@ package workersvc
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -18,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/h2ctest"
+	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
@@ -59,22 +58,20 @@ func (f *fakeMembers) set(w router.Worker) {
 // came back on another port, or left) are closed rather than kept forever.
 func TestPrefillersFollowTheKVPort(t *testing.T) {
 	var dialled, dialledKV []string
-	var all []*grpc.ClientConn
-	dialer := func(into *[]string) func(string) (*grpc.ClientConn, error) {
-		return func(addr string) (*grpc.ClientConn, error) {
-			*into = append(*into, addr)
-			cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())) // lazy: nothing listens
-			all = append(all, cc)
-			return cc, err
+	conns := map[string]*grpc.ClientConn{}
+	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		if len(opts) > 0 { // the KV transfer port's options
+			dialledKV = append(dialledKV, addr)
+		} else {
+			dialled = append(dialled, addr)
 		}
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())) // lazy: nothing listens
+		conns[addr] = cc
+		return cc, err
 	}
-	t.Cleanup(func() {
-		for _, cc := range all {
-			_ = cc.Close()
-		}
-	})
 	m := &fakeMembers{ws: map[string]router.Worker{}}
-	p := &prefillers{tracker: m, dial: dialer(&dialled), dialKV: dialer(&dialledKV), conns: map[string]*grpc.ClientConn{}}
+	p := newPrefillers(m, dial, nil)
+	t.Cleanup(p.close)
 	prefill := workerv1.WorkerMode_WORKER_MODE_PREFILL
 
 	m.set(router.Worker{ID: "old", Address: "127.0.0.1:9000", Mode: prefill})
@@ -87,7 +84,7 @@ func TestPrefillersFollowTheKVPort(t *testing.T) {
 	if !slices.Equal(dialledKV, []string{"127.0.0.1:9101"}) || !slices.Equal(dialled, []string{"127.0.0.1:9100", "127.0.0.1:9000"}) {
 		t.Fatalf("dialled main %v and KV %v; want each address once", dialled, dialledKV)
 	}
-	oldKV, oldWorker := p.conns["127.0.0.1:9101"], p.conns["127.0.0.1:9000"]
+	oldKV, oldWorker := conns["127.0.0.1:9101"], conns["127.0.0.1:9000"]
 
 	// p restarts on another KV port, and "old" leaves.
 	m.set(router.Worker{ID: "p", Address: "127.0.0.1:9100", KVAddress: "127.0.0.1:9202", Mode: prefill})
@@ -105,8 +102,8 @@ func TestPrefillersFollowTheKVPort(t *testing.T) {
 			t.Errorf("the connection to %s is still open (%v)", name, cc.GetState())
 		}
 	}
-	if len(p.conns) != 2 {
-		t.Errorf("connections kept: %v; want p's main and new KV port", slices.Collect(maps.Keys(p.conns)))
+	if kept := p.conns.Addrs(); len(kept) != 2 {
+		t.Errorf("connections kept: %v; want p's main and new KV port", kept)
 	}
 	if _, ok := p.Client("nobody"); ok {
 		t.Error("Client of a worker discovery does not know succeeded")
@@ -128,23 +125,21 @@ func TestPrefillersFallBackToTheMainPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close() })
-	svc, err := prefill.New(prefill.Config{WorkerID: "p", ChunkBytes: 1 << 20, MaxLease: 10 * time.Second}, eng, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	svc, err := prefill.New(prefill.Config{WorkerID: "p", ChunkBytes: 1 << 20, MaxLease: 10 * time.Second}, eng, slog.New(slog.DiscardHandler),
+		prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
-	srv := h2ctest.NewServer(t, mux)
+	srv := rpctest.NewServer(t, mux)
 
-	var conns []*grpc.ClientConn
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		conns = append(conns, cc)
-		return cc, err
+	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	}
 	m := &fakeMembers{ws: map[string]router.Worker{}}
-	m.set(router.Worker{ID: "p", Address: h2ctest.Addr(srv), KVAddress: closedPort, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL})
-	p := &prefillers{tracker: m, dial: dial, dialKV: dial, conns: map[string]*grpc.ClientConn{}, log: slog.New(slog.DiscardHandler)}
+	m.set(router.Worker{ID: "p", Address: rpctest.Addr(srv), KVAddress: closedPort, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL})
+	p := newPrefillers(m, dial, slog.New(slog.DiscardHandler))
 	t.Cleanup(p.close)
 
 	c, ok := p.Client("p")
@@ -153,7 +148,8 @@ func TestPrefillersFallBackToTheMainPort(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stream, err := c.Prefill(ctx, &prefillv1.PrefillRequest{RequestId: "r", PromptTokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}})
+	stream, err := c.Prefill(ctx, &prefillv1.PrefillRequest{RequestId: "r", PromptTokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+		15, 16, 17}})
 	if err != nil {
 		t.Fatalf("Prefill with the KV port closed: %v", err)
 	}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/prefill"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
@@ -22,7 +22,6 @@ import (
 	"github.com/tandem-serve/tandem/services/kvport"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
-	"github.com/tandem-serve/tandem/services/telemetry"
 	"github.com/tandem-serve/tandem/worker"
 )
 
@@ -61,13 +60,17 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	}()
 	id := cfg.ID
 	if id == "" {
-		id = cfg.Mode + "-" + telemetry.NewRequestID()[:8]
+		id = cfg.Mode + "-" + requestid.New()[:8]
 	}
 	env.Logger = env.Logger.With("worker_id", id)
 	opts := env.HandlerOptions()
 	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
-	s.worker = worker.New(id, telemetry.NewRequestID(), mode, process.Version, eng)
-	s.worker.SetModelCard(modelCard(cfg, eng))
+	s.worker = worker.New(id, requestid.New(), mode, process.Version(), eng)
+	card, err := modelCard(cfg, eng)
+	if err != nil {
+		return nil, err
+	}
+	s.worker.SetModelCard(card)
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
 	defer func() {
 		if err != nil && s.kv != nil {
@@ -78,7 +81,9 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	switch mode {
 	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
 		name = consul.PrefillService
-		ps, err := prefill.New(prefill.Config{WorkerID: id, ChunkBytes: 1 << 20, MaxLease: 30 * time.Second, MaxPromptTokens: eng.Info().ContextLength, MaxQueuedTokens: cfg.MaxQueuedTokens}, eng, env.Logger, env.Registry)
+		pc := prefill.DefaultConfig()
+		pc.WorkerID, pc.MaxPromptTokens, pc.MaxQueuedTokens = id, eng.Info().ContextLength, cfg.MaxQueuedTokens
+		ps, err := prefill.New(pc, eng, env.Logger, env.Registry)
 		if err != nil {
 			return nil, err
 		}
@@ -95,10 +100,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		}
 	default:
 		s.tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
-		s.prefill = &prefillers{tracker: s.tracker, dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}, log: env.Logger,
-			dialKV: func(addr string) (*grpc.ClientConn, error) {
-				return env.Clients.DialWith(addr, kvport.DialOptions()...)
-			}}
+		s.prefill = newPrefillers(s.tracker, env.Clients.DialWith, env.Logger)
 		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err
 		}
@@ -113,7 +115,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	meta := map[string]string{
 		"mode": cfg.Mode, "model": s.worker.WorkerInfo().GetModel(), "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
-		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": process.Version,
+		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": process.Version(),
 	}
 	if port := s.worker.WorkerInfo().GetKvTransferPort(); port != 0 {
 		// For operators reading the catalog; decode workers take it from WorkerInfo.

@@ -506,13 +506,15 @@ func (x *Usage) GetCachedTokens() uint32 {
 // GenerateResponse carries new tokens. The first message also carries the prefill
 // decision; the last carries the finish reason and usage.
 type GenerateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TokenIds      []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	Prefill       *PrefillDecision       `protobuf:"bytes,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
-	FinishReason  FinishReason           `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=tandem.decode.v1.FinishReason" json:"finish_reason,omitempty"`
-	Usage         *Usage                 `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	WorkerMode    v1.WorkerMode          `protobuf:"varint,6,opt,name=worker_mode,json=workerMode,proto3,enum=tandem.worker.v1.WorkerMode" json:"worker_mode,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TokenIds []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// One per token id, when the request's sampling asked for logprobs.
+	Logprobs      []*v1.TokenLogprobs `protobuf:"bytes,7,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Prefill       *PrefillDecision    `protobuf:"bytes,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	FinishReason  FinishReason        `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=tandem.decode.v1.FinishReason" json:"finish_reason,omitempty"`
+	Usage         *Usage              `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	WorkerId      string              `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerMode    v1.WorkerMode       `protobuf:"varint,6,opt,name=worker_mode,json=workerMode,proto3,enum=tandem.worker.v1.WorkerMode" json:"worker_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +552,13 @@ func (*GenerateResponse) Descriptor() ([]byte, []int) {
 func (x *GenerateResponse) GetTokenIds() []uint32 {
 	if x != nil {
 		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *GenerateResponse) GetLogprobs() []*v1.TokenLogprobs {
+	if x != nil {
+		return x.Logprobs
 	}
 	return nil
 }
@@ -626,9 +635,10 @@ const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xbc\x02\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xf9\x02\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12;\n" +
+	"\blogprobs\x18\a \x03(\v2\x1f.tandem.worker.v1.TokenLogprobsR\blogprobs\x12;\n" +
 	"\aprefill\x18\x02 \x01(\v2!.tandem.decode.v1.PrefillDecisionR\aprefill\x12C\n" +
 	"\rfinish_reason\x18\x03 \x01(\x0e2\x1e.tandem.decode.v1.FinishReasonR\ffinishReason\x12-\n" +
 	"\x05usage\x18\x04 \x01(\v2\x17.tandem.decode.v1.UsageR\x05usage\x12\x1b\n" +
@@ -673,24 +683,26 @@ var file_tandem_decode_v1_decode_proto_goTypes = []any{
 	(*GenerateResponse)(nil),    // 6: tandem.decode.v1.GenerateResponse
 	(*v1.SamplingParams)(nil),   // 7: tandem.worker.v1.SamplingParams
 	(*durationpb.Duration)(nil), // 8: google.protobuf.Duration
-	(v1.WorkerMode)(0),          // 9: tandem.worker.v1.WorkerMode
+	(*v1.TokenLogprobs)(nil),    // 9: tandem.worker.v1.TokenLogprobs
+	(v1.WorkerMode)(0),          // 10: tandem.worker.v1.WorkerMode
 }
 var file_tandem_decode_v1_decode_proto_depIdxs = []int32{
-	7, // 0: tandem.decode.v1.GenerateRequest.sampling:type_name -> tandem.worker.v1.SamplingParams
-	3, // 1: tandem.decode.v1.GenerateRequest.prefill_workers:type_name -> tandem.decode.v1.PrefillCandidate
-	0, // 2: tandem.decode.v1.PrefillDecision.path:type_name -> tandem.decode.v1.PrefillPath
-	8, // 3: tandem.decode.v1.PrefillDecision.prefill_time:type_name -> google.protobuf.Duration
-	4, // 4: tandem.decode.v1.GenerateResponse.prefill:type_name -> tandem.decode.v1.PrefillDecision
-	1, // 5: tandem.decode.v1.GenerateResponse.finish_reason:type_name -> tandem.decode.v1.FinishReason
-	5, // 6: tandem.decode.v1.GenerateResponse.usage:type_name -> tandem.decode.v1.Usage
-	9, // 7: tandem.decode.v1.GenerateResponse.worker_mode:type_name -> tandem.worker.v1.WorkerMode
-	2, // 8: tandem.decode.v1.DecodeService.Generate:input_type -> tandem.decode.v1.GenerateRequest
-	6, // 9: tandem.decode.v1.DecodeService.Generate:output_type -> tandem.decode.v1.GenerateResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	7,  // 0: tandem.decode.v1.GenerateRequest.sampling:type_name -> tandem.worker.v1.SamplingParams
+	3,  // 1: tandem.decode.v1.GenerateRequest.prefill_workers:type_name -> tandem.decode.v1.PrefillCandidate
+	0,  // 2: tandem.decode.v1.PrefillDecision.path:type_name -> tandem.decode.v1.PrefillPath
+	8,  // 3: tandem.decode.v1.PrefillDecision.prefill_time:type_name -> google.protobuf.Duration
+	9,  // 4: tandem.decode.v1.GenerateResponse.logprobs:type_name -> tandem.worker.v1.TokenLogprobs
+	4,  // 5: tandem.decode.v1.GenerateResponse.prefill:type_name -> tandem.decode.v1.PrefillDecision
+	1,  // 6: tandem.decode.v1.GenerateResponse.finish_reason:type_name -> tandem.decode.v1.FinishReason
+	5,  // 7: tandem.decode.v1.GenerateResponse.usage:type_name -> tandem.decode.v1.Usage
+	10, // 8: tandem.decode.v1.GenerateResponse.worker_mode:type_name -> tandem.worker.v1.WorkerMode
+	2,  // 9: tandem.decode.v1.DecodeService.Generate:input_type -> tandem.decode.v1.GenerateRequest
+	6,  // 10: tandem.decode.v1.DecodeService.Generate:output_type -> tandem.decode.v1.GenerateResponse
+	10, // [10:11] is the sub-list for method output_type
+	9,  // [9:10] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tandem_decode_v1_decode_proto_init() }

@@ -127,8 +127,10 @@ type Header struct {
 	// Leading blocks that were already in the prefill worker's cache.
 	PrefillCachedBlocks uint32 `protobuf:"varint,8,opt,name=prefill_cached_blocks,json=prefillCachedBlocks,proto3" json:"prefill_cached_blocks,omitempty"`
 	WorkerId            string `protobuf:"bytes,9,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The first token's, when the request's sampling asked for logprobs.
+	FirstTokenLogprobs *v1.TokenLogprobs `protobuf:"bytes,10,opt,name=first_token_logprobs,json=firstTokenLogprobs,proto3" json:"first_token_logprobs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Header) Reset() {
@@ -222,6 +224,13 @@ func (x *Header) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *Header) GetFirstTokenLogprobs() *v1.TokenLogprobs {
+	if x != nil {
+		return x.FirstTokenLogprobs
+	}
+	return nil
 }
 
 type Chunk struct {
@@ -484,7 +493,7 @@ const file_tandem_prefill_v1_prefill_proto_rawDesc = "" +
 	"\vskip_blocks\x18\x04 \x01(\rR\n" +
 	"skipBlocks\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12.\n" +
-	"\x13max_inflight_chunks\x18\x06 \x01(\rR\x11maxInflightChunks\"\xd7\x02\n" +
+	"\x13max_inflight_chunks\x18\x06 \x01(\rR\x11maxInflightChunks\"\xaa\x03\n" +
 	"\x06Header\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -498,7 +507,9 @@ const file_tandem_prefill_v1_prefill_proto_rawDesc = "" +
 	"num_blocks\x18\x06 \x01(\rR\tnumBlocks\x12%\n" +
 	"\x0eskipped_blocks\x18\a \x01(\rR\rskippedBlocks\x122\n" +
 	"\x15prefill_cached_blocks\x18\b \x01(\rR\x13prefillCachedBlocks\x12\x1b\n" +
-	"\tworker_id\x18\t \x01(\tR\bworkerId\"u\n" +
+	"\tworker_id\x18\t \x01(\tR\bworkerId\x12Q\n" +
+	"\x14first_token_logprobs\x18\n" +
+	" \x01(\v2\x1f.tandem.worker.v1.TokenLogprobsR\x12firstTokenLogprobs\"u\n" +
 	"\x05Chunk\x12\x1f\n" +
 	"\vfirst_block\x18\x01 \x01(\rR\n" +
 	"firstBlock\x12\x1f\n" +
@@ -546,24 +557,26 @@ var file_tandem_prefill_v1_prefill_proto_goTypes = []any{
 	(*v1.SamplingParams)(nil),   // 5: tandem.worker.v1.SamplingParams
 	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
 	(*v1.KVLayout)(nil),         // 7: tandem.worker.v1.KVLayout
+	(*v1.TokenLogprobs)(nil),    // 8: tandem.worker.v1.TokenLogprobs
 }
 var file_tandem_prefill_v1_prefill_proto_depIdxs = []int32{
 	5,  // 0: tandem.prefill.v1.PrefillRequest.sampling:type_name -> tandem.worker.v1.SamplingParams
 	6,  // 1: tandem.prefill.v1.PrefillRequest.lease:type_name -> google.protobuf.Duration
 	7,  // 2: tandem.prefill.v1.Header.layout:type_name -> tandem.worker.v1.KVLayout
-	6,  // 3: tandem.prefill.v1.Trailer.prefill_time:type_name -> google.protobuf.Duration
-	6,  // 4: tandem.prefill.v1.Trailer.queue_time:type_name -> google.protobuf.Duration
-	6,  // 5: tandem.prefill.v1.Trailer.transfer_time:type_name -> google.protobuf.Duration
-	1,  // 6: tandem.prefill.v1.PrefillResponse.header:type_name -> tandem.prefill.v1.Header
-	2,  // 7: tandem.prefill.v1.PrefillResponse.chunk:type_name -> tandem.prefill.v1.Chunk
-	3,  // 8: tandem.prefill.v1.PrefillResponse.trailer:type_name -> tandem.prefill.v1.Trailer
-	0,  // 9: tandem.prefill.v1.PrefillService.Prefill:input_type -> tandem.prefill.v1.PrefillRequest
-	4,  // 10: tandem.prefill.v1.PrefillService.Prefill:output_type -> tandem.prefill.v1.PrefillResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 3: tandem.prefill.v1.Header.first_token_logprobs:type_name -> tandem.worker.v1.TokenLogprobs
+	6,  // 4: tandem.prefill.v1.Trailer.prefill_time:type_name -> google.protobuf.Duration
+	6,  // 5: tandem.prefill.v1.Trailer.queue_time:type_name -> google.protobuf.Duration
+	6,  // 6: tandem.prefill.v1.Trailer.transfer_time:type_name -> google.protobuf.Duration
+	1,  // 7: tandem.prefill.v1.PrefillResponse.header:type_name -> tandem.prefill.v1.Header
+	2,  // 8: tandem.prefill.v1.PrefillResponse.chunk:type_name -> tandem.prefill.v1.Chunk
+	3,  // 9: tandem.prefill.v1.PrefillResponse.trailer:type_name -> tandem.prefill.v1.Trailer
+	0,  // 10: tandem.prefill.v1.PrefillService.Prefill:input_type -> tandem.prefill.v1.PrefillRequest
+	4,  // 11: tandem.prefill.v1.PrefillService.Prefill:output_type -> tandem.prefill.v1.PrefillResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_tandem_prefill_v1_prefill_proto_init() }

@@ -144,7 +144,11 @@ type SamplingParams struct {
 	// 0 means no top-k cut.
 	TopK uint32 `protobuf:"varint,3,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
 	// Seed of the per-request random stream; the frontend fills one in when the client gives none.
-	Seed          uint64 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
+	Seed uint64 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
+	// Report each drawn token's log-probability (of the model's raw logits), with
+	// the top_logprobs most likely tokens at its position (at most 20).
+	Logprobs      bool   `protobuf:"varint,5,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	TopLogprobs   uint32 `protobuf:"varint,6,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +211,127 @@ func (x *SamplingParams) GetSeed() uint64 {
 	return 0
 }
 
+func (x *SamplingParams) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *SamplingParams) GetTopLogprobs() uint32 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return 0
+}
+
+// Logprob is a token and its log-probability.
+type Logprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TokenId       uint32                 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	Logprob       float32                `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Logprob) Reset() {
+	*x = Logprob{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Logprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Logprob) ProtoMessage() {}
+
+func (x *Logprob) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Logprob.ProtoReflect.Descriptor instead.
+func (*Logprob) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Logprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *Logprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+// TokenLogprobs are a drawn token's log-probability and the most likely tokens at
+// its position, most likely first.
+type TokenLogprobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Logprob       float32                `protobuf:"fixed32,1,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Top           []*Logprob             `protobuf:"bytes,2,rep,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprobs) Reset() {
+	*x = TokenLogprobs{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprobs) ProtoMessage() {}
+
+func (x *TokenLogprobs) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprobs.ProtoReflect.Descriptor instead.
+func (*TokenLogprobs) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TokenLogprobs) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprobs) GetTop() []*Logprob {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
 // KVLayout describes the bytes of one KV block so that the importing side can check
 // it holds the same model before it accepts a single byte.
 type KVLayout struct {
@@ -226,7 +351,7 @@ type KVLayout struct {
 
 func (x *KVLayout) Reset() {
 	*x = KVLayout{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +363,7 @@ func (x *KVLayout) String() string {
 func (*KVLayout) ProtoMessage() {}
 
 func (x *KVLayout) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +376,7 @@ func (x *KVLayout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVLayout.ProtoReflect.Descriptor instead.
 func (*KVLayout) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *KVLayout) GetLayers() uint32 {
@@ -327,7 +452,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +464,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +477,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WorkerInfo) GetId() string {
@@ -435,7 +560,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +572,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +585,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Load) GetRunningSequences() uint32 {
@@ -517,7 +642,7 @@ type BlockStored struct {
 
 func (x *BlockStored) Reset() {
 	*x = BlockStored{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +654,7 @@ func (x *BlockStored) String() string {
 func (*BlockStored) ProtoMessage() {}
 
 func (x *BlockStored) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +667,7 @@ func (x *BlockStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStored.ProtoReflect.Descriptor instead.
 func (*BlockStored) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BlockStored) GetParentHash() uint64 {
@@ -569,7 +694,7 @@ type BlockRemoved struct {
 
 func (x *BlockRemoved) Reset() {
 	*x = BlockRemoved{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +706,7 @@ func (x *BlockRemoved) String() string {
 func (*BlockRemoved) ProtoMessage() {}
 
 func (x *BlockRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +719,7 @@ func (x *BlockRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRemoved.ProtoReflect.Descriptor instead.
 func (*BlockRemoved) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BlockRemoved) GetBlockHashes() []uint64 {
@@ -613,7 +738,7 @@ type AllBlocksCleared struct {
 
 func (x *AllBlocksCleared) Reset() {
 	*x = AllBlocksCleared{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +750,7 @@ func (x *AllBlocksCleared) String() string {
 func (*AllBlocksCleared) ProtoMessage() {}
 
 func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +763,7 @@ func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllBlocksCleared.ProtoReflect.Descriptor instead.
 func (*AllBlocksCleared) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 // KVEvent is one change to a worker's prefix cache.
@@ -658,7 +783,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +795,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +808,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KVEvent) GetId() uint64 {
@@ -761,7 +886,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +898,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +911,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Snapshot) GetLastEventId() uint64 {
@@ -832,7 +957,7 @@ type ModelCard struct {
 
 func (x *ModelCard) Reset() {
 	*x = ModelCard{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +969,7 @@ func (x *ModelCard) String() string {
 func (*ModelCard) ProtoMessage() {}
 
 func (x *ModelCard) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +982,7 @@ func (x *ModelCard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCard.ProtoReflect.Descriptor instead.
 func (*ModelCard) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ModelCard) GetModel() string {
@@ -969,7 +1094,7 @@ type ModelCardRequest struct {
 
 func (x *ModelCardRequest) Reset() {
 	*x = ModelCardRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1106,7 @@ func (x *ModelCardRequest) String() string {
 func (*ModelCardRequest) ProtoMessage() {}
 
 func (x *ModelCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1119,7 @@ func (x *ModelCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCardRequest.ProtoReflect.Descriptor instead.
 func (*ModelCardRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 type ModelCardResponse struct {
@@ -1006,7 +1131,7 @@ type ModelCardResponse struct {
 
 func (x *ModelCardResponse) Reset() {
 	*x = ModelCardResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1143,7 @@ func (x *ModelCardResponse) String() string {
 func (*ModelCardResponse) ProtoMessage() {}
 
 func (x *ModelCardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1156,7 @@ func (x *ModelCardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCardResponse.ProtoReflect.Descriptor instead.
 func (*ModelCardResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ModelCardResponse) GetCard() *ModelCard {
@@ -1049,7 +1174,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1186,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1199,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 type InfoResponse struct {
@@ -1087,7 +1212,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1224,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1237,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InfoResponse) GetInfo() *WorkerInfo {
@@ -1139,7 +1264,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1276,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1289,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchEventsRequest) GetAfterEventId() uint64 {
@@ -1190,7 +1315,7 @@ type WatchEventsResponse struct {
 
 func (x *WatchEventsResponse) Reset() {
 	*x = WatchEventsResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1327,7 @@ func (x *WatchEventsResponse) String() string {
 func (*WatchEventsResponse) ProtoMessage() {}
 
 func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1340,7 @@ func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchEventsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchEventsResponse) GetIncarnation() string {
@@ -1264,7 +1389,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1401,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1414,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DrainRequest) GetServing() bool {
@@ -1307,7 +1432,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1444,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,19 +1457,27 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 var File_tandem_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtandem/worker/v1/worker.proto\x12\x10tandem.worker.v1\"p\n" +
+	"\x1dtandem/worker/v1/worker.proto\x12\x10tandem.worker.v1\"\xaf\x01\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
 	"\x05top_k\x18\x03 \x01(\rR\x04topK\x12\x12\n" +
-	"\x04seed\x18\x04 \x01(\x04R\x04seed\"\xf6\x01\n" +
+	"\x04seed\x18\x04 \x01(\x04R\x04seed\x12\x1a\n" +
+	"\blogprobs\x18\x05 \x01(\bR\blogprobs\x12!\n" +
+	"\ftop_logprobs\x18\x06 \x01(\rR\vtopLogprobs\">\n" +
+	"\aLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\"V\n" +
+	"\rTokenLogprobs\x12\x18\n" +
+	"\alogprob\x18\x01 \x01(\x02R\alogprob\x12+\n" +
+	"\x03top\x18\x02 \x03(\v2\x19.tandem.worker.v1.LogprobR\x03top\"\xf6\x01\n" +
 	"\bKVLayout\x12\x16\n" +
 	"\x06layers\x18\x01 \x01(\rR\x06layers\x12\x19\n" +
 	"\bkv_heads\x18\x02 \x01(\rR\akvHeads\x12\x19\n" +
@@ -1452,55 +1585,58 @@ func file_tandem_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(WorkerMode)(0),             // 0: tandem.worker.v1.WorkerMode
 	(KVDtype)(0),                // 1: tandem.worker.v1.KVDtype
 	(*SamplingParams)(nil),      // 2: tandem.worker.v1.SamplingParams
-	(*KVLayout)(nil),            // 3: tandem.worker.v1.KVLayout
-	(*WorkerInfo)(nil),          // 4: tandem.worker.v1.WorkerInfo
-	(*Load)(nil),                // 5: tandem.worker.v1.Load
-	(*BlockStored)(nil),         // 6: tandem.worker.v1.BlockStored
-	(*BlockRemoved)(nil),        // 7: tandem.worker.v1.BlockRemoved
-	(*AllBlocksCleared)(nil),    // 8: tandem.worker.v1.AllBlocksCleared
-	(*KVEvent)(nil),             // 9: tandem.worker.v1.KVEvent
-	(*Snapshot)(nil),            // 10: tandem.worker.v1.Snapshot
-	(*ModelCard)(nil),           // 11: tandem.worker.v1.ModelCard
-	(*ModelCardRequest)(nil),    // 12: tandem.worker.v1.ModelCardRequest
-	(*ModelCardResponse)(nil),   // 13: tandem.worker.v1.ModelCardResponse
-	(*InfoRequest)(nil),         // 14: tandem.worker.v1.InfoRequest
-	(*InfoResponse)(nil),        // 15: tandem.worker.v1.InfoResponse
-	(*WatchEventsRequest)(nil),  // 16: tandem.worker.v1.WatchEventsRequest
-	(*WatchEventsResponse)(nil), // 17: tandem.worker.v1.WatchEventsResponse
-	(*DrainRequest)(nil),        // 18: tandem.worker.v1.DrainRequest
-	(*DrainResponse)(nil),       // 19: tandem.worker.v1.DrainResponse
+	(*Logprob)(nil),             // 3: tandem.worker.v1.Logprob
+	(*TokenLogprobs)(nil),       // 4: tandem.worker.v1.TokenLogprobs
+	(*KVLayout)(nil),            // 5: tandem.worker.v1.KVLayout
+	(*WorkerInfo)(nil),          // 6: tandem.worker.v1.WorkerInfo
+	(*Load)(nil),                // 7: tandem.worker.v1.Load
+	(*BlockStored)(nil),         // 8: tandem.worker.v1.BlockStored
+	(*BlockRemoved)(nil),        // 9: tandem.worker.v1.BlockRemoved
+	(*AllBlocksCleared)(nil),    // 10: tandem.worker.v1.AllBlocksCleared
+	(*KVEvent)(nil),             // 11: tandem.worker.v1.KVEvent
+	(*Snapshot)(nil),            // 12: tandem.worker.v1.Snapshot
+	(*ModelCard)(nil),           // 13: tandem.worker.v1.ModelCard
+	(*ModelCardRequest)(nil),    // 14: tandem.worker.v1.ModelCardRequest
+	(*ModelCardResponse)(nil),   // 15: tandem.worker.v1.ModelCardResponse
+	(*InfoRequest)(nil),         // 16: tandem.worker.v1.InfoRequest
+	(*InfoResponse)(nil),        // 17: tandem.worker.v1.InfoResponse
+	(*WatchEventsRequest)(nil),  // 18: tandem.worker.v1.WatchEventsRequest
+	(*WatchEventsResponse)(nil), // 19: tandem.worker.v1.WatchEventsResponse
+	(*DrainRequest)(nil),        // 20: tandem.worker.v1.DrainRequest
+	(*DrainResponse)(nil),       // 21: tandem.worker.v1.DrainResponse
 }
 var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
-	1,  // 0: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
-	0,  // 1: tandem.worker.v1.WorkerInfo.mode:type_name -> tandem.worker.v1.WorkerMode
-	3,  // 2: tandem.worker.v1.WorkerInfo.layout:type_name -> tandem.worker.v1.KVLayout
-	6,  // 3: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
-	7,  // 4: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
-	8,  // 5: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
-	11, // 6: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
-	4,  // 7: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
-	5,  // 8: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
-	10, // 9: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
-	9,  // 10: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
-	5,  // 11: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
-	14, // 12: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
-	16, // 13: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
-	12, // 14: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
-	18, // 15: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
-	15, // 16: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
-	17, // 17: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
-	13, // 18: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
-	19, // 19: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
-	16, // [16:20] is the sub-list for method output_type
-	12, // [12:16] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	3,  // 0: tandem.worker.v1.TokenLogprobs.top:type_name -> tandem.worker.v1.Logprob
+	1,  // 1: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
+	0,  // 2: tandem.worker.v1.WorkerInfo.mode:type_name -> tandem.worker.v1.WorkerMode
+	5,  // 3: tandem.worker.v1.WorkerInfo.layout:type_name -> tandem.worker.v1.KVLayout
+	8,  // 4: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
+	9,  // 5: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
+	10, // 6: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
+	13, // 7: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
+	6,  // 8: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
+	7,  // 9: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
+	12, // 10: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
+	11, // 11: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
+	7,  // 12: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
+	16, // 13: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
+	18, // 14: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
+	14, // 15: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
+	20, // 16: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
+	17, // 17: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
+	19, // 18: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
+	15, // 19: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
+	21, // 20: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_tandem_worker_v1_worker_proto_init() }
@@ -1508,12 +1644,12 @@ func file_tandem_worker_v1_worker_proto_init() {
 	if File_tandem_worker_v1_worker_proto != nil {
 		return
 	}
-	file_tandem_worker_v1_worker_proto_msgTypes[7].OneofWrappers = []any{
+	file_tandem_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{
 		(*KVEvent_Stored)(nil),
 		(*KVEvent_Removed)(nil),
 		(*KVEvent_Cleared)(nil),
 	}
-	file_tandem_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{
+	file_tandem_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{
 		(*ModelCard_TokenizerName)(nil),
 		(*ModelCard_TokenizerGguf)(nil),
 		(*ModelCard_TokenizerJson)(nil),
@@ -1524,7 +1660,7 @@ func file_tandem_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_worker_v1_worker_proto_rawDesc), len(file_tandem_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/tandem-serve/tandem/bench/cluster"
+)
+
+// CompareOptions are what tandem bench compare runs the plan against: each
+// deployment started afresh as separate processes, every worker pinned to its own
+// CPU.
+type CompareOptions struct {
+	Deployments string
+	Workers     int
+	WorkerArgs  string
+	Pin         bool
+	GOMAXPROCS  int
+	// Out is the directory for logs and results; "" makes a new temporary one.
+	Out    string
+	Binary string
+}
+
+// RegisterFlags registers the comparison's own flags.
+func (c *CompareOptions) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Deployments, "deployments", "aggregated,"+strings.Join(cluster.Policies, ","),
+		"deployments to compare: aggregated (every worker prefills and decodes) and the decode policies (one prefill worker, the rest decode)")
+	fs.IntVar(&c.Workers, "workers", 2, "workers per deployment, one per CPU when pinned")
+	fs.StringVar(&c.WorkerArgs, "worker-args", "", "flags for every worker, e.g. '--engine sim' (default: the native engine, model tiny)")
+	fs.BoolVar(&c.Pin, "pin", true, "pin each worker to its own CPU with taskset, when taskset is installed")
+	fs.IntVar(&c.GOMAXPROCS, "worker-gomaxprocs", 2,
+		"GOMAXPROCS of each pinned worker (0: Go's default, 1 on one CPU, which makes a stream's tokens leave in bursts)")
+	fs.StringVar(&c.Out, "out", "", "directory for logs, compare.md, results.json and charts (default: a new temporary directory)")
+	fs.StringVar(&c.Binary, "binary", "", "tandem executable to start (default: this one)")
+}
+
+// Validate checks what can be checked before the plan is made.
+func (c CompareOptions) Validate() error {
+	if c.Workers < 2 {
+		return errors.New("compare: --workers must be at least 2 (one prefill and one decode worker)")
+	}
+	return nil
+}
+
+// Compare runs p against each deployment in turn and returns every run, grouped
+// by deployment, and the directory it wrote the deployments' logs under. model is
+// what to ask each deployment for ("": the one it lists first). A deployment that
+// fails to start is reported on stderr and skipped.
+func Compare(ctx context.Context, p *Plan, model string, c CompareOptions, stdout, stderr io.Writer) (runs []*Report, out string, err error) {
+	if err := c.Validate(); err != nil {
+		return nil, "", err
+	}
+	var deps []cluster.Deployment
+	for name := range strings.SplitSeq(c.Deployments, ",") {
+		std := cluster.Standard(c.Workers)
+		i := slices.IndexFunc(std, func(d cluster.Deployment) bool { return d.Name == strings.TrimSpace(name) })
+		if i < 0 {
+			return nil, "", fmt.Errorf("compare: unknown deployment %q (aggregated, %s)", name, strings.Join(cluster.Policies, ", "))
+		}
+		deps = append(deps, std[i])
+	}
+	opts := cluster.Options{Binary: c.Binary, WorkerArgs: strings.Fields(c.WorkerArgs), GOMAXPROCS: c.GOMAXPROCS}
+	if opts.Binary == "" {
+		if opts.Binary, err = os.Executable(); err != nil {
+			return nil, "", err
+		}
+	}
+	if _, err := exec.LookPath("taskset"); c.Pin && err == nil {
+		opts.CPUs = cluster.CPUs()
+	}
+	if out = c.Out; out == "" {
+		if out, err = os.MkdirTemp("", "tandem-bench-compare-"); err != nil {
+			return nil, "", err
+		}
+	}
+	opts.LogDir = filepath.Join(out, "logs")
+	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+		return nil, "", err
+	}
+	if opts.CPUs != nil {
+		fmt.Fprintf(stderr, "compare: pinning worker i to CPU %v[i %% %d] with taskset (GOMAXPROCS=%d); router, frontend and load generator unpinned\n",
+			opts.CPUs, len(opts.CPUs), opts.GOMAXPROCS)
+	} else {
+		fmt.Fprintln(stderr, "compare: not pinning (no taskset, or --pin=false)")
+	}
+	for _, d := range deps {
+		if ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(stderr, "compare: starting %s (%d prefill, %d decode, mode %s)\n", d.Name, d.Prefill, d.Decode, d.Mode)
+		cl, err := cluster.Start(ctx, d, opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "compare: %v; logs in %s\n", err, opts.LogDir)
+			continue
+		}
+		p.Client.URL, p.Client.Model = cl.URL, model
+		if p.Client.Model == "" {
+			p.Client.Model, _ = p.Client.DiscoverModel(ctx)
+		}
+		rs, err := p.Run(ctx, d.Name+" ", stdout, stderr)
+		for _, r := range rs {
+			r.Group = d.Name
+		}
+		if serr := cl.Stop(); serr != nil {
+			fmt.Fprintf(stderr, "compare: %v\n", serr)
+		}
+		runs = append(runs, rs...)
+		if err != nil {
+			fmt.Fprintf(stderr, "compare: %s: %v\n", d.Name, err)
+		}
+	}
+	if len(runs) == 0 {
+		return nil, out, errors.New("compare: no deployment ran")
+	}
+	return runs, out, nil
+}

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options are what tandem bench is asked to do: the server, the workload, the load
+// and the outputs.
+type Options struct {
+	URL, Model, Endpoint, APIKey string
+	Workload, Mix, File          string
+	ISL, OSL                     int
+	PrefixLen, Turns, Convs      int
+	Concurrency                  int
+	// Rates is a comma-separated list of arrival rates; more than one is a sweep.
+	Rates                     string
+	Seed                      uint64
+	Requests                  int
+	Duration, Warmup, Timeout time.Duration
+	SLO                       string
+	// Temperature is sent when not negative.
+	Temperature        float64
+	JSONPath, PlotsDir string
+	PerRequest         bool
+}
+
+// RegisterFlags registers the options' flags, with their defaults.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.URL, "url", "http://127.0.0.1:8080", "base URL of any OpenAI-compatible server")
+	fs.StringVar(&o.Model, "model", "", "model to ask for (default: the first one GET /v1/models lists)")
+	fs.StringVar(&o.Endpoint, "endpoint", EndpointCompletions,
+		"completions (/v1/completions, exact prompt lengths) or chat (/v1/chat/completions; the chat template adds a few tokens)")
+	fs.StringVar(&o.APIKey, "api-key", "", "sent as Authorization: Bearer")
+	fs.StringVar(&o.Workload, "workload", "fixed", "fixed, mixed, shared-prefix or jsonl")
+	fs.IntVar(&o.ISL, "isl", 256, "fixed: prompt tokens; shared-prefix: tokens of each new user message")
+	fs.IntVar(&o.OSL, "osl", 64, "fixed and shared-prefix: output tokens asked for (max_tokens; no ignore_eos)")
+	fs.StringVar(&o.Mix, "mix", "0.8:64/32,0.2:2048/64", "mixed: weight:ISL/OSL classes, comma-separated, optionally name=weight:ISL/OSL")
+	fs.IntVar(&o.PrefixLen, "prefix-len", 512, "shared-prefix: tokens of the system prompt every conversation shares")
+	fs.IntVar(&o.Turns, "turns", 4, "shared-prefix: turns per conversation")
+	fs.IntVar(&o.Convs, "conversations", 8, "shared-prefix: conversations at a time")
+	fs.StringVar(&o.File, "file", "", "jsonl: file of {\"prompt\"|\"messages\", \"max_tokens\"[, \"class\"]} lines")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "requests in flight (a closed loop); with --rate, a cap (default 4 without --rate, no cap with it)")
+	fs.StringVar(&o.Rates, "rate", "", "Poisson arrival rate in requests/s; a list (1,2,4) runs a sweep")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the prompts and the arrival times (a --rate sweep uses seed, seed+1, ... so each rate sends prompts of its own)")
+	fs.IntVar(&o.Requests, "requests", 0, "requests to measure per run (default 100 without --duration)")
+	fs.DurationVar(&o.Duration, "duration", 0, "how long to send measured requests per run")
+	fs.DurationVar(&o.Warmup, "warmup", 0, "period at the start whose requests are not counted")
+	fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "longest one request may take")
+	fs.StringVar(&o.SLO, "slo", "", "goodput objectives in ms, every one must be met: ttft=500,tpot=50[,e2e=MS]")
+	fs.Float64Var(&o.Temperature, "temperature", -1, "sampling temperature to send (negative: the server's default)")
+	fs.StringVar(&o.JSONPath, "json", "", "write the results as JSON to this file")
+	fs.StringVar(&o.PlotsDir, "plots", "", "write PNG charts to this directory: CDFs of TTFT and ITL, throughput against rate")
+	fs.BoolVar(&o.PerRequest, "per-request", true, "include every request in the JSON")
+}
+
+// Plan is what the options resolve to: a client, and one run per rate of a sweep.
+type Plan struct {
+	Client  *Client
+	Configs []Config
+	Labels  []string
+	// NewLoad makes a fresh workload, so each run of a sweep or comparison starts
+	// from the same state.
+	NewLoad func() (Workload, error)
+}
+
+// Plan checks the options and resolves them. concurrencyGiven says whether
+// --concurrency was set: with --rate, 0 is then an error rather than "no cap".
+func (o *Options) Plan(concurrencyGiven bool) (*Plan, error) {
+	slo, err := ParseSLO(o.SLO)
+	if err != nil {
+		return nil, err
+	}
+	base := Config{Concurrency: o.Concurrency, Seed: o.Seed, Requests: o.Requests, Duration: o.Duration, Warmup: o.Warmup, SLO: slo}
+	if base.Requests == 0 && base.Duration == 0 {
+		base.Requests = 100
+	}
+	var rates []float64
+	for r := range strings.SplitSeq(o.Rates, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		x, err := strconv.ParseFloat(r, 64)
+		if err != nil || !(x > 0) {
+			return nil, fmt.Errorf("bench: --rate %q: each rate must be a positive number of requests/s", r)
+		}
+		rates = append(rates, x)
+	}
+	if len(rates) > 0 && concurrencyGiven && o.Concurrency <= 0 {
+		return nil, errors.New("bench: --concurrency must be positive")
+	}
+	p := &Plan{}
+	if len(rates) == 0 {
+		if base.Concurrency == 0 {
+			base.Concurrency = 4
+		}
+		p.Configs, p.Labels = []Config{base}, []string{fmt.Sprintf("concurrency=%d", base.Concurrency)}
+	}
+	for i, r := range rates {
+		c := base
+		c.Rate = r
+		// Each rate draws prompts of its own: with one seed for all, a later rate
+		// would resend the earlier one's prompts, which the server has cached, and
+		// measure an easier load. The seed each run used is in its report.
+		c.Seed = base.Seed + uint64(i)
+		p.Configs, p.Labels = append(p.Configs, c), append(p.Labels, fmt.Sprintf("rate=%g", r))
+	}
+	for _, c := range p.Configs {
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	prompts, err := CL100KPrompts()
+	if err != nil {
+		return nil, err
+	}
+	p.Client = &Client{
+		URL: o.URL, Endpoint: o.Endpoint, Model: o.Model, APIKey: o.APIKey, Timeout: o.Timeout,
+		Tokenizer: prompts.Tokenizer(), HTTP: NewHTTPClient(max(o.Concurrency, 64)),
+	}
+	if o.Temperature >= 0 {
+		t := o.Temperature
+		p.Client.Temperature = &t
+	}
+	if err := p.Client.Validate(); err != nil {
+		return nil, err
+	}
+	if p.NewLoad, err = o.workloadFactory(prompts); err != nil {
+		return nil, err
+	}
+	_, err = p.NewLoad() // reject a bad workload before any request is sent
+	return p, err
+}
+
+// workloadFactory returns a function that makes a fresh workload.
+func (o *Options) workloadFactory(p *Prompts) (func() (Workload, error), error) {
+	switch o.Workload {
+	case "fixed":
+		return func() (Workload, error) { return NewFixed(p, o.ISL, o.OSL) }, nil
+	case "mixed":
+		classes, err := ParseMix(o.Mix)
+		if err != nil {
+			return nil, err
+		}
+		return func() (Workload, error) { return NewMixed(p, classes) }, nil
+	case "shared-prefix":
+		cfg := SharedPrefixConfig{PrefixTokens: o.PrefixLen, TurnTokens: o.ISL, OutputTokens: o.OSL, Turns: o.Turns, Conversations: o.Convs}
+		return func() (Workload, error) { return NewSharedPrefix(p, cfg) }, nil
+	case "jsonl":
+		if o.File == "" {
+			return nil, errors.New("bench: --workload jsonl needs --file")
+		}
+		return func() (Workload, error) {
+			f, err := os.Open(o.File)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			return ReadJSONL(f, p)
+		}, nil
+	}
+	return nil, fmt.Errorf("bench: unknown --workload %q (fixed, mixed, shared-prefix or jsonl)", o.Workload)
+}

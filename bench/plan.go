@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/term"
+)
+
+// Run runs each of the plan's configurations in turn, printing each report to
+// stdout as it ends, with a progress bar on stderr when that is a terminal.
+// prefix starts each run's label. It stops early when ctx ends, returning what it
+// has.
+func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer) ([]*Report, error) {
+	var runs []*Report
+	for i, cfg := range p.Configs {
+		if ctx.Err() != nil {
+			break
+		}
+		wl, err := p.NewLoad()
+		if err != nil {
+			return runs, err
+		}
+		label := prefix + p.Labels[i]
+		if len(p.Configs) == 1 && prefix != "" {
+			label = strings.TrimSuffix(prefix, " ")
+		}
+		var bar *Bar
+		if isTerminal(stderr) {
+			bar = NewBar(stderr, label)
+			cfg.Progress = bar.Update
+		}
+		rep, err := Run(ctx, cfg, wl, p.Client)
+		if bar != nil {
+			bar.Close()
+		}
+		if err != nil {
+			return runs, err
+		}
+		rep.Label = label
+		runs = append(runs, rep)
+		if err := rep.WriteTable(stdout); err != nil {
+			return runs, err
+		}
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "bench: interrupted; the results above are what was measured")
+	}
+	return runs, nil
+}
+
+// isTerminal reports whether w is a terminal, where a progress bar belongs.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// File is the JSON a bench writes: the command that ran and its runs.
+type File struct {
+	Command []string  `json:"command"`
+	Runs    []*Report `json:"runs"`
+}
+
+// WriteJSON writes runs and the command that made them to path, each request's
+// result included only when perRequest is set.
+func WriteJSON(path string, runs []*Report, command []string, perRequest bool) error {
+	out := File{Command: command, Runs: runs}
+	if !perRequest {
+		out.Runs = make([]*Report, len(runs))
+		for i, r := range runs {
+			c := *r
+			c.Requests = nil
+			out.Runs[i] = &c
+		}
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,210 @@
+package quant
+
+import (
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/tandem-serve/tandem/gguf"
+)
+
+//go:generate go run gen_kernels.go
+
+// The assembly (kernels_amd64.s, from gen_kernels.go) needs AVX2, FMA and F16C; the
+// AVX-512 kernels also need the F, BW, VL and VNNI extensions.
+var (
+	hasAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+	hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+		cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
+)
+
+var (
+	avx512Kernels = &kernelSet{name: "avx512", cols: 4, row32: quantRow32Asm, rowK: quantRowKAsm,
+		mul: func(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+			mulAsm(true, w, a, j0, j1, out, ldo)
+		}}
+	avx2Kernels = &kernelSet{name: "avx2", cols: 4, row32: quantRow32Asm, rowK: quantRowKAsm,
+		mul: func(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+			mulAsm(false, w, a, j0, j1, out, ldo)
+		}}
+)
+
+// quantRow32Asm is quantRow32Go in AVX2; rows with a NaN or an infinity go to the Go
+// code, which gives them NaN scales.
+func quantRow32Asm(x []float32, blocks []byte, d []float32, mode int) {
+	shift, lanes := mode, 0
+	if mode < 0 {
+		shift, lanes = 0, 1
+	}
+	if !quantRow32(&x[0], len(d), &blocks[0], &d[0], shift, lanes) {
+		quantRow32Go(x, blocks, d, mode)
+	}
+}
+
+// quantRowKAsm is quantRowKGo in AVX2.
+func quantRowKAsm(x []float32, blocks []byte) {
+	if !quantRowK(&x[0], len(x)/qkK, &blocks[0]) {
+		nanRowK(blocks)
+	}
+}
+
+// supportedKernels are the implementations this CPU runs, fastest first.
+func supportedKernels() []*kernelSet {
+	var s []*kernelSet
+	if hasAVX512 {
+		s = append(s, avx512Kernels)
+	}
+	if hasAVX2 {
+		s = append(s, avx2Kernels)
+	}
+	return append(s, portable)
+}
+
+// dot32Args is what a 32-value-format tile kernel reads; the assembly finds the
+// fields through go_asm.h. Strides are in bytes.
+type dot32Args struct {
+	nb   int            // blocks per row
+	x    unsafe.Pointer // activation row 0 of the tile (acts.x)
+	ldx  int            // between activation rows
+	dx   unsafe.Pointer // activation scales, row 0
+	ldd  int            // between rows of dx
+	col  unsafe.Pointer // prepared weights: block b of column c at col + 256b + 64c
+	dw   unsafe.Pointer // column scales: column c at dw + c*ldw
+	dm   unsafe.Pointer // column mins (Q4_1, Q5_1), likewise
+	ldw  int
+	out  unsafe.Pointer // output row 0, the tile's first column
+	ldo  int            // between output rows
+	mask unsafe.Pointer // 4 int32, -1 for the columns to write
+	s    unsafe.Pointer // 2048 bytes of scratch for the scale products
+}
+
+// dotKArgs is what a K-quant tile kernel reads.
+type dotKArgs struct {
+	nb   int            // super-blocks per row
+	x    unsafe.Pointer // Q8_K activation row 0 of the tile
+	ldx  int            // between activation rows
+	col  unsafe.Pointer // prepared weights: super-block b of column c at col + 2304b + 576c
+	out  unsafe.Pointer // output row 0, the tile's first column
+	ldo  int            // between output rows
+	mask unsafe.Pointer // 4 int32, -1 for the columns to write
+	acc  unsafe.Pointer // 512 bytes of scratch for the float accumulators
+}
+
+// colMasks[n] selects the first n of a tile's 4 columns.
+var colMasks = [5][4]int32{{}, {-1}, {-1, -1}, {-1, -1, -1}, {-1, -1, -1, -1}}
+
+// tileBuf is one goroutine's scratch: 4 prepared weight columns and the kernels' own.
+type tileBuf struct {
+	col    []byte
+	dw, dm []float32
+	hd, hm []uint16
+	s      [512]float32
+	acc    [128]float32
+	tmp    [64]byte
+}
+
+var tilePool = sync.Pool{New: func() any { return new(tileBuf) }}
+
+// mulAsm walks the columns 4 at a time: it prepares them once, then runs the tile
+// kernel over every group of rows (4 with AVX-512, 2 with AVX2), so each weight is
+// unpacked once per call whatever m is. A last partial group of columns repeats its
+// last column and masks the writes.
+func mulAsm(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+	tb := tilePool.Get().(*tileBuf)
+	defer tilePool.Put(tb)
+	rm, ev := 2, 0
+	if evex {
+		rm, ev = 4, 1
+	}
+	f := formats[w.t]
+	if f.block == qkK {
+		tb.col = growSlice(tb.col, a.nb*4*576)
+		kind := 0
+		if w.t == gguf.TypeQ6_K {
+			kind = 1
+		}
+		for jt := j0; jt < j1; jt += 4 {
+			nc := min(4, j1-jt)
+			for c := range 4 {
+				row := w.row(jt + min(c, nc-1))
+				prepK(w.t, &row[0], a.nb, &tb.col[576*c], &tb.tmp[0])
+			}
+			for i0 := 0; i0 < a.m; i0 += rm {
+				p := dotKArgs{
+					nb: a.nb, x: unsafe.Pointer(&a.q8k[i0*a.nb*q8kBytes]), ldx: a.nb * q8kBytes,
+					col: unsafe.Pointer(&tb.col[0]),
+					out: unsafe.Pointer(&out[i0*ldo+jt]), ldo: 4 * ldo,
+					mask: unsafe.Pointer(&colMasks[nc]), acc: unsafe.Pointer(&tb.acc[0]),
+				}
+				callDotK(ev, kind, min(rm, a.m-i0), &p)
+			}
+		}
+		return
+	}
+	nbp := a.nbp
+	tb.col = growSlice(tb.col, a.nb*256)
+	tb.dw = growSlice(tb.dw, 4*nbp)
+	tb.dm = growSlice(tb.dm, 4*nbp)
+	tb.hd = growSlice(tb.hd, nbp)
+	tb.hm = growSlice(tb.hm, nbp)
+	kind := 0
+	switch {
+	case f.hasMin:
+		kind = 1
+	case w.t == gguf.TypeQ8_0 && !evex:
+		kind = 2
+	}
+	for jt := j0; jt < j1; jt += 4 {
+		nc := min(4, j1-jt)
+		for c := range 4 {
+			row := w.row(jt + min(c, nc-1))
+			prep32(w.t, &row[0], a.nb, &tb.col[64*c], &tb.hd[0], &tb.hm[0])
+			cvtHalves(&tb.hd[0], nbp, &tb.dw[c*nbp])
+			if f.hasMin {
+				cvtHalves(&tb.hm[0], nbp, &tb.dm[c*nbp])
+			}
+		}
+		for i0 := 0; i0 < a.m; i0 += rm {
+			p := dot32Args{
+				nb: a.nb, x: unsafe.Pointer(&a.x[i0*a.nb*xBlock]), ldx: a.nb * xBlock,
+				dx: unsafe.Pointer(&a.d[i0*nbp]), ldd: 4 * nbp,
+				col: unsafe.Pointer(&tb.col[0]),
+				dw:  unsafe.Pointer(&tb.dw[0]), dm: unsafe.Pointer(&tb.dm[0]), ldw: 4 * nbp,
+				out: unsafe.Pointer(&out[i0*ldo+jt]), ldo: 4 * ldo,
+				mask: unsafe.Pointer(&colMasks[nc]), s: unsafe.Pointer(&tb.s[0]),
+			}
+			callDot32(ev, kind, min(rm, a.m-i0), &p)
+		}
+	}
+}
+
+func prep32(t gguf.Type, w *byte, nb int, dst *byte, hd, hm *uint16) {
+	switch t {
+	case gguf.TypeQ8_0:
+		prepQ8_0(w, nb, dst, hd, hm)
+	case gguf.TypeQ4_0:
+		prepQ4_0(w, nb, dst, hd, hm)
+	case gguf.TypeQ4_1:
+		prepQ4_1(w, nb, dst, hd, hm)
+	case gguf.TypeQ5_0:
+		prepQ5_0(w, nb, dst, hd, hm)
+	case gguf.TypeQ5_1:
+		prepQ5_1(w, nb, dst, hd, hm)
+	default:
+		panic("quant: no 32-value prep for " + t.String())
+	}
+}
+
+func prepK(t gguf.Type, w *byte, nsb int, dst, tmp *byte) {
+	switch t {
+	case gguf.TypeQ4_K:
+		prepQ4_K(w, nsb, dst, tmp)
+	case gguf.TypeQ5_K:
+		prepQ5_K(w, nsb, dst, tmp)
+	case gguf.TypeQ6_K:
+		prepQ6_K(w, nsb, dst, tmp)
+	default:
+		panic("quant: no K-quant prep for " + t.String())
+	}
+}

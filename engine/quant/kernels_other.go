@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package quant
+
+func supportedKernels() []*kernelSet { return []*kernelSet{portable} }

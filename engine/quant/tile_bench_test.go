@@ -1,0 +1,56 @@
+//go:build amd64
+
+package quant
+
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/tandem-serve/tandem/gguf"
+)
+
+// BenchmarkTile runs one tile kernel on cached data: cycles per block-row-column
+// (at the clock cpu-GHz) say how close the kernel is to its port limits.
+func BenchmarkTile(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	const k, m = 1536, 4
+	w, _ := testMatrix(b, gguf.TypeQ8_0, k, 4, r)
+	x := gaussian(r, m*k, 1)
+	var a acts
+	a.quantize32(m, x, k, k, laneMode(gguf.TypeQ8_0), quantRow32Go)
+	tb := new(tileBuf)
+	nbp := a.nbp
+	tb.col = make([]byte, a.nb*256)
+	tb.dw = make([]float32, 4*nbp)
+	tb.dm = make([]float32, 4*nbp)
+	tb.hd = make([]uint16, nbp)
+	tb.hm = make([]uint16, nbp)
+	for c := range 4 {
+		prep32(w.t, &w.row(c)[0], a.nb, &tb.col[64*c], &tb.hd[0], &tb.hm[0])
+		cvtHalves(&tb.hd[0], nbp, &tb.dw[c*nbp])
+	}
+	out := make([]float32, m*4)
+	p := dot32Args{
+		nb: a.nb, x: unsafe.Pointer(&a.x[0]), ldx: a.nb * xBlock,
+		dx: unsafe.Pointer(&a.d[0]), ldd: 4 * nbp,
+		col: unsafe.Pointer(&tb.col[0]),
+		dw:  unsafe.Pointer(&tb.dw[0]), dm: unsafe.Pointer(&tb.dm[0]), ldw: 4 * nbp,
+		out: unsafe.Pointer(&out[0]), ldo: 16,
+		mask: unsafe.Pointer(&colMasks[4]), s: unsafe.Pointer(&tb.s[0]),
+	}
+	for _, ev := range []int{1, 0} {
+		rm := 4
+		if ev == 0 {
+			rm = 2
+		}
+		b.Run([]string{"avx2", "avx512"}[ev], func(b *testing.B) {
+			c0 := cpuTime()
+			for b.Loop() {
+				callDot32(ev, 0, rm, &p)
+			}
+			cpu := (cpuTime() - c0).Seconds()
+			b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*rm*4), "cycles/block/row/col@2.8GHz")
+		})
+	}
+}

@@ -1,0 +1,129 @@
+// Package testmodel writes small GGUF models with random weights, of the
+// architectures and tensor types the native engine serves, for tests in any
+// package: the engine's reference comparisons, the decode path equivalences.
+package testmodel
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/tandem-serve/tandem/engine/quant"
+	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/internal/ggufwrite"
+)
+
+// splitmix is SplitMix64's finaliser over x+golden.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// Shape is a small model of a supported architecture, with random weights, for
+// checking the engine against a plain reference forward pass.
+type Shape struct {
+	Arch                                  string // "llama" or "qwen2"
+	D, Layers, Heads, KVHeads, FFN, Vocab int
+	Tied, RopeFreqs                       bool // tied output; Llama 3's rope_freqs
+	Theta                                 float64
+}
+
+// Weights holds every tensor as f32, matrices row-major as ggml stores them
+// (row j is output j's inputs).
+type Weights struct {
+	S       Shape
+	Tensors map[string][]float32
+	Dims    map[string][]uint64
+	Order   []string
+}
+
+// HeadDim is the width of each attention head.
+func (s Shape) HeadDim() int { return s.D / s.Heads }
+
+func Random(s Shape, seed uint64) *Weights {
+	w := &Weights{S: s, Tensors: map[string][]float32{}, Dims: map[string][]uint64{}}
+	rng := seed
+	add := func(name string, std float64, mean float32, dims ...int) {
+		n := 1
+		ud := make([]uint64, len(dims))
+		for i, d := range dims {
+			n *= d
+			ud[i] = uint64(d)
+		}
+		v := make([]float32, n)
+		for i := range v {
+			rng = splitmix(rng)
+			v[i] = mean + float32((float64(rng>>11)/(1<<53)*2-1)*std*math.Sqrt(3))
+		}
+		w.Tensors[name], w.Dims[name] = v, ud
+		w.Order = append(w.Order, name)
+	}
+	d, hd := s.D, s.HeadDim()
+	add("token_embd.weight", 1, 0, d, s.Vocab)
+	for l := range s.Layers {
+		b := fmt.Sprintf("blk.%d.", l)
+		add(b+"attn_norm.weight", 0.1, 1, d)
+		add(b+"attn_q.weight", 1/math.Sqrt(float64(d)), 0, d, s.Heads*hd)
+		add(b+"attn_k.weight", 1/math.Sqrt(float64(d)), 0, d, s.KVHeads*hd)
+		add(b+"attn_v.weight", 1/math.Sqrt(float64(d)), 0, d, s.KVHeads*hd)
+		if s.Arch == "qwen2" {
+			add(b+"attn_q.bias", 0.5, 0, s.Heads*hd)
+			add(b+"attn_k.bias", 0.5, 0, s.KVHeads*hd)
+			add(b+"attn_v.bias", 0.5, 0, s.KVHeads*hd)
+		}
+		add(b+"attn_output.weight", 1/math.Sqrt(float64(d)), 0, s.Heads*hd, d)
+		add(b+"ffn_norm.weight", 0.1, 1, d)
+		add(b+"ffn_gate.weight", 1/math.Sqrt(float64(d)), 0, d, s.FFN)
+		add(b+"ffn_up.weight", 1/math.Sqrt(float64(d)), 0, d, s.FFN)
+		add(b+"ffn_down.weight", 1/math.Sqrt(float64(s.FFN)), 0, s.FFN, d)
+	}
+	add("output_norm.weight", 0.1, 1, d)
+	if !s.Tied {
+		add("output.weight", 2/math.Sqrt(float64(d)), 0, d, s.Vocab)
+	}
+	if s.RopeFreqs {
+		add("rope_freqs.weight", 1, 3, hd/2) // divisors in [1.3, 4.7]
+	}
+	return w
+}
+
+// IsMatrix reports whether name is a matrix, which a model file may quantize.
+func (w *Weights) IsMatrix(name string) bool { return len(w.Dims[name]) == 2 }
+
+// As quantizes every matrix to typ and back, giving the weights a model file of
+// that type really holds, and the file's bytes.
+func (w *Weights) As(t testing.TB, typ gguf.Type) (*Weights, []byte) {
+	t.Helper()
+	out := &Weights{S: w.S, Tensors: map[string][]float32{}, Dims: w.Dims, Order: w.Order}
+	f := &ggufwrite.File{}
+	s := w.S
+	f.Set("general.architecture", s.Arch).Set("general.name", "test-"+s.Arch+"-"+typ.String())
+	f.Set(s.Arch+".embedding_length", uint32(s.D)).Set(s.Arch+".block_count", uint32(s.Layers)).
+		Set(s.Arch+".attention.head_count", uint32(s.Heads)).Set(s.Arch+".attention.head_count_kv", uint32(s.KVHeads)).
+		Set(s.Arch+".feed_forward_length", uint32(s.FFN)).Set(s.Arch+".context_length", uint32(1024)).
+		Set(s.Arch+".rope.freq_base", float32(s.Theta)).Set(s.Arch+".attention.layer_norm_rms_epsilon", float32(1e-6))
+	for _, name := range w.Order {
+		v := w.Tensors[name]
+		tt := gguf.TypeF32
+		if w.IsMatrix(name) {
+			tt = typ
+		}
+		b, err := quant.Quantize(tt, v)
+		if err != nil {
+			t.Fatalf("%s as %s: %v", name, tt, err)
+		}
+		back := make([]float32, len(v))
+		if err := quant.Dequantize(tt, b, back); err != nil {
+			t.Fatal(err)
+		}
+		out.Tensors[name] = back
+		f.Tensor(name, tt, w.Dims[name], b)
+	}
+	b, err := f.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, b
+}
