@@ -36,6 +36,11 @@ type acts struct {
 const (
 	xBlock   = 64  // bytes per 32-value activation block: codes, then lane values
 	q8kBytes = 292 // a Q8_K block: f32 d, 256 int8, 16 int16 sums
+
+	// tinyBlock: a block whose largest magnitude is below it codes as all zeros, so
+	// that 1/scale cannot overflow (from subnormal values) into codes that Go and
+	// VCVTPS2DQ would make differently. Such values contribute nothing anyway.
+	tinyBlock = 1e-30
 )
 
 // laneMode says what an activation block's lane values are: -1 for float32 lane sums
@@ -94,6 +99,9 @@ func quantRow32Go(row []float32, blocks []byte, d []float32, mode int) {
 		scale := float32(math.NaN())
 		if !bad {
 			_, amax := absMax(xs)
+			if amax < tinyBlock {
+				amax = 0
+			}
 			scale = amax / 127
 			id := inverse(scale)
 			for j, v := range xs {

@@ -30,19 +30,21 @@ import (
 	"strings"
 )
 
-// isa is one instruction set the dot kernels are written for.
+// isa is one instruction set the dot kernels are written for. Both use 256-bit
+// vectors only: a 512-bit instruction would switch off port 1's vector units for a
+// while and so halve the throughput of the 256-bit code around it.
 type isa struct {
-	name   string
-	maxRM  int  // activation rows per tile
-	group  int  // blocks per scale-product group (one vector of f32)
-	evex   bool // AVX-512: VPDPBUSD/VPDPWSSD, 32 registers, embedded broadcasts
-	vec    string
-	shortV string // the s-group vector register prefix: "Z" or "Y"
+	name  string
+	maxRM int  // activation rows per tile
+	evex  bool // AVX-512 (VL): VPDPBUSD/VPDPWSSD, 32 registers, masks, embedded broadcasts
 }
 
+// group is how many blocks' scale products one vector of float32 holds.
+const group = 8
+
 var (
-	avx512 = isa{name: "avx512", maxRM: 4, group: 16, evex: true, vec: "Y", shortV: "Z"}
-	avx2   = isa{name: "avx2", maxRM: 2, group: 8, evex: false, vec: "Y", shortV: "Y"}
+	avx512 = isa{name: "avx512", maxRM: 4, evex: true}
+	avx2   = isa{name: "avx2", maxRM: 2, evex: false}
 )
 
 // movdqu is the unaligned integer move that reaches every register of the set.
@@ -81,7 +83,6 @@ var xrow = []string{"SI", "DI", "R8", "R9"}
 
 func y(n int) string { return fmt.Sprintf("Y%d", n) }
 func x(n int) string { return fmt.Sprintf("X%d", n) }
-func z(n int) string { return fmt.Sprintf("Z%d", n) }
 
 // loadRows sets the activation row registers from a base and a byte stride.
 func (g *gen) loadRows(rm int, base, stride string) {
@@ -124,7 +125,7 @@ func (g *gen) dot32(is isa, k kind32, rm int) string {
 	name := fmt.Sprintf("dot32%s_%s_%d", k.name, is.name, rm)
 	g.text(name, "p *dot32Args", 0)
 	const xs = 64 // activation block: codes plus 128, then 8 lane values
-	G := is.group
+	G := group
 	smOff := 4 * 4 * G * 4 // the min scale products follow the scale products
 	g.op("MOVQ p+0(FP), BX")
 	g.loadRows(rm, "dot32Args_x(BX)", "dot32Args_ldx(BX)")
@@ -140,14 +141,14 @@ func (g *gen) dot32(is isa, k kind32, rm int) string {
 	g.op("MOVQ dot32Args_s(BX), R12")
 	g.op("MOVQ dot32Args_ldw(BX), R14")
 	// Column scales into W registers, then per row one multiply per column. AVX-512
-	// uses Z20..Z27 (free outside the block loop), AVX2 Y10..Y15.
+	// uses Y20..Y27 (free outside the block loop), AVX2 Y10..Y15.
 	wreg := func(j int) string {
 		if is.evex {
-			return z(24 + j)
+			return y(24 + j)
 		}
 		return y(10 + j)
 	}
-	dxr, prod := z(20), z(21)
+	dxr, prod := y(20), y(21)
 	if !is.evex {
 		dxr, prod = y(14), y(15)
 	}
@@ -384,6 +385,282 @@ func (g *gen) dotK(is isa, q6 bool, rm int) string {
 	g.op("VZEROUPPER")
 	g.op("RET")
 	return name
+}
+
+// Direct kernels: for a few activation rows (decode), read the weights' GGUF blocks in
+// place, with no prepared copy, and walk every 4-column tile of the call in one go.
+//
+// Registers: BX args; SI, DI, R8, R9 activation rows; R10..R13 the tile's 4 weight
+// columns, R14 the block's offset in them; CX blocks done; AX, DX scratch. The stack frame holds the scale
+// products of the current group of blocks (s at 0, the min products at 1024) and
+// the tile state (below).
+var wcol = []string{"R10", "R11", "R12", "R13"}
+
+const (
+	frameTile = 2048 // tiles left
+	frameW    = 2056 // column 0 of the current tile
+	frameOut  = 2064 // outputs of the current tile
+	frameSize = 2072
+)
+
+// unpackDirect leaves column c's block (at wcol[c]) as unsigned codes in dst: the
+// 32-value formats' codes, Q8_0's plus 128 (the activation lane values correct the
+// offsets). tmp is a scratch vector register.
+func (g *gen) unpackDirect(is isa, u unpack32, c int, dst, tmp string) {
+	w := wcol[c] + ")(R14*1"
+	if u.q8 {
+		g.op("%s %d(%s), %s", is.movdqu(), u.qs, w, dst)
+		g.op("%s c80<>(SB), %s, %s", is.xor(), dst, dst)
+		return
+	}
+	if is.evex {
+		g.op("VBROADCASTI32X4 %d(%s), %s", u.qs, w, dst)
+		g.op("VPSRLVD srl4<>(SB), %s, %s", dst, dst)
+		g.op("VPANDD c0f<>(SB), %s, %s", dst, dst)
+		if u.qh >= 0 {
+			g.op("KMOVD %d(%s), K2", u.qh, w)
+			g.op("VPADDB c10<>(SB), %s, K2, %s", dst, dst) // +16 where the fifth bit is set
+		}
+		return
+	}
+	g.op("VBROADCASTI128 %d(%s), %s", u.qs, w, dst)
+	g.op("VPSRLVD srl4<>(SB), %s, %s", dst, dst)
+	g.op("VPAND c0f<>(SB), %s, %s", dst, dst)
+	if u.qh >= 0 {
+		g.op("VPBROADCASTD %d(%s), %s", u.qh, w, tmp)
+		g.op("VPSHUFB qhshuf<>(SB), %s, %s", tmp, tmp)
+		g.op("VPAND qhbits<>(SB), %s, %s", tmp, tmp)
+		g.op("VPCMPEQB qhbits<>(SB), %s, %s", tmp, tmp)
+		g.op("VPAND c10<>(SB), %s, %s", tmp, tmp)
+		g.op("VPOR %s, %s, %s", tmp, dst, dst)
+	}
+}
+
+// xor is the bitwise xor that reaches every register of the set.
+func (is isa) xor() string {
+	if is.evex {
+		return "VPXORD"
+	}
+	return "VPXOR"
+}
+
+// directScales computes the group's scale products at the top of the block loop
+// (CX a multiple of the group): the f16 scales of the next G blocks of each column are
+// gathered (their dwords: d, and m above it for the min formats), converted, and
+// multiplied by each row's activation scales.
+func (g *gen) directScales(is isa, u unpack32, rm int) {
+	G := group
+	g.op("MOVQ directArgs_nb(BX), DX")
+	g.op("SUBQ CX, DX") // blocks left
+	g.op("CMPQ DX, $%d", G)
+	g.op("JLE 2(PC)")
+	g.op("MOVQ $%d, DX", G)
+	for c := range 4 {
+		if is.evex {
+			g.op("LEAQ gmaskb<>(SB), AX")
+			g.op("KMOVB (AX)(DX*1), K1")
+			g.op("VPXORD Y16, Y16, Y16")
+			g.op("LEAQ (%s)(R14*1), AX", wcol[c])
+			g.op("VPGATHERDD (AX)(Y31*1), K1, Y16")
+			g.op("VPMOVDW Y16, X17")
+			g.op("VCVTPH2PS X17, %s", y(20+c))
+			if u.min {
+				g.op("VPSRLD $16, Y16, Y16")
+				g.op("VPMOVDW Y16, X17")
+				g.op("VCVTPH2PS X17, %s", y(24+c))
+			}
+			continue
+		}
+		// AVX2: gather 8 dwords, keep their low (or high) halves, convert. Each
+		// column's products are stored before the next column is gathered.
+		g.op("SHLQ $5, DX")
+		g.op("LEAQ gmask8<>(SB), AX")
+		g.op("VMOVDQU (AX)(DX*1), Y9")
+		g.op("SHRQ $5, DX")
+		g.op("VPXOR Y10, Y10, Y10")
+		g.op("LEAQ (%s)(R14*1), AX", wcol[c])
+		g.op("VPGATHERDD Y9, (AX)(Y8*1), Y10")
+		halves := func(pick, dst string) {
+			g.op("VPSHUFB %s<>(SB), Y10, Y11", pick)
+			g.op("VPERMQ $0x08, Y11, Y11")
+			g.op("VCVTPH2PS X11, %s", dst)
+		}
+		halves("pickd", "Y12")
+		if u.min {
+			halves("pickm", "Y13")
+		}
+		g.op("MOVQ directArgs_dx(BX), AX")
+		g.op("LEAQ (AX)(CX*4), AX")
+		for i := range rm {
+			g.op("VMULPS (AX), Y12, Y14")
+			g.op("VMOVUPS Y14, %d(SP)", (4*i+c)*G*4)
+			if u.min {
+				g.op("VMULPS (AX), Y13, Y14")
+				g.op("VMOVUPS Y14, %d(SP)", 1024+(4*i+c)*G*4)
+			}
+			if i < rm-1 {
+				g.op("ADDQ directArgs_ldd(BX), AX")
+			}
+		}
+	}
+	if !is.evex {
+		return
+	}
+	g.op("MOVQ directArgs_dx(BX), AX")
+	g.op("LEAQ (AX)(CX*4), AX")
+	for i := range rm {
+		g.op("VMOVUPS (AX), Y18")
+		for c := range 4 {
+			g.op("VMULPS Y18, %s, Y19", y(20+c))
+			g.op("VMOVUPS Y19, %d(SP)", (4*i+c)*G*4)
+			if u.min {
+				g.op("VMULPS Y18, %s, Y19", y(24+c))
+				g.op("VMOVUPS Y19, %d(SP)", 1024+(4*i+c)*G*4)
+			}
+		}
+		if i < rm-1 {
+			g.op("ADDQ directArgs_ldd(BX), AX")
+		}
+	}
+}
+
+// direct writes the direct kernel for format u and rm rows. Per block and output:
+// the lane integers (activation lane values + unsigned weight codes . signed
+// activation codes), converted, folded in with the block's scale product; the min
+// formats then fold the float lane sums times min*dx.
+func (g *gen) direct(is isa, u unpack32, rm int) string {
+	name := fmt.Sprintf("direct%s_%s_%d", u.name, is.name, rm)
+	G := group
+	fmt.Fprintf(&g.b, "\n// func %s(p *directArgs)\nTEXT ·%s(SB), $%d-8\n", name, name, frameSize)
+	g.op("MOVQ p+0(FP), BX")
+	g.op("MOVQ directArgs_ntiles(BX), AX")
+	g.op("MOVQ AX, %d(SP)", frameTile)
+	g.op("MOVQ directArgs_w(BX), AX")
+	g.op("MOVQ AX, %d(SP)", frameW)
+	g.op("MOVQ directArgs_out(BX), AX")
+	g.op("MOVQ AX, %d(SP)", frameOut)
+	if is.evex {
+		g.op("VMOVDQU32 gidx%s<>(SB), Y31", u.name)
+	}
+	g.label(name + "_tile")
+	g.loadRows(rm, "directArgs_x(BX)", "directArgs_ldx(BX)")
+	g.op("MOVQ %d(SP), AX", frameW)
+	for c := range 4 {
+		g.op("MOVQ directArgs_coff+%d(BX), %s", 8*c, wcol[c])
+		g.op("ADDQ AX, %s", wcol[c])
+	}
+	for i := 0; i < 4*rm; i++ {
+		g.op("VXORPS %s, %s, %s", y(i), y(i), y(i))
+	}
+	g.op("XORQ CX, CX")
+	g.op("XORQ R14, R14")
+	g.label(name + "_block")
+	g.op("TESTQ $%d, CX", G-1)
+	g.op("JNZ %s_noscales", name)
+	if !is.evex {
+		g.op("VMOVDQU gidx%s<>(SB), Y8", u.name)
+	}
+	g.directScales(is, u, rm)
+	g.label(name + "_noscales")
+	g.op("MOVQ CX, DX")
+	g.op("ANDQ $%d, DX", G-1) // the block's place in its group: s at (SP)(DX*4)
+	if is.evex {
+		g.directBlockEVEX(u, rm, G)
+	} else {
+		g.directBlockAVX2(u, rm, G)
+	}
+	for i := range rm {
+		g.op("ADDQ $64, %s", xrow[i])
+	}
+	g.op("ADDQ $%d, R14", u.bytes)
+	g.op("INCQ CX")
+	g.op("CMPQ CX, directArgs_nb(BX)")
+	g.op("JLT %s_block", name)
+	g.comment("out[i][0:4] += the rows' reduced accumulators, under the column mask")
+	g.op("MOVQ directArgs_mask(BX), R13")
+	g.op("MOVQ %d(SP), DX", frameOut)
+	g.op("MOVQ directArgs_ldo(BX), R14")
+	for i := range rm {
+		g.storeRow(4 * i)
+	}
+	g.op("ADDQ $16, %d(SP)", frameOut)
+	g.op("MOVQ directArgs_tstride(BX), AX")
+	g.op("ADDQ AX, %d(SP)", frameW)
+	g.op("DECQ %d(SP)", frameTile)
+	g.op("JNZ %s_tile", name)
+	g.op("VZEROUPPER")
+	g.op("RET")
+	return name
+}
+
+func (g *gen) directBlockEVEX(u unpack32, rm, G int) {
+	for i := range rm {
+		g.op("VMOVDQU32 (%s), %s", xrow[i], y(16+i))
+		g.op("VPXORD c80<>(SB), %s, %s", y(16+i), y(16+i)) // signed codes
+	}
+	for c := range 4 {
+		g.unpackDirect(avx512, u, c, y(20+c), "")
+	}
+	for c := range 4 {
+		for i := range rm {
+			t := y(24 + (4*i+c)%4)
+			acc := y(4*i + c)
+			if u.min {
+				g.op("VPXORD %s, %s, %s", t, t, t)
+			} else {
+				g.op("VMOVDQU32 32(%s), %s", xrow[i], t) // -offset x lane sums
+			}
+			g.op("VPDPBUSD %s, %s, %s", y(16+i), y(20+c), t)
+			g.op("VCVTDQ2PS %s, %s", t, t)
+			g.op("VFMADD231PS.BCST %d(SP)(DX*4), %s, %s", (4*i+c)*G*4, t, acc)
+			if u.min {
+				t2 := y(28 + (4*i+c)%3) // Y31 holds the gather indices
+				g.op("VBROADCASTSS %d(SP)(DX*4), %s", 1024+(4*i+c)*G*4, t2)
+				g.op("VFMADD231PS 32(%s), %s, %s", xrow[i], t2, acc)
+			}
+		}
+	}
+}
+
+// directBlockAVX2: VPMADDUBSW of the unsigned weight codes and the signed activation
+// codes, VPMADDWD by ones, plus the activation lane values; Q8_0 instead moves the
+// weight's sign onto the activation (VPSIGNB) and multiplies by |w|, with no offset.
+// Registers: rows Y8, Y9; codes Y10; products Y11, Y12; broadcasts Y13, Y14; Y15
+// scratch.
+func (g *gen) directBlockAVX2(u unpack32, rm, G int) {
+	for i := range rm {
+		g.op("VMOVDQU (%s), %s", xrow[i], y(8+i))
+		g.op("VPXOR c80<>(SB), %s, %s", y(8+i), y(8+i))
+	}
+	for c := range 4 {
+		if u.q8 {
+			g.op("VPABSB %d(%s)(R14*1), Y10", u.qs, wcol[c])
+		} else {
+			g.unpackDirect(avx2, u, c, "Y10", "Y15")
+		}
+		for i := range rm {
+			t, bc := y(11+i%2), y(13+i%2)
+			acc := y(4*i + c)
+			if u.q8 {
+				g.op("VPSIGNB %d(%s)(R14*1), %s, %s", u.qs, wcol[c], y(8+i), t)
+				g.op("VPMADDUBSW %s, Y10, %s", t, t)
+				g.op("VPMADDWD ones16<>(SB), %s, %s", t, t)
+			} else {
+				g.op("VPMADDUBSW %s, Y10, %s", y(8+i), t)
+				g.op("VPMADDWD ones16<>(SB), %s, %s", t, t)
+				if !u.min {
+					g.op("VPADDD 32(%s), %s, %s", xrow[i], t, t)
+				}
+			}
+			g.op("VCVTDQ2PS %s, %s", t, t)
+			g.op("VBROADCASTSS %d(SP)(DX*4), %s", (4*i+c)*G*4, bc)
+			g.op("VFMADD231PS %s, %s, %s", bc, t, acc)
+			if u.min {
+				g.op("VBROADCASTSS %d(SP)(DX*4), %s", 1024+(4*i+c)*G*4, bc)
+				g.op("VFMADD231PS 32(%s), %s, %s", xrow[i], bc, acc)
+			}
+		}
+	}
 }
 
 // unpack32 is how a 32-value format's block becomes 32 signed codes in Y0 (values
@@ -693,6 +970,8 @@ func (g *gen) quantRow32() string {
 	g.op("VMAXPS Y6, Y5, Y5")
 	g.op("VMAXPS Y5, Y4, Y4")
 	g.hmax8(4, 5)
+	g.op("VCMPSS $5, tiny<>(SB), X4, X6") // amax >= tinyBlock, else the block is zeros
+	g.op("VANDPS X6, X4, X4")
 	g.op("VDIVSS f127<>(SB), X4, X4") // d
 	g.op("VMOVSS X4, (R8)")
 	g.op("VMOVSS f1<>(SB), X5")
@@ -766,9 +1045,9 @@ func (g *gen) quantRowK() string {
 	g.op("CMPQ R10, $1024")
 	g.op("JLT %s_max", name)
 	g.hmax8(4, 5)
-	g.op("VUCOMISS X10, X4")
-	g.op("JNE %s_nonzero", name)
-	g.comment("all zeros (or NaN, which the caller redoes): a zero block")
+	g.op("VUCOMISS tiny<>(SB), X4")
+	g.op("JCC %s_nonzero", name) // amax >= tinyBlock
+	g.comment("below tinyBlock (or NaN, which the caller redoes): a zero block")
 	for off := 0; off < 288; off += 32 {
 		g.op("VMOVDQU Y10, %d(DI)", off)
 	}
@@ -872,6 +1151,48 @@ func (g *gen) constants() {
 	g.data("f127", le32f(127))
 	g.data("fm127", le32f(-127))
 	g.data("f1", le32f(1))
+	g.data("tiny", le32f(1e-30))
+	for _, u := range unpackers32 {
+		var idx []byte
+		for k := range group {
+			v := k * u.bytes
+			idx = append(idx, byte(v), byte(v>>8), 0, 0)
+		}
+		g.data("gidx"+u.name, idx)
+	}
+	var mb, m8 []byte
+	for n := 0; n <= 8; n++ {
+		mb = append(mb, byte(1<<n-1))
+	}
+	for len(mb)%8 != 0 {
+		mb = append(mb, 0)
+	}
+	for n := 0; n <= 8; n++ {
+		for k := range 8 {
+			var v byte
+			if k < n {
+				v = 0xff
+			}
+			m8 = append(m8, v, v, v, v)
+		}
+	}
+	g.data("gmaskb", mb) // gmaskb[n]: a mask of the first n of 8 lanes
+	g.data("gmask8", m8) // gmask8[n]: 8 dwords, the first n all ones
+	var pd, pm []byte
+	for half := range 2 {
+		_ = half
+		for k := range 16 {
+			if k < 8 {
+				pd = append(pd, byte(4*(k/2)+k%2))
+				pm = append(pm, byte(4*(k/2)+k%2+2))
+			} else {
+				pd = append(pd, 0x80)
+				pm = append(pm, 0x80)
+			}
+		}
+	}
+	g.data("pickd", pd) // the low half of each dword, packed into each 128-bit half's low 8 bytes
+	g.data("pickm", pm) // the high half likewise
 }
 
 // le32f is a float32 constant's bytes, padded to 8.
@@ -920,6 +1241,16 @@ func main() {
 			}
 		}
 	}
+	var swD bytes.Buffer
+	for _, is := range []isa{avx512, avx2} {
+		for ui, u := range unpackers32 {
+			for rm := 1; rm <= is.maxRM; rm++ {
+				n := g.direct(is, u, rm)
+				declare(n, "p *directArgs")
+				fmt.Fprintf(&swD, "\tcase %d<<8 | %d<<4 | %d:\n\t\t%s(p)\n", boolInt(is.evex), ui, rm, n)
+			}
+		}
+	}
 	for _, u := range unpackers32 {
 		declare(g.prep32(u), "w *byte, nb int, dst *byte, hd *uint16, hm *uint16")
 	}
@@ -932,6 +1263,9 @@ func main() {
 	fmt.Fprintf(&decl, "// callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.\n")
 	fmt.Fprintf(&decl, "func callDot32(evex, kind, rm int, p *dot32Args) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no 32-value kernel for this tile\")\n\t}\n}\n\n", sw32.String())
+	fmt.Fprintf(&decl, "// callDirect runs the direct kernel for the instruction set (1 for AVX-512),\n")
+	fmt.Fprintf(&decl, "// format (index in directFormats) and row count.\n")
+	fmt.Fprintf(&decl, "func callDirect(evex, format, rm int, p *directArgs) {\n\tswitch evex<<8 | format<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no direct kernel for this tile\")\n\t}\n}\n\n", swD.String())
 	fmt.Fprintf(&decl, "// callDotK runs the K-quant tile kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// kind (0 Q4_K/Q5_K, 1 Q6_K) and row count.\n")
 	fmt.Fprintf(&decl, "func callDotK(evex, kind, rm int, p *dotKArgs) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no K-quant kernel for this tile\")\n\t}\n}\n", swK.String())

@@ -111,13 +111,18 @@ var tilePool = sync.Pool{New: func() any { return new(tileBuf) }}
 // unpacked once per call whatever m is. A last partial group of columns repeats its
 // last column and masks the writes.
 func mulAsm(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
-	tb := tilePool.Get().(*tileBuf)
-	defer tilePool.Put(tb)
 	rm, ev := 2, 0
 	if evex {
 		rm, ev = 4, 1
 	}
 	f := formats[w.t]
+	if f.block == qk && a.m <= rm {
+		// Few rows (decode): preparing the columns would cost more than it saves.
+		mulDirect(evex, w, a, j0, j1, out, ldo)
+		return
+	}
+	tb := tilePool.Get().(*tileBuf)
+	defer tilePool.Put(tb)
 	if f.block == qkK {
 		tb.col = growSlice(tb.col, a.nb*4*576)
 		kind := 0
@@ -206,5 +211,62 @@ func prepK(t gguf.Type, w *byte, nsb int, dst, tmp *byte) {
 		prepQ6_K(w, nsb, dst, tmp)
 	default:
 		panic("quant: no K-quant prep for " + t.String())
+	}
+}
+
+// directArgs is what a direct kernel reads: activation rows as for dot32Args, and the
+// weights in place, ntiles tiles of 4 columns.
+type directArgs struct {
+	nb      int            // blocks per row
+	x       unsafe.Pointer // activation row 0
+	ldx     int            // bytes between activation rows
+	dx      unsafe.Pointer // activation scales, row 0
+	ldd     int            // bytes between rows of dx
+	w       unsafe.Pointer // the first tile's column 0 (a weight row's GGUF bytes)
+	tstride int            // bytes from a tile's column 0 to the next tile's
+	coff    [4]int         // bytes from a tile's column 0 to each of its columns
+	ntiles  int
+	out     unsafe.Pointer // output row 0, the first tile's first column
+	ldo     int            // bytes between output rows
+	mask    unsafe.Pointer // 4 int32, -1 for the columns to write
+}
+
+// directFormats are the formats with direct kernels, in the generator's order.
+var directFormats = map[gguf.Type]int{
+	gguf.TypeQ8_0: 0, gguf.TypeQ4_0: 1, gguf.TypeQ4_1: 2, gguf.TypeQ5_0: 3, gguf.TypeQ5_1: 4,
+}
+
+// mulDirect runs the direct kernel over columns [j0, j1): all whole tiles of 4 in one
+// call, then the last partial tile (its missing columns repeat its last one, unwritten).
+func mulDirect(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+	ev := 0
+	if evex {
+		ev = 1
+	}
+	rb := w.rowBytes
+	p := directArgs{
+		nb: a.nb, x: unsafe.Pointer(&a.x[0]), ldx: a.nb * xBlock,
+		dx: unsafe.Pointer(&a.d[0]), ldd: 4 * a.nbp,
+		tstride: 4 * rb, ldo: 4 * ldo,
+	}
+	f := directFormats[w.t]
+	if full := (j1 - j0) / 4; full > 0 {
+		p.w = unsafe.Pointer(&w.data[j0*rb])
+		p.coff = [4]int{0, rb, 2 * rb, 3 * rb}
+		p.ntiles = full
+		p.out = unsafe.Pointer(&out[j0])
+		p.mask = unsafe.Pointer(&colMasks[4])
+		callDirect(ev, f, a.m, &p)
+	}
+	if nc := (j1 - j0) % 4; nc > 0 {
+		jt := j1 - nc
+		p.w = unsafe.Pointer(&w.data[jt*rb])
+		for c := range 4 {
+			p.coff[c] = min(c, nc-1) * rb
+		}
+		p.ntiles = 1
+		p.out = unsafe.Pointer(&out[jt])
+		p.mask = unsafe.Pointer(&colMasks[nc])
+		callDirect(ev, f, a.m, &p)
 	}
 }

@@ -81,6 +81,96 @@ func dotKq6_avx2_1(p *dotKArgs)
 func dotKq6_avx2_2(p *dotKArgs)
 
 //go:noescape
+func directQ8_0_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ8_0_avx512_2(p *directArgs)
+
+//go:noescape
+func directQ8_0_avx512_3(p *directArgs)
+
+//go:noescape
+func directQ8_0_avx512_4(p *directArgs)
+
+//go:noescape
+func directQ4_0_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ4_0_avx512_2(p *directArgs)
+
+//go:noescape
+func directQ4_0_avx512_3(p *directArgs)
+
+//go:noescape
+func directQ4_0_avx512_4(p *directArgs)
+
+//go:noescape
+func directQ4_1_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ4_1_avx512_2(p *directArgs)
+
+//go:noescape
+func directQ4_1_avx512_3(p *directArgs)
+
+//go:noescape
+func directQ4_1_avx512_4(p *directArgs)
+
+//go:noescape
+func directQ5_0_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ5_0_avx512_2(p *directArgs)
+
+//go:noescape
+func directQ5_0_avx512_3(p *directArgs)
+
+//go:noescape
+func directQ5_0_avx512_4(p *directArgs)
+
+//go:noescape
+func directQ5_1_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ5_1_avx512_2(p *directArgs)
+
+//go:noescape
+func directQ5_1_avx512_3(p *directArgs)
+
+//go:noescape
+func directQ5_1_avx512_4(p *directArgs)
+
+//go:noescape
+func directQ8_0_avx2_1(p *directArgs)
+
+//go:noescape
+func directQ8_0_avx2_2(p *directArgs)
+
+//go:noescape
+func directQ4_0_avx2_1(p *directArgs)
+
+//go:noescape
+func directQ4_0_avx2_2(p *directArgs)
+
+//go:noescape
+func directQ4_1_avx2_1(p *directArgs)
+
+//go:noescape
+func directQ4_1_avx2_2(p *directArgs)
+
+//go:noescape
+func directQ5_0_avx2_1(p *directArgs)
+
+//go:noescape
+func directQ5_0_avx2_2(p *directArgs)
+
+//go:noescape
+func directQ5_1_avx2_1(p *directArgs)
+
+//go:noescape
+func directQ5_1_avx2_2(p *directArgs)
+
+//go:noescape
 func prepQ8_0(w *byte, nb int, dst *byte, hd *uint16, hm *uint16)
 
 //go:noescape
@@ -147,6 +237,75 @@ func callDot32(evex, kind, rm int, p *dot32Args) {
 		dot32q8_avx2_2(p)
 	default:
 		panic("quant: no 32-value kernel for this tile")
+	}
+}
+
+// callDirect runs the direct kernel for the instruction set (1 for AVX-512),
+// format (index in directFormats) and row count.
+func callDirect(evex, format, rm int, p *directArgs) {
+	switch evex<<8 | format<<4 | rm {
+	case 1<<8 | 0<<4 | 1:
+		directQ8_0_avx512_1(p)
+	case 1<<8 | 0<<4 | 2:
+		directQ8_0_avx512_2(p)
+	case 1<<8 | 0<<4 | 3:
+		directQ8_0_avx512_3(p)
+	case 1<<8 | 0<<4 | 4:
+		directQ8_0_avx512_4(p)
+	case 1<<8 | 1<<4 | 1:
+		directQ4_0_avx512_1(p)
+	case 1<<8 | 1<<4 | 2:
+		directQ4_0_avx512_2(p)
+	case 1<<8 | 1<<4 | 3:
+		directQ4_0_avx512_3(p)
+	case 1<<8 | 1<<4 | 4:
+		directQ4_0_avx512_4(p)
+	case 1<<8 | 2<<4 | 1:
+		directQ4_1_avx512_1(p)
+	case 1<<8 | 2<<4 | 2:
+		directQ4_1_avx512_2(p)
+	case 1<<8 | 2<<4 | 3:
+		directQ4_1_avx512_3(p)
+	case 1<<8 | 2<<4 | 4:
+		directQ4_1_avx512_4(p)
+	case 1<<8 | 3<<4 | 1:
+		directQ5_0_avx512_1(p)
+	case 1<<8 | 3<<4 | 2:
+		directQ5_0_avx512_2(p)
+	case 1<<8 | 3<<4 | 3:
+		directQ5_0_avx512_3(p)
+	case 1<<8 | 3<<4 | 4:
+		directQ5_0_avx512_4(p)
+	case 1<<8 | 4<<4 | 1:
+		directQ5_1_avx512_1(p)
+	case 1<<8 | 4<<4 | 2:
+		directQ5_1_avx512_2(p)
+	case 1<<8 | 4<<4 | 3:
+		directQ5_1_avx512_3(p)
+	case 1<<8 | 4<<4 | 4:
+		directQ5_1_avx512_4(p)
+	case 0<<8 | 0<<4 | 1:
+		directQ8_0_avx2_1(p)
+	case 0<<8 | 0<<4 | 2:
+		directQ8_0_avx2_2(p)
+	case 0<<8 | 1<<4 | 1:
+		directQ4_0_avx2_1(p)
+	case 0<<8 | 1<<4 | 2:
+		directQ4_0_avx2_2(p)
+	case 0<<8 | 2<<4 | 1:
+		directQ4_1_avx2_1(p)
+	case 0<<8 | 2<<4 | 2:
+		directQ4_1_avx2_2(p)
+	case 0<<8 | 3<<4 | 1:
+		directQ5_0_avx2_1(p)
+	case 0<<8 | 3<<4 | 2:
+		directQ5_0_avx2_2(p)
+	case 0<<8 | 4<<4 | 1:
+		directQ5_1_avx2_1(p)
+	case 0<<8 | 4<<4 | 2:
+		directQ5_1_avx2_2(p)
+	default:
+		panic("quant: no direct kernel for this tile")
 	}
 }
 
