@@ -762,14 +762,13 @@ func (g *gen) cvtHalves() string {
 
 // prepK writes the AVX2 routine that prepares one column of a K-quant: per
 // super-block (at dst + 2304*b) 256 unsigned codes, 8 scale vectors, the offset
-// vector and d, dmin, as the constants above lay them out. tmp is 48 bytes of scratch.
+// vector and d, dmin, as the constants above lay them out.
 func (g *gen) prepK(typ string) string {
 	name := "prep" + typ
-	g.text(name, "w *byte, nsb int, dst *byte, tmp *byte", 0)
+	g.text(name, "w *byte, nsb int, dst *byte", 0)
 	g.op("MOVQ w+0(FP), SI")
 	g.op("MOVQ nsb+8(FP), CX")
 	g.op("MOVQ dst+16(FP), DI")
-	g.op("MOVQ tmp+24(FP), R8")
 	g.op("VMOVDQU c0f<>(SB), Y15")
 	g.op("VMOVDQU c10<>(SB), Y14")
 	g.label(name + "_loop")
@@ -827,43 +826,44 @@ func (g *gen) prepQ45K(q5 bool) {
 		g.op("VMOVDQU Y1, %d(DI)", kCodes+64*k)
 		g.op("VMOVDQU Y0, %d(DI)", kCodes+64*k+32)
 	}
+	// The scales and mins are built in registers: storing bytes and reading them back
+	// as a vector would stall on store forwarding.
 	g.op("MOVL 4(SI), AX")   // scale bytes 0..3
 	g.op("MOVL 8(SI), R9")   // 4..7
 	g.op("MOVL 12(SI), R10") // 8..11
 	g.op("MOVL AX, R11")
-	g.op("ANDL $0x3f3f3f3f, R11")
-	g.op("MOVL R11, (R8)") // scales 0..3
-	g.op("MOVL R9, R11")
-	g.op("ANDL $0x3f3f3f3f, R11")
-	g.op("MOVL R11, 8(R8)") // mins 0..3
+	g.op("ANDL $0x3f3f3f3f, R11") // scales 0..3
+	g.op("MOVL R9, R12")
+	g.op("ANDL $0x3f3f3f3f, R12") // mins 0..3
 	g.op("SHRL $6, AX")
 	g.op("ANDL $0x03030303, AX")
 	g.op("SHLL $4, AX")
-	g.op("MOVL R10, R11")
-	g.op("ANDL $0x0f0f0f0f, R11")
-	g.op("ORL R11, AX")
-	g.op("MOVL AX, 4(R8)") // scales 4..7
+	g.op("MOVL R10, R13")
+	g.op("ANDL $0x0f0f0f0f, R13")
+	g.op("ORL R13, AX") // scales 4..7
 	g.op("SHRL $6, R9")
 	g.op("ANDL $0x03030303, R9")
 	g.op("SHLL $4, R9")
 	g.op("SHRL $4, R10")
 	g.op("ANDL $0x0f0f0f0f, R10")
-	g.op("ORL R10, R9")
-	g.op("MOVL R9, 12(R8)") // mins 4..7
-	// Each of the 8 scales (and mins) as two int16s: one per 16 values.
-	for half, off := range []int{0, 8} {
-		g.op("VPMOVZXBW %d(R8), X0", off)
-		g.op("VPUNPCKLWD X0, X0, X1")
-		g.op("VPUNPCKHWD X0, X0, X2")
-		g.op("VINSERTI128 $1, X2, Y1, Y1")
-		if half == 0 {
-			g.op("VMOVDQU Y1, 16(R8)")
-		} else {
-			g.op("VMOVDQU Y1, %d(DI)", kCorr)
-		}
-	}
+	g.op("ORL R10, R9") // mins 4..7
+	g.op("SHLQ $32, AX")
+	g.op("ORQ R11, AX")
+	g.op("SHLQ $32, R9")
+	g.op("ORQ R12, R9")
+	g.op("VMOVQ AX, X0")
+	g.op("VPMOVZXBW X0, X0") // the 8 scales as words
+	g.op("VMOVQ R9, X1")
+	g.op("VPMOVZXBW X1, X1") // the 8 mins
+	// Offsets: each min once per 16 values.
+	g.op("VPUNPCKLWD X1, X1, X2")
+	g.op("VPUNPCKHWD X1, X1, X3")
+	g.op("VINSERTI128 $1, X3, Y2, Y2")
+	g.op("VMOVDQU Y2, %d(DI)", kCorr)
+	// Scale vector c: scale c in all 16 words.
+	g.op("VINSERTI128 $1, X0, Y0, Y0")
 	for c := range 8 {
-		g.op("VPBROADCASTW %d(R8), Y3", 16+4*c)
+		g.op("VPSHUFB bcw%d<>(SB), Y0, Y3", c)
 		g.op("VMOVDQU Y3, %d(DI)", kScales+32*c)
 	}
 	g.op("VPBROADCASTD (SI), X0") // d and dmin
@@ -905,12 +905,15 @@ func (g *gen) prepQ6K() {
 		}
 	}
 	g.op("VPMOVSXBW 192(SI), Y1") // the 16 scales
-	g.op("VMOVDQU Y1, 16(R8)")
 	g.op("VMOVDQU Y1, %d(DI)", kCorr)
+	g.op("VPERMQ $0x44, Y1, Y2") // scales 0..7 in both halves
+	g.op("VPERMQ $0xee, Y1, Y1") // 8..15
 	for c := range 8 {
-		g.op("VPBROADCASTW %d(R8), X3", 16+4*c)
-		g.op("VPBROADCASTW %d(R8), X4", 18+4*c)
-		g.op("VINSERTI128 $1, X4, Y3, Y3")
+		src := "Y2"
+		if c >= 4 {
+			src = "Y1"
+		}
+		g.op("VPSHUFB q6pat%d<>(SB), %s, Y3", c%4, src) // scale 2c, then 2c+1
 		g.op("VMOVDQU Y3, %d(DI)", kScales+32*c)
 	}
 	g.op("VPBROADCASTW 208(SI), X0")
@@ -1152,6 +1155,24 @@ func (g *gen) constants() {
 	g.data("fm127", le32f(-127))
 	g.data("f1", le32f(1))
 	g.data("tiny", le32f(1e-30))
+	for c := range 8 { // bcw<c>: word c of each 128-bit half in all its words
+		var b []byte
+		for range 16 {
+			b = append(b, byte(2*c), byte(2*c+1))
+		}
+		g.data(fmt.Sprintf("bcw%d", c), b)
+	}
+	for k := range 4 { // q6pat<k>: word 2k in the low half's words, 2k+1 in the high's
+		var b []byte
+		for half := range 2 {
+			for range 8 {
+				w := 2*k + half
+				b = append(b, byte(2*w), byte(2*w+1))
+			}
+		}
+		g.data(fmt.Sprintf("q6pat%d", k), b)
+	}
+
 	for _, u := range unpackers32 {
 		var idx []byte
 		for k := range group {
@@ -1258,7 +1279,7 @@ func main() {
 	fmt.Fprintf(&decl, "//go:noescape\nfunc %s(x *float32, nb int, dst *byte, d *float32, shift int, lanes int) (ok bool)\n\n", g.quantRow32())
 	fmt.Fprintf(&decl, "//go:noescape\nfunc %s(x *float32, nb int, dst *byte) (ok bool)\n\n", g.quantRowK())
 	for _, t := range []string{"Q4_K", "Q5_K", "Q6_K"} {
-		declare(g.prepK(t), "w *byte, nsb int, dst *byte, tmp *byte")
+		declare(g.prepK(t), "w *byte, nsb int, dst *byte")
 	}
 	fmt.Fprintf(&decl, "// callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.\n")

@@ -101,7 +101,6 @@ type tileBuf struct {
 	hd, hm []uint16
 	s      [512]float32
 	acc    [128]float32
-	tmp    [64]byte
 }
 
 var tilePool = sync.Pool{New: func() any { return new(tileBuf) }}
@@ -133,7 +132,7 @@ func mulAsm(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
 			nc := min(4, j1-jt)
 			for c := range 4 {
 				row := w.row(jt + min(c, nc-1))
-				prepK(w.t, &row[0], a.nb, &tb.col[576*c], &tb.tmp[0])
+				prepK(w.t, &row[0], a.nb, &tb.col[576*c])
 			}
 			for i0 := 0; i0 < a.m; i0 += rm {
 				p := dotKArgs{
@@ -201,14 +200,14 @@ func prep32(t gguf.Type, w *byte, nb int, dst *byte, hd, hm *uint16) {
 	}
 }
 
-func prepK(t gguf.Type, w *byte, nsb int, dst, tmp *byte) {
+func prepK(t gguf.Type, w *byte, nsb int, dst *byte) {
 	switch t {
 	case gguf.TypeQ4_K:
-		prepQ4_K(w, nsb, dst, tmp)
+		prepQ4_K(w, nsb, dst)
 	case gguf.TypeQ5_K:
-		prepQ5_K(w, nsb, dst, tmp)
+		prepQ5_K(w, nsb, dst)
 	case gguf.TypeQ6_K:
-		prepQ6_K(w, nsb, dst, tmp)
+		prepQ6_K(w, nsb, dst)
 	default:
 		panic("quant: no K-quant prep for " + t.String())
 	}

@@ -195,13 +195,13 @@ func quantRow32(x *float32, nb int, dst *byte, d *float32, shift int, lanes int)
 func quantRowK(x *float32, nb int, dst *byte) (ok bool)
 
 //go:noescape
-func prepQ4_K(w *byte, nsb int, dst *byte, tmp *byte)
+func prepQ4_K(w *byte, nsb int, dst *byte)
 
 //go:noescape
-func prepQ5_K(w *byte, nsb int, dst *byte, tmp *byte)
+func prepQ5_K(w *byte, nsb int, dst *byte)
 
 //go:noescape
-func prepQ6_K(w *byte, nsb int, dst *byte, tmp *byte)
+func prepQ6_K(w *byte, nsb int, dst *byte)
 
 // callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),
 // kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.
