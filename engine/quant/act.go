@@ -75,9 +75,13 @@ func growSlice[T any](s []T, n int) []T {
 	return s[:n]
 }
 
+// rowQuantizer32 codes one activation row into 32-value blocks and their scales;
+// mode is laneMode's.
+type rowQuantizer32 func(x []float32, blocks []byte, d []float32, mode int)
+
 // quantize32 codes m rows for a 32-value format, with the row quantizer of the active
 // kernels (quantRow32Go or its assembly twin).
-func (a *acts) quantize32(m int, x []float32, ldx, k int, mode int, row32 func(x []float32, blocks []byte, d []float32, mode int)) {
+func (a *acts) quantize32(m int, x []float32, ldx, k int, mode int, row32 rowQuantizer32) {
 	a.m, a.k, a.nb = m, k, k/qk
 	a.nbp = (a.nb + 15) &^ 15
 	a.x = growSlice(a.x, m*a.nb*xBlock)
