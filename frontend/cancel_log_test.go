@@ -45,7 +45,7 @@ func TestClientCancelIsNotAFailure(t *testing.T) {
 				started:        make(chan struct{}),
 			}
 			reg := prometheus.NewRegistry()
-			f, err := New(testConfig(), tok, b, slog.New(recs), reg)
+			f, err := New(testConfig(), testModel(tok), b, slog.New(recs), reg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -66,9 +66,11 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 func (f *Frontend) ListModels(_ context.Context, req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
 	rc := f.connectCtx(req.Header().Get(HeaderRequestID), "connect_list_models")
 	f.countConnect(rc, nil)
-	resp := connect.NewResponse(&frontendv1.ListModelsResponse{Models: []*frontendv1.Model{
-		{Id: f.cfg.Model, ContextLength: uint32(f.cfg.ContextLength)},
-	}})
+	var list []*frontendv1.Model
+	if m := f.Model(); m != nil {
+		list = append(list, &frontendv1.Model{Id: m.ID, ContextLength: uint32(m.ContextLength)})
+	}
+	resp := connect.NewResponse(&frontendv1.ListModelsResponse{Models: list})
 	resp.Header().Set(HeaderRequestID, rc.id)
 	return resp, nil
 }

@@ -119,10 +119,16 @@ func testTokenizer(t testing.TB) tokenizer.Tokenizer {
 	return tok
 }
 
+// testContextLength is the test model's context.
+const testContextLength = 512
+
+// testModel serves tok as "tandem-test" with ChatML, as the random-weight models are.
+func testModel(tok tokenizer.Tokenizer) *Model {
+	return &Model{ID: "tandem-test", Fingerprint: "test", ContextLength: testContextLength, Tokenizer: tok, Template: ChatML{}}
+}
+
 func testConfig() Config {
 	cfg := DefaultConfig()
-	cfg.Model = "tandem-test"
-	cfg.ContextLength = 512
 	cfg.MaxBodyBytes = 64 << 10
 	cfg.DefaultMaxTokens = 64
 	return cfg
@@ -132,7 +138,7 @@ func testConfig() Config {
 func newTestFrontend(t testing.TB, cfg Config, b Backend) (*Frontend, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	f, err := New(cfg, testTokenizer(t), b, slog.New(slog.DiscardHandler), reg)
+	f, err := New(cfg, testModel(testTokenizer(t)), b, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,13 +25,13 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
-	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // HeaderRequestID carries the request id in and out; an incoming one is kept so a
@@ -43,40 +43,45 @@ const HeaderPrefillPath = "X-Tandem-Prefill-Path"
 
 // Frontend serves generation requests over HTTP (OpenAI API) and Connect/gRPC.
 type Frontend struct {
-	cfg      Config
-	tok      tokenizer.Tokenizer
-	backend  Backend
-	log      *slog.Logger
-	template ChatTemplate
-	metrics  *metrics
-	created  int64
-	keys     *apiKeys // nil: no authentication
+	cfg     Config
+	model   atomic.Pointer[Model]
+	backend Backend
+	log     *slog.Logger
+	metrics *metrics
+	created int64
+	keys    *apiKeys // nil: no authentication
 }
 
 var _ frontendv1connect.FrontendServiceHandler = (*Frontend)(nil)
 
-// New returns a Frontend. reg may be nil to leave metrics unregistered.
-func New(cfg Config, tok tokenizer.Tokenizer, backend Backend, logger *slog.Logger, reg prometheus.Registerer) (*Frontend, error) {
+// New returns a Frontend serving model, or, when model is nil, answering 503 until
+// SetModel is called. reg may be nil to leave metrics unregistered.
+func New(cfg Config, model *Model, backend Backend, logger *slog.Logger, reg prometheus.Registerer) (*Frontend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if tok == nil || backend == nil || logger == nil {
-		return nil, errors.New("frontend: tokenizer, backend and logger are required")
+	if backend == nil || logger == nil {
+		return nil, errors.New("frontend: backend and logger are required")
 	}
-	tmpl, err := templateByName(cfg.ChatTemplate)
-	if err != nil {
-		return nil, err
+	if model != nil {
+		if err := model.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	m := newMetrics(reg)
 	if cfg.MaxInFlight > 0 {
 		backend = admittedBackend{Backend: backend, a: newAdmission(cfg.MaxInFlight, cfg.MaxQueue, cfg.QueueTimeout, m)}
 	}
-	return &Frontend{
-		cfg: cfg, tok: tok, backend: backend, log: logger, template: tmpl,
+	f := &Frontend{
+		cfg: cfg, backend: backend, log: logger,
 		metrics: m,
 		created: time.Now().Unix(),
 		keys:    newAPIKeys(cfg.APIKeys),
-	}, nil
+	}
+	if model != nil {
+		f.model.Store(model)
+	}
+	return f, nil
 }
 
 // ConnectHandler returns the FrontendService's path prefix and handler, for

@@ -97,8 +97,8 @@ func FuzzCompletionRequest(f *testing.F) {
 				t.Fatalf("prompt token %d at %d is outside the vocabulary of %d", id, i, tok.VocabSize())
 			}
 		}
-		if mt := int(g.GetMaxTokens()); mt < 1 || len(ids)+mt > cfg.ContextLength {
-			t.Fatalf("backend asked for %d tokens after a %d-token prompt; context is %d", mt, len(ids), cfg.ContextLength)
+		if mt := int(g.GetMaxTokens()); mt < 1 || len(ids)+mt > testContextLength {
+			t.Fatalf("backend asked for %d tokens after a %d-token prompt; context is %d", mt, len(ids), testContextLength)
 		}
 
 		var stream struct {

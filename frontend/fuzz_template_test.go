@@ -52,10 +52,7 @@ func FuzzChatTemplate(f *testing.F) {
 	f.Add([]byte("\x01\U0001F600 \u200d \ufeff \x00 \r\n\t"))
 	f.Add([]byte("\x01a <|endoftext|> b <|fim_prefix|>"))
 	f.Add([]byte(""))
-	tmpl, err := templateByName("")
-	if err != nil {
-		f.Fatal(err)
-	}
+	tmpl := ChatML{}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msgs := fuzzMessages(data)
 		orig := slices.Clone(msgs)

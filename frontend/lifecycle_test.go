@@ -89,7 +89,7 @@ func TestEveryLogLineHasRequestID(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(lockedWriter{&buf, &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	tok := testTokenizer(t)
 	b := &fakeBackend{output: tok.Encode("fine"), path: decodev1.PrefillPath_PREFILL_PATH_LOCAL}
-	f, err := New(testConfig(), tok, b, logger, prometheus.NewRegistry())
+	f, err := New(testConfig(), testModel(tok), b, logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestUserOnLogLines(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(lockedWriter{&buf, &mu}, nil))
 	tok := testTokenizer(t)
 	b := &fakeBackend{output: tok.Encode("fine"), path: decodev1.PrefillPath_PREFILL_PATH_LOCAL}
-	f, err := New(testConfig(), tok, b, logger, prometheus.NewRegistry())
+	f, err := New(testConfig(), testModel(tok), b, logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

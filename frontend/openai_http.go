@@ -29,6 +29,8 @@ func (f *Frontend) HTTPHandler() http.Handler {
 	mux.Handle("/v1/models", f.endpoint("models", get, f.handleModels))
 	mux.Handle("/v1/models/{model}", f.endpoint("models", get, f.handleModel))
 	mux.Handle("/healthz", f.endpoint("healthz", get, f.handleHealth))
+	mux.Handle("/tokenize", f.endpoint("tokenize", post, f.handleTokenize))
+	mux.Handle("/detokenize", f.endpoint("detokenize", post, f.handleDetokenize))
 	mux.Handle("/v1/", f.endpoint("unknown", nil, func(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		f.writeError(w, rc, &apiError{code: connect.CodeNotFound, status: http.StatusNotFound,
 			msg: fmt.Sprintf("unknown path %s", r.URL.Path)})
@@ -168,7 +170,7 @@ func jsonError(err error) *apiError {
 		return &apiError{code: connect.CodeInvalidArgument, msg: fmt.Sprintf("request body is not valid JSON: %v (at byte %d)", syn, syn.Offset)}
 	case errors.As(err, &typ) && typ.Field != "":
 		// The path names Go's embedded struct too; clients know only JSON names.
-		field := strings.TrimPrefix(typ.Field, "samplingFields.")
+		field := strings.TrimPrefix(strings.TrimPrefix(typ.Field, "samplingFields."), "unsupportedFields.")
 		return invalidField(field, "%s: expected %s, got a JSON %s", field, jsonTypeName(typ.Type), typ.Value)
 	case errors.As(err, &typ):
 		return &apiError{code: connect.CodeInvalidArgument, msg: "request body must be a JSON object"}
@@ -201,6 +203,9 @@ func (s *samplingFields) toGen(g *genRequest) error {
 	if s.N != nil && *s.N != 1 {
 		return invalidField("n", "n=%d is not supported; only n=1", *s.N)
 	}
+	if err := s.unsupportedFields.check(); err != nil {
+		return err
+	}
 	g.model = s.Model
 	g.maxTokensParam = "max_tokens"
 	switch {
@@ -229,20 +234,21 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		f.writeError(w, rc, err)
 		return
 	}
-	g := &genRequest{requestID: rc.id, isChat: true, promptParam: "messages"}
+	served, err := f.current()
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	g := &genRequest{requestID: rc.id, served: served, isChat: true, promptParam: "messages"}
 	if err := req.toGen(g); err != nil {
 		f.writeError(w, rc, err)
 		return
 	}
-	for i, m := range req.Messages {
-		if m.Content.badPart >= 0 {
-			f.writeError(w, rc, invalidField(fmt.Sprintf("messages[%d].content[%d].type", i, m.Content.badPart),
-				"content part type %q is not supported; only text parts are", m.Content.partType))
-			return
-		}
-		g.messages = append(g.messages, Message{Role: m.Role, Content: m.Content.Text})
+	if g.messages, err = chatMessages(req.Messages); err != nil {
+		f.writeError(w, rc, err)
+		return
 	}
-	out := &chatFormat{id: "chatcmpl-" + rc.id, model: f.cfg.Model, created: time.Now().Unix()}
+	out := &chatFormat{id: "chatcmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
 }
 
@@ -252,7 +258,12 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 		f.writeError(w, rc, err)
 		return
 	}
-	g := &genRequest{requestID: rc.id, promptParam: "prompt"}
+	served, err := f.current()
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	g := &genRequest{requestID: rc.id, served: served, promptParam: "prompt"}
 	if err := req.toGen(g); err != nil {
 		f.writeError(w, rc, err)
 		return
@@ -272,7 +283,7 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 	default:
 		g.prompt = p.Text
 	}
-	out := &completionFormat{id: "cmpl-" + rc.id, model: f.cfg.Model, created: time.Now().Unix()}
+	out := &completionFormat{id: "cmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
 }
 
@@ -384,12 +395,17 @@ func (s *sseWriter) write(msg string) {
 	}
 }
 
+// models lists the model served; empty until a worker has published one.
 func (f *Frontend) models() modelList {
-	return modelList{Object: "list", Data: []modelJSON{f.model()}}
+	list := modelList{Object: "list", Data: []modelJSON{}}
+	if m := f.Model(); m != nil {
+		list.Data = append(list.Data, f.modelJSON(m))
+	}
+	return list
 }
 
-func (f *Frontend) model() modelJSON {
-	return modelJSON{ID: f.cfg.Model, Object: "model", Created: f.created, OwnedBy: "tandem", MaxModelLen: f.cfg.ContextLength}
+func (f *Frontend) modelJSON(m *Model) modelJSON {
+	return modelJSON{ID: m.ID, Object: "model", Created: f.created, OwnedBy: "tandem", MaxModelLen: m.ContextLength}
 }
 
 func (f *Frontend) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {
@@ -397,11 +413,12 @@ func (f *Frontend) handleModels(w http.ResponseWriter, _ *http.Request, _ *reqCt
 }
 
 func (f *Frontend) handleModel(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	if name := r.PathValue("model"); name != f.cfg.Model {
-		f.writeError(w, rc, modelNotFound(name, f.cfg.Model))
+	m, err := f.served(r.PathValue("model"))
+	if err != nil {
+		f.writeError(w, rc, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, f.model())
+	writeJSON(w, http.StatusOK, f.modelJSON(m))
 }
 
 func (f *Frontend) handleHealth(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {

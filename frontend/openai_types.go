@@ -28,6 +28,7 @@ type samplingFields struct {
 	User                string         `json:"user"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options"`
+	unsupportedFields
 }
 
 type chatRequest struct {

@@ -28,7 +28,10 @@ const maxStops = 16
 // stream handling exist once.
 type genRequest struct {
 	requestID string
-	model     string
+	// served is the model the request runs with, fixed when it arrives (nil: the
+	// frontend's current one).
+	served *Model
+	model  string
 	// Exactly one of messages, prompt and promptIDs is used, in that order.
 	messages  []Message
 	prompt    string
@@ -51,6 +54,7 @@ type genRequest struct {
 
 // prepared is a validated, tokenized request ready for the backend.
 type prepared struct {
+	served    *Model
 	req       *decodev1.GenerateRequest
 	promptLen int
 	maxTokens int
@@ -60,8 +64,16 @@ type prepared struct {
 
 // prepare validates r against the model and turns it into a decode request.
 func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
-	if r.model != "" && r.model != f.cfg.Model {
-		return nil, modelNotFound(r.model, f.cfg.Model)
+	m := r.served
+	if m == nil {
+		var err error
+		if m, err = f.current(); err != nil {
+			return nil, err
+		}
+	}
+	tok := m.Tokenizer
+	if r.model != "" && r.model != m.ID {
+		return nil, modelNotFound(r.model, m.ID)
 	}
 	if t := r.temperature; t != nil && !(*t >= 0 && *t <= 2) {
 		return nil, invalidField("temperature", "temperature %v is out of range; it must be between 0 and 2", *t)
@@ -69,9 +81,9 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 	if p := r.topP; p != nil && !(*p > 0 && *p <= 1) {
 		return nil, invalidField("top_p", "top_p %v is out of range; it must be greater than 0 and at most 1", *p)
 	}
-	if r.maxTokens < 0 || r.maxTokens > int64(f.cfg.ContextLength) {
+	if r.maxTokens < 0 || r.maxTokens > int64(m.ContextLength) {
 		return nil, invalidField(r.maxTokensParam, "%s %d is out of range; it must be between 1 and the model's context length %d",
-			r.maxTokensParam, r.maxTokens, f.cfg.ContextLength)
+			r.maxTokensParam, r.maxTokens, m.ContextLength)
 	}
 	stops := make([]string, 0, len(r.stops)+1)
 	for _, s := range r.stops {
@@ -90,33 +102,37 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		if len(r.messages) == 0 {
 			return nil, invalidField("messages", "messages must contain at least one message")
 		}
-		text, err := f.template.Apply(r.messages)
+		text, err := m.Template.Apply(r.messages)
 		if err != nil {
 			return nil, err
 		}
-		ids = f.tok.Encode(text)
-		for _, s := range f.template.StopStrings() {
+		// The template's own markers (<|im_start|>, [INST], ...) are the model's
+		// special tokens; a user's text inside it can still forge them, as in every
+		// server that renders templates to text (vLLM, llama.cpp).
+		ids = withBOS(tok, tok.EncodeSpecial(text))
+		for _, s := range m.Template.StopStrings() {
 			if !slices.Contains(stops, s) {
 				stops = append(stops, s)
 			}
 		}
 	case ids == nil:
-		ids = f.tok.Encode(r.prompt)
+		ids = withBOS(tok, tok.Encode(r.prompt))
 	default:
+		// Token ids are taken as given, BOS or not, as vLLM does.
 		for i, id := range ids {
-			if int(id) >= f.tok.VocabSize() {
-				return nil, invalidField("prompt", "prompt token %d at index %d is outside the vocabulary of %d tokens", id, i, f.tok.VocabSize())
+			if int(id) >= tok.VocabSize() {
+				return nil, invalidField("prompt", "prompt token %d at index %d is outside the vocabulary of %d tokens", id, i, tok.VocabSize())
 			}
 		}
 	}
 	if len(ids) == 0 {
 		return nil, invalidField(r.promptParam, "%s must not be empty", r.promptParam)
 	}
-	room := f.cfg.ContextLength - len(ids)
+	room := m.ContextLength - len(ids)
 	if room < 1 {
 		return nil, invalidField(r.promptParam,
 			"the prompt is %d tokens but the model's context length is %d tokens, which leaves no room for output; shorten the %s",
-			len(ids), f.cfg.ContextLength, r.promptParam)
+			len(ids), m.ContextLength, r.promptParam)
 	}
 	// An explicit budget that does not fit is refused, as OpenAI and vLLM do: the
 	// client asked for more than it can get and should know now, not from a short
@@ -127,7 +143,7 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		if int(r.maxTokens) > room {
 			e := invalidField(r.maxTokensParam,
 				"the model's context length is %d tokens, but %d tokens were requested (%d in the %s, %d in %s); reduce the %s or %s",
-				f.cfg.ContextLength, len(ids)+int(r.maxTokens), len(ids), r.promptParam, r.maxTokens, r.maxTokensParam, r.promptParam, r.maxTokensParam)
+				m.ContextLength, len(ids)+int(r.maxTokens), len(ids), r.promptParam, r.maxTokens, r.maxTokensParam, r.promptParam, r.maxTokensParam)
 			e.oaiCode = "context_length_exceeded"
 			return nil, e
 		}
@@ -148,12 +164,13 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		sp.Seed = rand.Uint64()
 	}
 	return &prepared{
+		served: m,
 		req: &decodev1.GenerateRequest{
 			RequestId:      r.requestID,
 			PromptTokenIds: ids,
 			Sampling:       sp,
 			MaxTokens:      uint32(maxTokens),
-			StopTokenIds:   f.tok.StopTokens(),
+			StopTokenIds:   tok.StopTokens(),
 			Explain:        r.explain,
 		},
 		promptLen: len(ids),
@@ -182,6 +199,7 @@ type usage struct {
 // generation is one request in flight on the backend.
 type generation struct {
 	f       *Frontend
+	tok     tokenizer.Tokenizer
 	stream  TokenStream
 	info    prefillInfo
 	log     *slog.Logger
@@ -220,10 +238,16 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 		}
 		return nil, backendError(err)
 	}
+	detok := tokenizer.NewDetokenizer(p.served.Tokenizer)
+	if onlySpecial(p.served.Tokenizer, p.req.GetPromptTokenIds()) {
+		// Nothing but BOS before it: the output starts the text, and a SentencePiece
+		// tokenizer's leading space is not part of it (as Decode drops it too).
+		detok.StartOfText()
+	}
 	g := &generation{
-		f: f, stream: stream, log: log, started: started,
+		f: f, tok: p.served.Tokenizer, stream: stream, log: log, started: started,
 		promptLen: p.promptLen, maxTokens: p.maxTokens,
-		detok:   tokenizer.NewDetokenizer(f.tok),
+		detok:   detok,
 		stops:   stopMatcher{stops: p.stops},
 		pending: first,
 	}
@@ -299,7 +323,7 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 		g.generated++
 		// The backend should not emit its stop tokens, but if it does they end
 		// the output rather than leak into it.
-		if slices.Contains(g.f.tok.StopTokens(), id) {
+		if slices.Contains(g.tok.StopTokens(), id) {
 			g.finish = "stop"
 			break
 		}
@@ -389,4 +413,24 @@ func logSafe(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// withBOS puts the tokenizer's BOS token first when the model expects one and the
+// text did not already begin with it (a template that writes bos_token itself).
+func withBOS(tok tokenizer.Tokenizer, ids []uint32) []uint32 {
+	bos, ok := tok.BOS()
+	if !ok || !tok.AddBOS() || len(ids) > 0 && ids[0] == bos {
+		return ids
+	}
+	return append([]uint32{bos}, ids...)
+}
+
+// onlySpecial reports whether every id is a special token (a BOS-only prompt).
+func onlySpecial(tok tokenizer.Tokenizer, ids []uint32) bool {
+	for _, id := range ids {
+		if !tok.IsSpecial(id) {
+			return false
+		}
+	}
+	return true
 }

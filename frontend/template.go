@@ -1,8 +1,11 @@
 package frontend
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tandem-serve/tandem/chattemplate"
 )
 
 // Message is one turn of a chat, whatever the transport.
@@ -20,15 +23,6 @@ type ChatTemplate interface {
 	// StopStrings are the markers that end the assistant's turn; generation stops
 	// there as if the client had asked for them as stop sequences.
 	StopStrings() []string
-}
-
-func templateByName(name string) (ChatTemplate, error) {
-	switch name {
-	case "", "chatml":
-		return ChatML{}, nil
-	default:
-		return nil, fmt.Errorf("frontend: unknown chat template %q (known: chatml)", name)
-	}
 }
 
 // ChatML renders `<|im_start|>role\ncontent<|im_end|>\n` per message and ends with
@@ -72,4 +66,62 @@ func (ChatML) Apply(msgs []Message) (string, error) {
 	}
 	sb.WriteString("<|im_start|>assistant\n")
 	return sb.String(), nil
+}
+
+// checkRoles accepts the roles a chat request may use and maps OpenAI's
+// "developer" to "system", the name templates know. Tools are not served, so
+// "tool" (and anything else) is refused with the offending message named.
+func checkRoles(msgs []Message) ([]chattemplate.Message, error) {
+	out := make([]chattemplate.Message, len(msgs))
+	for i, m := range msgs {
+		role := m.Role
+		switch role {
+		case "system", "user", "assistant":
+		case "developer":
+			role = "system"
+		default:
+			return nil, invalidField(fmt.Sprintf("messages[%d].role", i),
+				"unknown role %q in messages[%d]; expected system, developer, user or assistant", m.Role, i)
+		}
+		out[i] = chattemplate.Message{Role: role, Content: m.Content}
+	}
+	return out, nil
+}
+
+// Jinja is a model's own chat template (or, for a model without one, the plain
+// transcript fallback), from package chattemplate.
+type Jinja struct {
+	T *chattemplate.Template
+}
+
+var _ ChatTemplate = Jinja{}
+
+// Name implements ChatTemplate.
+func (j Jinja) Name() string {
+	if j.T.IsFallback() {
+		return "fallback"
+	}
+	return "model"
+}
+
+// StopStrings implements ChatTemplate.
+func (j Jinja) StopStrings() []string { return j.T.StopStrings() }
+
+// Apply implements ChatTemplate. A conversation the template refuses (its
+// raise_exception) is a 400 with the template's own words; so is a template that
+// fails on this conversation, since nothing else about the request is wrong.
+func (j Jinja) Apply(msgs []Message) (string, error) {
+	cm, err := checkRoles(msgs)
+	if err != nil {
+		return "", err
+	}
+	text, err := j.T.Render(cm, true)
+	if err != nil {
+		var re *chattemplate.RaiseError
+		if errors.As(err, &re) {
+			return "", invalidField("messages", "the model's chat template refuses this conversation: %s", re.Message)
+		}
+		return "", invalidField("messages", "the model's chat template cannot render this conversation: %v", err)
+	}
+	return text, nil
 }

@@ -203,3 +203,37 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestMetadataOnly(t *testing.T) {
+	f, err := gguf.Parse(sample(t, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.MetadataOnly(func(k string) bool { return k != "u8" })
+	g, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Tensors()) != 0 || len(g.Keys()) != len(f.Keys())-2 {
+		t.Fatalf("%d tensors, keys %v", len(g.Tensors()), g.Keys())
+	}
+	for _, k := range g.Keys() {
+		a, _ := f.Value(k)
+		c, _ := g.Value(k)
+		if a.String() != c.String() {
+			t.Errorf("%s: %s, want %s", k, c, a)
+		}
+	}
+	if s, _ := g.Strings("names"); len(s) != 3 || s[2] != "ç" {
+		t.Errorf("names = %q", s)
+	}
+	if ids, _ := g.Int32s("ids"); len(ids) != 2 || ids[1] != -4 {
+		t.Errorf("ids = %v", ids)
+	}
+	if i, _ := g.Int("i64"); i != -1<<40 {
+		t.Errorf("i64 = %d", i)
+	}
+	if y, _ := g.Bool("yes"); !y {
+		t.Error("yes lost")
+	}
+}

@@ -4,6 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	routed       *prometheus.CounterVec
+	otherWeights *prometheus.CounterVec
 	gate         *prometheus.CounterVec
 	resyncs      *prometheus.CounterVec
 	busyFallback prometheus.Counter
@@ -19,6 +20,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_router_routed_total", Help: "Requests routed, by decode worker.",
+		}, []string{"worker"}),
+		otherWeights: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_router_other_weights_skipped_total",
+			Help: "Requests for which a worker was passed over because it serves other weights than the request's model, by worker.",
 		}, []string{"worker"}),
 		gate: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_router_gate_total",
@@ -51,6 +56,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 18),
 		}),
 	}
-	reg.MustRegister(m.routed, m.gate, m.resyncs, m.busyFallback, m.adaptMoves, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)
+	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.adaptMoves, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)
 	return m
 }

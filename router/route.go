@@ -116,10 +116,17 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	inf := math.Inf(1)
 	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf}
 	nIn, nFits, nBoth := 0, 0, 0
+	fp, otherWeights := m.GetModelFingerprint(), 0
 	for _, st := range r.order {
 		// A worker waiting for a resync is still a healthy member: it is routable,
 		// with no cache credited until its snapshot arrives.
 		if st.excluded == r.requests {
+			continue
+		}
+		if fp != "" && st.w.Fingerprint != fp {
+			// Another model's worker: its KV and its tokens mean nothing to this one.
+			otherWeights++
+			r.refuseWeights(st)
 			continue
 		}
 		c := candidate{st: st, cached: cached[st.ref]}
@@ -153,6 +160,10 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	}
 	t.n = [4]int{len(decoders) - nIn - nFits + nBoth, nIn - nBoth, nFits - nBoth, nBoth}
 	if len(decoders) == 0 {
+		if otherWeights > 0 {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+				"no decode worker serves model fingerprint %s (%d workers serve other weights)", fp, otherWeights))
+		}
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
 	}
 
@@ -226,6 +237,14 @@ func terms(p Params, st *state, cached, promptBlocks, bs int) (prefill, decode, 
 	decode = float64(st.active)
 	queue = p.QueueWeight * (float64(st.waiting)/float64(bs) + float64(st.pendingBlocks))
 	return prefill, decode, queue
+}
+
+// refuseWeights counts a worker passed over for serving other weights.
+func (r *Router) refuseWeights(st *state) {
+	if st.skipped == nil {
+		st.skipped = r.metrics.otherWeights.WithLabelValues(st.w.ID)
+	}
+	st.skipped.Inc()
 }
 
 func (r *Router) gateCounter(class int) prometheus.Counter {

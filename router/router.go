@@ -35,6 +35,8 @@ type Worker struct {
 	// Draining: the worker asked for nothing new (tandem drain) and finishes what
 	// it has; its event stream says so.
 	Draining bool
+	// Fingerprint names the weights it serves; a request for other weights skips it.
+	Fingerprint string
 }
 
 // PrefillsLocally: an aggregated worker, or a decode worker that may prefill itself.
@@ -79,6 +81,7 @@ type state struct {
 	lastEvent   uint64
 	synced      bool               // a snapshot has been applied
 	routed      prometheus.Counter // once it has been chosen
+	skipped     prometheus.Counter // once it has been passed over for serving other weights
 }
 
 type workerKind uint8
@@ -275,5 +278,5 @@ func (r *Router) ListWorkers(context.Context, *connect.Request[routerv1.ListWork
 }
 
 func workerProto(w Worker) *routerv1.Worker {
-	return &routerv1.Worker{Id: w.ID, Address: w.Address, Mode: w.Mode, Draining: w.Draining}
+	return &routerv1.Worker{Id: w.ID, Address: w.Address, Mode: w.Mode, Draining: w.Draining, ModelFingerprint: w.Fingerprint}
 }

@@ -59,6 +59,7 @@ fuzz ./frontend FuzzChatRequest
 fuzz ./frontend FuzzCompletionRequest
 fuzz ./frontend FuzzChatTemplate
 fuzz ./tokenizer FuzzTokenizer
+fuzz ./chattemplate FuzzRender
 fuzz ./decode FuzzRemotePrefillHandoff
 fuzz ./decode FuzzParseChunk
 fuzz ./services/consul FuzzOverlay

@@ -14,11 +14,22 @@ import (
 type Detokenizer struct {
 	tok     Tokenizer
 	pending []byte
+	// strip drops the leading space of the next token that has text (StartOfText).
+	strip bool
 }
 
 // NewDetokenizer returns a Detokenizer for tok.
 func NewDetokenizer(tok Tokenizer) *Detokenizer {
 	return &Detokenizer{tok: tok}
+}
+
+// StartOfText says that the ids added next begin a text, as a generation after a
+// prompt of BOS alone does: a SentencePiece tokenizer spells the first word with the
+// space it put before it ("▁Once"), and that space is dropped, as Decode drops it. A
+// generation that continues a prompt's text must not call it. It returns d.
+func (d *Detokenizer) StartOfText() *Detokenizer {
+	d.strip = stripsLeadingSpace(d.tok)
+	return d
 }
 
 // Add appends ids and returns the text that is now complete. Special tokens and ids
@@ -29,6 +40,12 @@ func (d *Detokenizer) Add(ids ...uint32) string {
 			continue
 		}
 		b, _ := d.tok.TokenBytes(id)
+		if d.strip && len(b) > 0 {
+			d.strip = false
+			if b[0] == ' ' {
+				b = b[1:]
+			}
+		}
 		d.pending = append(d.pending, b...)
 	}
 	cut := completePrefix(d.pending)

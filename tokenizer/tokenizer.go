@@ -1,192 +1,68 @@
-// Package tokenizer turns text into the model's token ids and back.
+// Package tokenizer turns text into a model's token ids and back.
 //
-// The suite's models share one vocabulary, OpenAI's cl100k_base: the native engine
-// sizes its embedding table by VocabSize, and the frontend's prompt token counts are
-// exact because the frontend tokenizes with the same vocabulary the engine samples from.
+// A model served from a GGUF file brings its own tokenizer, read from the file's
+// metadata (SpecFromGGUF) or from a Hugging Face tokenizer.json (SpecFromHuggingFace):
+// SentencePiece-style BPE ("llama": Llama 2, Mistral, TinyLlama, Phi-3) or byte-level
+// BPE ("gpt2": GPT-2, Llama 3, Qwen2, SmolLM). Both behave as llama.cpp's tokenizers do
+// on the same file. A Spec holds a tokenizer as plain data, so a worker can publish the
+// tokenizer of the model it serves and the frontend can build the same one (FromSpec).
+//
+// The random-weight benchmark models use OpenAI's cl100k_base (CL100K): the native
+// engine sizes their embedding table by VocabSize.
 package tokenizer
-
-import (
-	"errors"
-	"fmt"
-	"strings"
-	"sync"
-
-	tiktoken "github.com/tiktoken-go/tokenizer"
-)
 
 // Tokenizer encodes and decodes text for one vocabulary. Implementations are safe for
 // concurrent use.
 type Tokenizer interface {
-	// Name identifies the vocabulary, e.g. "cl100k_base".
+	// Name identifies the vocabulary and algorithm, e.g. "cl100k_base", "llama-spm",
+	// "gpt2-bpe:llama-bpe".
 	Name() string
-	// Encode tokenizes text as ordinary text: special-token markers in it, such as
-	// "<|endoftext|>", are encoded as the characters they are, never as special ids,
-	// so a user cannot inject control tokens through a prompt.
+	// Encode tokenizes text as ordinary text: the text of special and control tokens
+	// in it, such as "<|endoftext|>", is encoded as the characters it is, never as the
+	// special ids, so a user cannot inject control tokens through a prompt. It never
+	// adds BOS or EOS; a caller prepends BOS when AddBOS says so.
 	Encode(text string) []uint32
-	// Decode returns the text of ids, leaving special tokens out. Bytes that do not
-	// form valid UTF-8 (a token sequence cut inside a character) come out as U+FFFD.
+	// EncodeSpecial is Encode, except that the exact text of a special or control token
+	// becomes that token: for a chat template's rendered prompt, whose markers
+	// ("<|im_start|>") must reach the model as their ids.
+	EncodeSpecial(text string) []uint32
+	// Decode returns the text of ids, leaving special tokens out. A SentencePiece
+	// tokenizer's space before the first word is dropped, since ids passed to Decode
+	// begin a text. Bytes that do not form valid UTF-8 (a token sequence cut inside a
+	// character) come out as U+FFFD.
 	Decode(ids []uint32) string
-	// TokenBytes returns the raw bytes of one token, which may be part of a
-	// multi-byte character. Special and unassigned ids have no bytes. ok is false
+	// TokenBytes returns the raw bytes of one token as it reads in text, which may be
+	// part of a multi-byte character. Special and unused ids have no bytes. ok is false
 	// only for an id outside the vocabulary.
 	TokenBytes(id uint32) (b []byte, ok bool)
+	// Piece is the vocabulary's own spelling of a token ("▁Once", "Ġthe",
+	// "<|eot_id|>"), for showing tokens to a person; "" outside the vocabulary.
+	Piece(id uint32) string
 	// VocabSize is one more than the largest id the model may produce.
 	VocabSize() int
+	// BOS is the beginning-of-sequence token, if the vocabulary has one.
+	BOS() (id uint32, ok bool)
+	// AddBOS says whether a prompt should start with BOS.
+	AddBOS() bool
 	// EOS is the end-of-sequence token.
 	EOS() uint32
-	// StopTokens are the ids that end generation; EOS is among them.
+	// StopTokens are the ids that end generation: EOS, the end-of-turn and
+	// end-of-message tokens, and control tokens whose text is a known end-of-turn
+	// marker ("<|eot_id|>", "<|im_end|>", "<|end|>", ...).
 	StopTokens() []uint32
-	// IsSpecial reports whether id is a special (control) token.
+	// IsSpecial reports whether id is a special (control or unknown) token, which
+	// decodes to no text.
 	IsSpecial(id uint32) bool
 }
 
-// cl100k_base facts. The library ships the ordinary vocabulary (ids 0..100255) and
-// knows the special ids but cannot decode them, so they are kept here.
-const (
-	cl100kVocabSize = 100277
-	cl100kEndOfText = 100257
-)
-
-var cl100kSpecial = map[uint32]string{
-	100257: "<|endoftext|>",
-	100258: "<|fim_prefix|>",
-	100259: "<|fim_middle|>",
-	100260: "<|fim_suffix|>",
-	100276: "<|endofprompt|>",
+// leadingSpacer is implemented by tokenizers that put a space before the first word
+// of a text (SentencePiece's add_space_prefix), which decoding from the start of a
+// text drops again.
+type leadingSpacer interface {
+	stripsLeadingSpace() bool
 }
 
-// Tiktoken is a Tokenizer on github.com/tiktoken-go/tokenizer.
-type Tiktoken struct {
-	codec tiktoken.Codec
-	// pieces[id] holds the bytes of each ordinary token, built once so that
-	// incremental detokenization costs a slice lookup per token.
-	pieces [][]byte
-	// delToken is U+007F's token (see Encode).
-	delToken uint32
-}
-
-var _ Tokenizer = (*Tiktoken)(nil)
-
-var (
-	cl100kOnce sync.Once
-	cl100k     *Tiktoken
-	cl100kErr  error
-)
-
-// CL100K returns the cl100k_base tokenizer. The vocabulary tables are built on the
-// first call (a few hundred milliseconds) and shared afterwards, since they are
-// read-only.
-func CL100K() (*Tiktoken, error) {
-	cl100kOnce.Do(func() { cl100k, cl100kErr = newCL100K() })
-	return cl100k, cl100kErr
-}
-
-func newCL100K() (*Tiktoken, error) {
-	codec, err := tiktoken.Get(tiktoken.Cl100kBase)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: load cl100k_base: %w", err)
-	}
-	t := &Tiktoken{codec: codec, pieces: make([][]byte, cl100kVocabSize)}
-	for id := range uint32(cl100kVocabSize) {
-		if _, special := cl100kSpecial[id]; special {
-			continue
-		}
-		s, err := codec.Decode([]uint{uint(id)})
-		if err != nil {
-			// cl100k has a few unassigned ids (100256, 100261..100275); they decode to nothing.
-			continue
-		}
-		t.pieces[id] = []byte(s)
-		if s == del {
-			t.delToken = id
-		}
-	}
-	if t.delToken == 0 {
-		return nil, errors.New("tokenizer: cl100k_base has no token for U+007F")
-	}
-	return t, nil
-}
-
-// Name implements Tokenizer.
-func (t *Tiktoken) Name() string { return t.codec.GetName() }
-
-// del is U+007F, which the cl100k split pattern as tiktoken-go runs it (through
-// dlclark/regexp2) never matches, so the codec drops it although the vocabulary has
-// it. Encode cuts the text at each DEL and puts the DEL's own token between.
-const del = "\x7f"
-
-// Encode implements Tokenizer.
-func (t *Tiktoken) Encode(text string) []uint32 {
-	if !strings.Contains(text, del) {
-		return t.encode(text)
-	}
-	var out []uint32
-	for i, part := range strings.Split(text, del) {
-		if i > 0 {
-			out = append(out, t.delToken)
-		}
-		out = append(out, t.encode(part)...)
-	}
-	return out
-}
-
-func (t *Tiktoken) encode(text string) []uint32 {
-	if text == "" {
-		return nil
-	}
-	ids, _, err := t.codec.Encode(text)
-	if err != nil {
-		// The codec fails only if its split regexp errors, which it does not do without
-		// a timeout. Every byte is a token in a byte-level BPE, so bytes are still a
-		// faithful (if longer) encoding, and a prompt is never lost.
-		out := make([]uint32, 0, len(text))
-		for i := 0; i < len(text); i++ {
-			out = append(out, t.byteToken(text[i]))
-		}
-		return out
-	}
-	out := make([]uint32, len(ids))
-	for i, id := range ids {
-		out[i] = uint32(id)
-	}
-	return out
-}
-
-func (t *Tiktoken) byteToken(b byte) uint32 {
-	ids, _, err := t.codec.Encode(string([]byte{b}))
-	if err != nil || len(ids) != 1 {
-		return 0
-	}
-	return uint32(ids[0])
-}
-
-// Decode implements Tokenizer.
-func (t *Tiktoken) Decode(ids []uint32) string {
-	var d Detokenizer
-	d.tok = t
-	out := d.Add(ids...)
-	return out + d.Flush()
-}
-
-// TokenBytes implements Tokenizer.
-func (t *Tiktoken) TokenBytes(id uint32) ([]byte, bool) {
-	if int(id) >= len(t.pieces) {
-		return nil, false
-	}
-	return t.pieces[id], true
-}
-
-// VocabSize implements Tokenizer.
-func (t *Tiktoken) VocabSize() int { return cl100kVocabSize }
-
-// EOS implements Tokenizer.
-func (t *Tiktoken) EOS() uint32 { return cl100kEndOfText }
-
-// StopTokens implements Tokenizer.
-func (t *Tiktoken) StopTokens() []uint32 { return []uint32{cl100kEndOfText} }
-
-// IsSpecial implements Tokenizer.
-func (t *Tiktoken) IsSpecial(id uint32) bool {
-	_, ok := cl100kSpecial[id]
-	return ok
+func stripsLeadingSpace(t Tokenizer) bool {
+	ls, ok := t.(leadingSpacer)
+	return ok && ls.stripsLeadingSpace()
 }

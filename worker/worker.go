@@ -29,6 +29,7 @@ type Service struct {
 	policy     func() string
 	setServing func(bool)
 	kvPort     int
+	card       *workerv1.ModelCard
 	// Heartbeat is the longest gap between WatchEvents messages.
 	Heartbeat time.Duration
 	stopping  chan struct{}
@@ -88,6 +89,17 @@ func (s *Service) drainState() (bool, <-chan struct{}) {
 // transfers on.
 func (s *Service) SetKVTransferPort(port int) { s.kvPort = port }
 
+// SetModelCard sets what ModelCard returns; its model id is also the one Info reports.
+func (s *Service) SetModelCard(card *workerv1.ModelCard) { s.card = card }
+
+// ModelCard returns the model card, for the frontend to learn the model from.
+func (s *Service) ModelCard(context.Context, *connect.Request[workerv1.ModelCardRequest]) (*connect.Response[workerv1.ModelCardResponse], error) {
+	if s.card == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this worker publishes no model card"))
+	}
+	return connect.NewResponse(&workerv1.ModelCardResponse{Card: s.card}), nil
+}
+
 // SetPolicy makes Info report a decode worker's prefill policy.
 func (s *Service) SetPolicy(policy func() string) { s.policy = policy }
 
@@ -101,6 +113,9 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	}
 	if s.policy != nil {
 		wi.PrefillPolicy = s.policy()
+	}
+	if s.card != nil {
+		wi.Model = s.card.GetModel()
 	}
 	return wi
 }

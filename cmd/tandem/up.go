@@ -47,7 +47,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	var front frontendsvc.Config
 	ffs := newFlagSet("frontend", "", stderr)
 	front.RegisterFlags(ffs)
-	merge(fs, ffs, append([]string{"listen", "router", "block-size", "drain-timeout"}, consulFlags...)...)
+	merge(fs, ffs, append([]string{"listen", "router", "drain-timeout"}, consulFlags...)...)
 	var routing router.Params
 	routersvc.RegisterParamFlags(fs, &routing)
 	var lf logFlags
@@ -129,7 +129,7 @@ func runUp(ctx context.Context, args []string, getenv func(string) string, stdou
 	launch(r)
 
 	flog, _ := lf.logger(stderr, "frontend")
-	front.Router, front.BlockSize = r.Addr(), worker.BlockSize
+	front.Router = r.Addr()
 	front.Serve.Listen, front.Serve.Grace = *httpAddr, worker.Serve.Grace
 	f, err := frontendsvc.Start(mustEnv(flog), front)
 	if err != nil {

@@ -24,7 +24,7 @@ func (m *model) attention(layer int, qkv []float32, ldq int, out []float32, segs
 	ldo := mc.Heads * mc.HeadDim
 	group := mc.Heads / mc.KVHeads
 	parallelFor(len(items), cost*mc.HeadDim/max(len(segs), 1), func(lo, hi int) {
-		sc := newAttnScratch(m.blockSize, mc.HeadDim)
+		sc := newAttnScratch(m.blockSize, m.kvDim)
 		for _, it := range items[lo:hi] {
 			s := segs[it.seg]
 			q := qkv[s.row0*ldq+it.head*mc.HeadDim:]
@@ -50,11 +50,11 @@ func newAttnScratch(bs, hd int) *attnScratch {
 }
 
 func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float32, ldq int, out []float32, ldo int) {
-	bs, hd := m.blockSize, m.mc.HeadDim
+	bs, hd, kd := m.blockSize, m.mc.HeadDim, m.kvDim
 	negInf := float32(math.Inf(-1))
 	for t0 := 0; t0 < s.n; t0 += maxRows {
 		mr := min(maxRows, s.n-t0)
-		o := sc.o[:mr*hd]
+		o := sc.o[:mr*kd]
 		clear(o)
 		for i := range mr {
 			sc.mx[i], sc.denom[i] = negInf, 0
@@ -66,7 +66,7 @@ func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float
 			sm := sc.s[:mr*bs]
 			clear(sm)
 			for sp := 0; sp < bs/panelWidth; sp++ {
-				microKernel(mr, hd, qa, ldq, kb[sp*hd*panelWidth:], sm[sp*panelWidth:], bs)
+				microKernel(mr, hd, qa, ldq, kb[sp*kd*panelWidth:], sm[sp*panelWidth:], bs)
 			}
 			p := sc.p[:mr*bs]
 			for i := range mr {
@@ -94,20 +94,20 @@ func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float
 				sc.denom[i] = sc.denom[i]*corr + sum
 				sc.mx[i] = newMax
 				if corr != 1 {
-					orow := o[i*hd : (i+1)*hd]
+					orow := o[i*kd : (i+1)*kd]
 					for j := range orow {
 						orow[j] *= corr
 					}
 				}
 			}
-			for dp := 0; dp < hd/panelWidth; dp++ {
-				microKernel(mr, bs, p, bs, vb[dp*bs*panelWidth:], o[dp*panelWidth:], hd)
+			for dp := 0; dp < kd/panelWidth; dp++ {
+				microKernel(mr, bs, p, bs, vb[dp*bs*panelWidth:], o[dp*panelWidth:], kd)
 			}
 		}
 		for i := range mr {
 			inv := 1 / sc.denom[i]
 			dst := out[(t0+i)*ldo : (t0+i)*ldo+hd]
-			for j, v := range o[i*hd : (i+1)*hd] {
+			for j, v := range o[i*kd : i*kd+hd] {
 				dst[j] = v * inv
 			}
 		}

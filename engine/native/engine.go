@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/kvcache"
 )
 
@@ -42,6 +43,8 @@ type Engine struct {
 	mc    ModelConfig
 	info  engine.Info
 	model *model
+	file  *gguf.File // the model file the engine opened, closed with it
+	src   *gguf.File // the model file served, opened here or by the caller; nil for a random shape
 	pool  *kvcache.Pool
 	log   *slog.Logger
 
@@ -67,17 +70,25 @@ type cancelReq struct {
 
 // New generates the model's weights and starts the scheduler.
 func New(cfg Config) (*Engine, error) {
-	c, mc, err := cfg.withDefaults()
+	start := time.Now()
+	mc, w, file, err := loadModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	w := newWeights(mc, c.Seed)
+	c, mc, err := cfg.withDefaults(mc)
+	if err != nil {
+		if file != nil {
+			_ = file.Close()
+		}
+		return nil, err
+	}
 	m := newModel(mc, w, c.NumBlocks, c.BlockSize)
 	e := &Engine{
 		cfg:   c,
 		mc:    mc,
 		model: m,
+		file:  file,
+		src:   cmpOr(cfg.File, file),
 		pool:  kvcache.NewPool(c.NumBlocks, kvcache.NewEventLog(c.EventLogSize)),
 		log:   c.Logger,
 		wake:  make(chan struct{}, 1),
@@ -86,7 +97,7 @@ func New(cfg Config) (*Engine, error) {
 	e.info = engine.Info{
 		Engine:        "native",
 		Model:         mc.Name,
-		VocabSize:     VocabSize,
+		VocabSize:     mc.VocabSize,
 		ContextLength: mc.ContextLength,
 		TotalBlocks:   c.NumBlocks,
 		Layout: engine.Layout{
@@ -100,13 +111,24 @@ func New(cfg Config) (*Engine, error) {
 		},
 	}
 	go e.loop()
-	e.log.Info("native engine ready", "model", mc.Name, "fingerprint", w.fingerprint,
+	e.log.Info("native engine ready", "model", mc.Name, "arch", mc.Arch, "fingerprint", w.fingerprint,
 		"blocks", c.NumBlocks, "block_size", c.BlockSize, "asm", haveAsm,
 		"load_seconds", time.Since(start).Seconds())
 	return e, nil
 }
 
 func (e *Engine) Info() engine.Info { return e.info }
+
+// ModelFile is the GGUF file the engine serves, for what else a worker publishes
+// about its model (tokenizer, chat template); nil for a random-weight shape.
+func (e *Engine) ModelFile() *gguf.File { return e.src }
+
+func cmpOr(a, b *gguf.File) *gguf.File {
+	if a != nil {
+		return a
+	}
+	return b
+}
 
 func (e *Engine) Events() *kvcache.EventLog { return e.pool.Events() }
 
@@ -153,7 +175,7 @@ func (e *Engine) validate(req engine.Request) error {
 		return fmt.Errorf("%w: %d tokens, context %d", engine.ErrPromptTooLong, len(req.Prompt), e.mc.ContextLength)
 	}
 	for i, t := range req.Prompt {
-		if t >= VocabSize {
+		if int(t) >= e.mc.VocabSize {
 			return fmt.Errorf("native: request %q: token %d at %d is outside the vocabulary", req.ID, t, i)
 		}
 	}
@@ -264,5 +286,9 @@ func (e *Engine) Close() error {
 		e.kick()
 	}
 	<-e.done
-	return nil
+	if already || e.file == nil {
+		return nil
+	}
+	// The scheduler has exited, so no forward pass reads the mapping any more.
+	return e.file.Close()
 }

@@ -124,9 +124,9 @@ func TestSamplerTopKAndTopP(t *testing.T) {
 	var s sampler
 	seen := map[uint32]bool{}
 	for k := range 200 {
-		tok := s.sample(logits, engine.Sampling{Temperature: 1, TopK: 2, Seed: 1}, k)
+		tok := s.sample(logits, VocabSize, engine.Sampling{Temperature: 1, TopK: 2, Seed: 1}, k)
 		seen[tok] = true
-		if s.sample(logits, engine.Sampling{Temperature: 1, TopK: 2, Seed: 1}, k) != tok {
+		if s.sample(logits, VocabSize, engine.Sampling{Temperature: 1, TopK: 2, Seed: 1}, k) != tok {
 			t.Fatal("draw is not a function of (seed, position, logits)")
 		}
 	}
@@ -134,11 +134,11 @@ func TestSamplerTopKAndTopP(t *testing.T) {
 		t.Fatalf("top-2 drew %v", seen)
 	}
 	for k := range 50 {
-		if tok := s.sample(logits, engine.Sampling{Temperature: 1, TopP: 0.3, Seed: 2}, k); tok != 5 {
+		if tok := s.sample(logits, VocabSize, engine.Sampling{Temperature: 1, TopP: 0.3, Seed: 2}, k); tok != 5 {
 			t.Fatalf("top-p 0.3 drew %d, want only the best token", tok)
 		}
 	}
-	if tok := s.sample(logits, engine.Sampling{}, 0); tok != 5 {
+	if tok := s.sample(logits, VocabSize, engine.Sampling{}, 0); tok != 5 {
 		t.Fatalf("greedy drew %d", tok)
 	}
 }

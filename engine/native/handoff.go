@@ -82,7 +82,7 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 	if spec.SkipBlocks < 0 || spec.SkipBlocks > len(req.Prompt)/bs {
 		return nil, fmt.Errorf("%w: skip %d of %d full blocks", engine.ErrBadBlock, spec.SkipBlocks, len(req.Prompt)/bs)
 	}
-	if spec.FirstToken >= VocabSize {
+	if int(spec.FirstToken) >= e.mc.VocabSize {
 		return nil, fmt.Errorf("native: first token %d is outside the vocabulary", spec.FirstToken)
 	}
 	if err := ctx.Err(); err != nil {

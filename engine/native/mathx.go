@@ -48,33 +48,78 @@ func expf(x float32) float32 {
 	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
 }
 
-// ropeTable holds cos and sin of position * theta^(-2i/headDim) for every position
-// and pair i; pairs are (i, i + headDim/2), as in Llama.
+// ropeTable holds cos and sin of the rotation angle for every position and rotated
+// pair: pos / scale * theta^(-2i/dims) / freqs[i]. Which lanes form pair i depends on
+// the model family (ropeStyle).
 type ropeTable struct {
 	half     int
+	style    ropeStyle
 	cos, sin []float32
+	inv      []float64 // per pair: theta^(-2i/dims) / freqs[i]
+	scale    float64
 }
 
-func newRope(ctx, headDim int, theta float64) *ropeTable {
-	half := headDim / 2
-	t := &ropeTable{half: half, cos: make([]float32, ctx*half), sin: make([]float32, ctx*half)}
+// maxRopeTable bounds the positions tabulated up front; beyond it (a model with a
+// very long context) the angles are computed on first use of a position.
+const maxRopeTable = 32768
+
+func newRope(mc ModelConfig, freqs []float32) *ropeTable {
+	dims := mc.ropeDims()
+	half := dims / 2
+	ctx := min(mc.ContextLength, maxRopeTable)
+	t := &ropeTable{half: half, style: mc.RopeStyle, cos: make([]float32, ctx*half), sin: make([]float32, ctx*half)}
+	scale := mc.RopeScale
+	if scale <= 0 {
+		scale = 1
+	}
+	inv := make([]float64, half)
+	for i := range inv {
+		inv[i] = math.Pow(mc.RopeTheta, -2*float64(i)/float64(dims))
+		if freqs != nil {
+			inv[i] /= float64(freqs[i])
+		}
+	}
 	for p := range ctx {
 		for i := range half {
-			a := float64(p) * math.Pow(theta, -2*float64(i)/float64(headDim))
+			a := float64(p) / scale * inv[i]
 			t.cos[p*half+i] = float32(math.Cos(a))
 			t.sin[p*half+i] = float32(math.Sin(a))
 		}
 	}
+	t.inv, t.scale = inv, scale
 	return t
 }
 
-// apply rotates one head's vector x (length headDim) to position pos.
+// apply rotates one head's vector x to position pos.
 func (t *ropeTable) apply(x []float32, pos int) {
 	h := t.half
-	c, s := t.cos[pos*h:(pos+1)*h], t.sin[pos*h:(pos+1)*h]
+	var c, s []float32
+	if (pos+1)*h <= len(t.cos) {
+		c, s = t.cos[pos*h:(pos+1)*h], t.sin[pos*h:(pos+1)*h]
+	} else {
+		c, s = t.angles(pos)
+	}
+	if t.style == ropeAdjacent {
+		for i := range h {
+			a, b := x[2*i], x[2*i+1]
+			x[2*i] = a*c[i] - b*s[i]
+			x[2*i+1] = a*s[i] + b*c[i]
+		}
+		return
+	}
 	for i := range h {
 		a, b := x[i], x[i+h]
 		x[i] = a*c[i] - b*s[i]
 		x[i+h] = a*s[i] + b*c[i]
 	}
+}
+
+// angles computes one position's cos and sin beyond the table, with the table's formula.
+func (t *ropeTable) angles(pos int) (c, s []float32) {
+	c, s = make([]float32, t.half), make([]float32, t.half)
+	for i := range t.half {
+		a := float64(pos) / t.scale * t.inv[i]
+		c[i], s[i] = float32(math.Cos(a)), float32(math.Sin(a))
+	}
+	return c, s
 }

@@ -13,31 +13,41 @@ type model struct {
 	w           *weights
 	rope        *ropeTable
 	blockSize   int
-	blockFloats int       // floats per KV block: layers x kv heads x (K, V) x block x head dim
+	kvDim       int       // head dimension as stored: padded to whole panels
+	blockFloats int       // floats per KV block: layers x kv heads x (K, V) x block x kvDim
 	kv          []float32 // every block's K and V, block after block
-	vocabPad    int
+	qkvLd       int       // row stride of the Q|K|V activations
+	guLd        int       // row stride of the gate|up activations
+	vocabPad    int       // row stride of the logits; only the first VocabSize are real
 }
 
 func newModel(mc ModelConfig, w *weights, numBlocks, blockSize int) *model {
-	bf := mc.Layers * mc.KVHeads * 2 * blockSize * mc.HeadDim
-	return &model{
+	kd := mc.kvDim()
+	bf := mc.Layers * mc.KVHeads * 2 * blockSize * kd
+	m := &model{
 		mc:          mc,
 		w:           w,
-		rope:        newRope(mc.ContextLength, mc.HeadDim, mc.RopeTheta),
+		rope:        newRope(mc, w.ropeFreqs),
 		blockSize:   blockSize,
+		kvDim:       kd,
 		blockFloats: bf,
 		kv:          make([]float32, numBlocks*bf),
-		vocabPad:    w.embed.panels * panelWidth,
+		vocabPad:    w.output.ldOut(),
 	}
+	for _, lw := range w.layers {
+		m.qkvLd = max(m.qkvLd, lw.wqkv.ldOut())
+		m.guLd = max(m.guLd, lw.wgu.ldOut())
+	}
+	return m
 }
 
 // The layout of a block (and of its exported bytes, little-endian f32): for each
-// layer, for each KV head, K then V, each blockSize x headDim floats. K is stored as
+// layer, for each KV head, K then V, each blockSize x kvDim floats. K is stored as
 // 16-slot panels, [slot/16][dim][slot%16], and V as 16-dim panels,
 // [dim/16][slot][dim%16], so that Q*K^T and P*V are both ordinary packed matrix
 // products for the micro-kernel.
 func (m *model) headKV(id kvcache.BlockID, layer, kvh int) (k, v []float32) {
-	n := m.blockSize * m.mc.HeadDim
+	n := m.blockSize * m.kvDim
 	base := int(id)*m.blockFloats + (layer*m.mc.KVHeads+kvh)*2*n
 	return m.kv[base : base+n], m.kv[base+n : base+2*n]
 }
@@ -67,9 +77,9 @@ func (m *model) newWorkspace(maxTokens, maxLogits int) *workspace {
 	return &workspace{
 		x:      make([]float32, maxTokens*mc.DModel),
 		h:      make([]float32, maxTokens*mc.DModel),
-		qkv:    make([]float32, maxTokens*(mc.Heads+2*mc.KVHeads)*mc.HeadDim),
+		qkv:    make([]float32, maxTokens*m.qkvLd),
 		att:    make([]float32, maxTokens*mc.Heads*mc.HeadDim),
-		gu:     make([]float32, maxTokens*2*mc.FFN),
+		gu:     make([]float32, maxTokens*m.guLd),
 		act:    make([]float32, maxTokens*mc.FFN),
 		hl:     make([]float32, maxLogits*mc.DModel),
 		logits: make([]float32, maxLogits*m.vocabPad),
@@ -83,10 +93,10 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 	mc := m.mc
 	d, hd := mc.DModel, mc.HeadDim
 	T := len(tokens)
-	qkvN := (mc.Heads + 2*mc.KVHeads) * hd
+	qkvLd := m.qkvLd
 	x := ws.x[:T*d]
 	for t, tok := range tokens {
-		m.embed(x[t*d:(t+1)*d], tok)
+		m.w.embed.row(int(tok), x[t*d:(t+1)*d])
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for l := range m.w.layers {
@@ -95,13 +105,16 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 		for t := range T {
 			rmsNorm(h[t*d:(t+1)*d], x[t*d:(t+1)*d], lw.attnNorm, mc.NormEps)
 		}
-		qkv := ws.qkv[:T*qkvN]
+		qkv := ws.qkv[:T*qkvLd]
 		clear(qkv)
-		gemm(T, h, d, lw.wqkv, qkv, qkvN)
+		lw.wqkv.mulAdd(T, h, d, qkv, qkvLd)
 		for _, s := range segs {
 			for i := range s.n {
 				t, pos := s.row0+i, s.pos0+i
-				row := qkv[t*qkvN : (t+1)*qkvN]
+				row := qkv[t*qkvLd : t*qkvLd+(mc.Heads+2*mc.KVHeads)*hd]
+				for j, b := range lw.qkvBias {
+					row[j] += b
+				}
 				for hh := range mc.Heads {
 					q := row[hh*hd : (hh+1)*hd]
 					m.rope.apply(q, pos)
@@ -118,20 +131,20 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 			}
 		}
 		att := ws.att[:T*mc.Heads*hd]
-		m.attention(l, qkv, qkvN, att, segs)
-		gemm(T, att, mc.Heads*hd, lw.wo, x, d)
+		m.attention(l, qkv, qkvLd, att, segs)
+		lw.wo.mulAdd(T, att, mc.Heads*hd, x, d)
 		for t := range T {
 			rmsNorm(h[t*d:(t+1)*d], x[t*d:(t+1)*d], lw.mlpNorm, mc.NormEps)
 		}
-		f := mc.FFN
-		gu := ws.gu[:T*2*f]
+		f, guLd := mc.FFN, m.guLd
+		gu := ws.gu[:T*guLd]
 		clear(gu)
-		gemm(T, h, d, lw.wgu, gu, 2*f)
+		lw.wgu.mulAdd(T, h, d, gu, guLd)
 		act := ws.act[:T*f]
 		for t := range T {
-			swiglu(act[t*f:(t+1)*f], gu[t*2*f:t*2*f+f], gu[t*2*f+f:(t+1)*2*f])
+			swiglu(act[t*f:(t+1)*f], gu[t*guLd:t*guLd+f], gu[t*guLd+f:t*guLd+2*f])
 		}
-		gemm(T, act, f, lw.wdown, x, d)
+		lw.wdown.mulAdd(T, act, f, x, d)
 	}
 	n := 0
 	for _, s := range segs {
@@ -144,7 +157,7 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 	V := m.vocabPad
 	logits := ws.logits[:n*V]
 	clear(logits)
-	gemm(n, ws.hl, d, m.w.embed, logits, V)
+	m.w.output.mulAdd(n, ws.hl, d, logits, V)
 	out := make([][]float32, n)
 	for i := range out {
 		out[i] = logits[i*V : (i+1)*V]
@@ -152,20 +165,9 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 	return out
 }
 
-// embed gathers token tok's column of the packed, tied embedding.
-func (m *model) embed(dst []float32, tok uint32) {
-	e := m.w.embed
-	pan := e.panel(int(tok) / panelWidth)
-	j := int(tok) % panelWidth
-	for k := range dst {
-		dst[k] = pan[k*panelWidth+j]
-	}
-}
-
 func (m *model) storeKV(id kvcache.BlockID, layer, kvh, slot int, k, v []float32) {
 	kb, vb := m.headKV(id, layer, kvh)
-	hd := m.mc.HeadDim
-	ko := (slot/panelWidth)*hd*panelWidth + slot%panelWidth
+	ko := (slot/panelWidth)*m.kvDim*panelWidth + slot%panelWidth
 	for d, x := range k {
 		kb[ko+d*panelWidth] = x
 	}

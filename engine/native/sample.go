@@ -22,8 +22,8 @@ func uniform(seed uint64, k int) float64 {
 	return float64(x>>11) / (1 << 53)
 }
 
-func (s *sampler) sample(logits []float32, sp engine.Sampling, k int) uint32 {
-	logits = logits[:VocabSize]
+func (s *sampler) sample(logits []float32, vocab int, sp engine.Sampling, k int) uint32 {
+	logits = logits[:vocab]
 	if sp.Temperature <= 0 {
 		best := 0
 		for i, v := range logits {

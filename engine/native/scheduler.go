@@ -334,7 +334,7 @@ func (sc *sched) run() {
 		if !segs[i].logits {
 			continue
 		}
-		tok := sc.smp.sample(logits[li], s.req.Sampling, s.outputs())
+		tok := sc.smp.sample(logits[li], sc.e.mc.VocabSize, s.req.Sampling, s.outputs())
 		li++
 		sc.deliver(s, tok)
 	}

@@ -37,17 +37,21 @@ func (p *packed) panel(i int) []float32 {
 
 type layerWeights struct {
 	attnNorm []float32
-	wqkv     *packed // d -> (heads + 2 kv heads) x head dim: Q, then K, then V
-	wo       *packed // heads x head dim -> d
+	wqkv     linear    // d -> (heads + 2 kv heads) x head dim: Q, then K, then V
+	qkvBias  []float32 // added to Q, K and V (Qwen2); nil for none
+	wo       linear    // heads x head dim -> d
 	mlpNorm  []float32
-	wgu      *packed // d -> 2 x ffn: gate, then up
-	wdown    *packed // ffn -> d
+	wgu      linear // d -> 2 x ffn: gate, then up
+	wdown    linear // ffn -> d
 }
 
 type weights struct {
-	embed     *packed // d -> vocab: the output layer; column v is token v's embedding
+	embed     rowSource // token -> d
+	output    linear    // d -> vocab
 	layers    []layerWeights
 	finalNorm []float32
+	// ropeFreqs divide each rotated pair's frequency (Llama 3's rope scaling); nil: none.
+	ropeFreqs []float32
 	// fingerprint hashes every weight, so KV from different weights is refused.
 	fingerprint string
 }
@@ -58,37 +62,36 @@ type weights struct {
 func newWeights(mc ModelConfig, seed uint64) *weights {
 	d := mc.DModel
 	w := &weights{finalNorm: ones(d)}
+	embed := newPacked(d, VocabSize)
+	w.output, w.embed = embed, columnsOf{embed}
 	// Logits get a standard deviation near 2.5: sharp enough to mean something, flat
 	// enough that sampling is not greedy in disguise. With a tied embedding the
 	// residual stream starts as the input token's own output row, so greedy decoding
 	// from random weights repeats its input forever unless the attention and MLP
 	// branches outweigh it: their output projections get branchGain.
 	const branchGain = 8
-	w.embed = newPacked(d, VocabSize)
-	jobs := []func(){func() { fill(w.embed, seed, 0, 2.5/math.Sqrt(float64(d))) }}
+	jobs := []func(){func() { fill(embed, seed, 0, 2.5/math.Sqrt(float64(d))) }}
 	qkvN := (mc.Heads + 2*mc.KVHeads) * mc.HeadDim
+	var all []*packed // in fingerprint order
+	all = append(all, embed)
 	for l := range mc.Layers {
-		lw := layerWeights{
-			attnNorm: ones(d),
-			wqkv:     newPacked(d, qkvN),
-			wo:       newPacked(mc.Heads*mc.HeadDim, d),
-			mlpNorm:  ones(d),
-			wgu:      newPacked(d, 2*mc.FFN),
-			wdown:    newPacked(mc.FFN, d),
-		}
+		wqkv, wo := newPacked(d, qkvN), newPacked(mc.Heads*mc.HeadDim, d)
+		wgu, wdown := newPacked(d, 2*mc.FFN), newPacked(mc.FFN, d)
+		lw := layerWeights{attnNorm: ones(d), wqkv: wqkv, wo: wo, mlpNorm: ones(d), wgu: wgu, wdown: wdown}
 		id := uint64(l+1) << 8
 		jobs = append(jobs,
-			func() { fill(lw.wqkv, seed, id+1, 1/math.Sqrt(float64(d))) },
-			func() { fill(lw.wo, seed, id+2, branchGain/math.Sqrt(float64(mc.Heads*mc.HeadDim))) },
-			func() { fill(lw.wgu, seed, id+3, 1/math.Sqrt(float64(d))) },
-			func() { fill(lw.wdown, seed, id+4, branchGain/math.Sqrt(float64(mc.FFN))) },
+			func() { fill(wqkv, seed, id+1, 1/math.Sqrt(float64(d))) },
+			func() { fill(wo, seed, id+2, branchGain/math.Sqrt(float64(mc.Heads*mc.HeadDim))) },
+			func() { fill(wgu, seed, id+3, 1/math.Sqrt(float64(d))) },
+			func() { fill(wdown, seed, id+4, branchGain/math.Sqrt(float64(mc.FFN))) },
 		)
 		w.layers = append(w.layers, lw)
+		all = append(all, wqkv, wo, wgu, wdown)
 	}
 	for _, j := range jobs {
 		j()
 	}
-	w.fingerprint = fingerprint(mc, w)
+	w.fingerprint = fingerprint(mc, w, all)
 	return w
 }
 
@@ -127,7 +130,7 @@ func splitmix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-func fingerprint(mc ModelConfig, w *weights) string {
+func fingerprint(mc ModelConfig, w *weights, mats []*packed) string {
 	h := xxh3.New()
 	var hdr [8]byte
 	for _, v := range []int{mc.Layers, mc.DModel, mc.Heads, mc.KVHeads, mc.HeadDim, mc.FFN, VocabSize} {
@@ -137,14 +140,17 @@ func fingerprint(mc ModelConfig, w *weights) string {
 	write := func(s []float32) {
 		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s)))
 	}
-	write(w.embed.data)
-	for _, l := range w.layers {
-		write(l.attnNorm)
-		write(l.wqkv.data)
-		write(l.wo.data)
-		write(l.mlpNorm)
-		write(l.wgu.data)
-		write(l.wdown.data)
+	// The order (embedding, then per layer its norm, QKV, output, norm, gate-up, down)
+	// is that of every fingerprint published so far.
+	write(mats[0].data)
+	for l, lw := range w.layers {
+		ms := mats[1+4*l:]
+		write(lw.attnNorm)
+		write(ms[0].data)
+		write(ms[1].data)
+		write(lw.mlpNorm)
+		write(ms[2].data)
+		write(ms[3].data)
 	}
 	write(w.finalNorm)
 	return fmt.Sprintf("native-%s-%016x", mc.Name, h.Sum64())

@@ -143,7 +143,8 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 		return err
 	}
 	wi := info.GetInfo()
-	w := router.Worker{ID: wi.GetId(), Address: addr, Mode: wi.GetMode(), Policy: wi.GetPrefillPolicy(), TotalBlocks: int(wi.GetTotalBlocks())}
+	w := router.Worker{ID: wi.GetId(), Address: addr, Mode: wi.GetMode(), Policy: wi.GetPrefillPolicy(),
+		TotalBlocks: int(wi.GetTotalBlocks()), Fingerprint: wi.GetLayout().GetModelFingerprint()}
 	if port := wi.GetKvTransferPort(); port != 0 {
 		if w.KVAddress, err = kvAddress(addr, port); err != nil {
 			return err

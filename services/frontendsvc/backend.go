@@ -3,6 +3,7 @@ package frontendsvc
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,15 +18,25 @@ import (
 
 // backend asks the router where a request goes and runs it on that decode worker.
 type backend struct {
-	router    routerv1.RouterServiceClient
-	dial      func(addr string) (*grpc.ClientConn, error)
-	blockSize int
+	router routerv1.RouterServiceClient
+	dial   func(addr string) (*grpc.ClientConn, error)
+	// served is the model's fingerprint and block size, from its model card.
+	served atomic.Pointer[servedModel]
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
 var _ frontend.Backend = (*backend)(nil)
+
+type servedModel struct {
+	fingerprint string
+	blockSize   int
+}
+
+func (b *backend) setModel(fingerprint string, blockSize int) {
+	b.served.Store(&servedModel{fingerprint: fingerprint, blockSize: blockSize})
+}
 
 func (b *backend) conn(addr string) (*grpc.ClientConn, error) {
 	b.mu.Lock()
@@ -54,10 +65,14 @@ func (b *backend) close() {
 // more, so a dead or busy worker costs a retry, not an error.
 func (b *backend) Generate(ctx context.Context, req *decodev1.GenerateRequest) (frontend.TokenStream, *routerv1.RouteResponse, error) {
 	ctx = telemetry.WithRequestID(ctx, req.GetRequestId())
+	m := b.served.Load()
+	if m == nil || m.blockSize <= 0 {
+		return nil, nil, status.Error(codes.Unavailable, "no model card loaded yet")
+	}
 	rreq := &routerv1.RouteRequest{
 		RequestId: req.GetRequestId(), PromptTokens: uint32(len(req.GetPromptTokenIds())),
-		BlockHashes: kvcache.HashBlocks(req.GetPromptTokenIds(), b.blockSize), BlockSize: uint32(b.blockSize),
-		Explain: req.GetExplain(),
+		BlockHashes: kvcache.HashBlocks(req.GetPromptTokenIds(), m.blockSize), BlockSize: uint32(m.blockSize),
+		Explain: req.GetExplain(), ModelFingerprint: m.fingerprint,
 	}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {

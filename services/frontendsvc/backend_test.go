@@ -84,10 +84,11 @@ func deadAddr(t *testing.T) string {
 }
 
 func newTestBackend(t *testing.T, r *fakeRouter) *backend {
-	b := &backend{router: r, blockSize: 16, conns: map[string]*grpc.ClientConn{},
+	b := &backend{router: r, conns: map[string]*grpc.ClientConn{},
 		dial: func(addr string) (*grpc.ClientConn, error) {
 			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		}}
+	b.setModel("test", 16)
 	t.Cleanup(b.close)
 	return b
 }

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,18 +21,16 @@ import (
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
-	"github.com/tandem-serve/tandem/tokenizer"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // Config is the frontend's flags.
 type Config struct {
-	Serve     process.Serve
-	Router    string
-	BlockSize int
-	Frontend  frontend.Config
-	Consul    consul.Config
+	Serve    process.Serve
+	Router   string
+	Frontend frontend.Config
+	Consul   consul.Config
 	// APIKeysFile holds one accepted API key per line ('#' starts a comment).
 	APIKeysFile string
 }
@@ -46,9 +43,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Frontend = d
 	fs.StringVar(&c.Router, "router", "", "router address (host:port); with --consul and no --router, every passing tandem-router, round-robin")
 	c.Consul.RegisterFlags(fs)
-	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
-	fs.StringVar(&c.Frontend.Model, "served-model-name", d.Model, "model id clients must name")
-	fs.IntVar(&c.Frontend.ContextLength, "context-length", d.ContextLength, "model context in tokens (prompt + output)")
 	fs.Int64Var(&c.Frontend.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body accepted (413 above)")
 	fs.IntVar(&c.Frontend.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
 	fs.Func("default-temperature", fmt.Sprintf("temperature when a request sets none (default %g)", d.DefaultTemperature), func(s string) error {
@@ -59,7 +53,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Frontend.DefaultTemperature = t
 		return nil
 	})
-	fs.StringVar(&c.Frontend.ChatTemplate, "chat-template", d.ChatTemplate, "chat template: chatml")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", "", "file of accepted API keys, one per line; clients send 'Authorization: Bearer KEY' (default: no authentication)")
 	fs.IntVar(&c.Frontend.MaxInFlight, "max-in-flight", d.MaxInFlight, "requests generating at once (0: unbounded); more wait in a queue")
 	fs.IntVar(&c.Frontend.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more get 429 with Retry-After")
@@ -74,9 +67,6 @@ func (c *Config) Validate() error {
 	if err := c.Consul.ValidateServing(c.Serve.TLS.Enabled()); err != nil {
 		return err
 	}
-	if c.BlockSize <= 0 {
-		return errors.New("--block-size must be positive")
-	}
 	return c.Frontend.Validate()
 }
 
@@ -88,6 +78,8 @@ type Service struct {
 	member  *consul.Member
 	// routers is fed from Consul when the router is discovered, not given.
 	routers *manual.Resolver
+	ready   *readiness
+	loader  *modelLoader
 }
 
 // Start opens the listener. The frontend reports SERVING once the router does.
@@ -102,10 +94,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		}
 		cfg.Frontend.APIKeys = keys
 	}
-	tok, err := tokenizer.CL100K()
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
+	var err error
 	var routers *manual.Resolver
 	var rc *grpc.ClientConn
 	if cfg.Router != "" {
@@ -120,8 +109,10 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &backend{router: routerv1.NewRouterServiceClient(rc), dial: env.Clients.Dial, blockSize: cfg.BlockSize, conns: map[string]*grpc.ClientConn{}}
-	f, err := frontend.New(cfg.Frontend, tok, b, env.Logger, env.Registry)
+	b := &backend{router: routerv1.NewRouterServiceClient(rc), dial: env.Clients.Dial, conns: map[string]*grpc.ClientConn{}}
+	// The model comes from the workers' model cards (modelLoader); until then the
+	// frontend answers 503 and reports NOT_SERVING.
+	f, err := frontend.New(cfg.Frontend, nil, b, env.Logger, env.Registry)
 	if err != nil {
 		rc.Close()
 		return nil, err
@@ -135,7 +126,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+telemetry.NewRequestID()[:8], srv.Addr(),
-		map[string]string{"model": cfg.Frontend.Model, "block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version})
+		map[string]string{"version": process.Version})
 	if err != nil {
 		rc.Close()
 		srv.Close()
@@ -144,7 +135,10 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if member != nil {
 		srv.OnDrain(member.Deregister)
 	}
-	return &Service{srv: srv, backend: b, router: rc, member: member, routers: routers}, nil
+	s := &Service{srv: srv, backend: b, router: rc, member: member, routers: routers}
+	s.ready = &readiness{setServing: srv.SetServing}
+	s.loader = &modelLoader{router: b.router, conn: b.conn, fe: f, backend: b, ready: s.ready, log: env.Logger, told: map[string]bool{}}
+	return s, nil
 }
 
 // Addr is where the frontend listens.
@@ -166,9 +160,10 @@ func (s *Service) Run(ctx context.Context) error {
 			})
 		}
 	}
+	go s.loader.run(ctx)
 	go func() {
-		// Serving only once the router is, so that a load balancer in front never
-		// sends a request this frontend cannot place.
+		// Serving only once the router is (and a model is loaded), so that a load
+		// balancer in front never sends a request this frontend cannot place.
 		hc := healthpb.NewHealthClient(s.router)
 		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 		for err == nil {
@@ -181,7 +176,8 @@ func (s *Service) Run(ctx context.Context) error {
 				if rerr != nil {
 					break
 				}
-				s.srv.SetServing(resp.GetStatus() == healthpb.HealthCheckResponse_SERVING)
+				serving := resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+				s.ready.set(&serving, nil)
 			}
 			select {
 			case <-ctx.Done():

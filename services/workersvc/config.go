@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/models"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/consul"
@@ -30,6 +31,8 @@ type Config struct {
 	Mode           string
 	Engine         string
 	Model          string
+	ServedName     string
+	ContextLength  int
 	Seed           uint64
 	NumBlocks      int
 	BlockSize      int
@@ -56,6 +59,9 @@ type Config struct {
 	Consul consul.Config
 }
 
+// DefaultModel is what a worker serves when not told: the embedded trained model.
+const DefaultModel = models.Stories260KName
+
 // DefaultShortPrefillThreshold is the default of --short-prefill-threshold, in
 // effective prompt tokens. See docs/BENCHMARKS.md for how it was chosen.
 const DefaultShortPrefillThreshold = 128
@@ -66,7 +72,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.StringVar(&c.ID, "id", "", "worker id the router and logs know this worker by (default: mode and a random suffix)")
 	fs.StringVar(&c.Mode, "mode", mode, "aggregated, decode (conditional disaggregation) or prefill")
 	fs.StringVar(&c.Engine, "engine", "native", "engine: native (pure-Go transformer) or sim (timing model, no compute)")
-	fs.StringVar(&c.Model, "model", "tiny", "native engine: model configuration, one of "+strings.Join(native.Models(), ", "))
+	fs.StringVar(&c.Model, "model", DefaultModel, "native engine: the model to serve: "+models.Stories260KName+
+		" (embedded, a real trained model), the path of a GGUF file (llama or qwen2 architecture), or a random-weight benchmark shape: "+
+		strings.Join(native.Models(), ", "))
+	fs.StringVar(&c.ServedName, "served-model-name", "", "the model id clients name in requests (default: the GGUF's general.name, else its file name)")
+	fs.IntVar(&c.ContextLength, "max-model-len", 0, "native engine: cap the model's context length in tokens (0: the model's own)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the model's weights (or of the sim engine's tokens)")
 	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's")
@@ -154,8 +164,11 @@ func (c *Config) Validate() error {
 	switch c.Engine {
 	case "sim":
 	case "native":
-		if _, ok := native.LookupModel(c.Model); !ok {
-			return fmt.Errorf("--model %q: want one of %v", c.Model, native.Models())
+		if c.Model == "" {
+			return errors.New("--model must not be empty")
+		}
+		if c.ContextLength < 0 {
+			return fmt.Errorf("--max-model-len %d must not be negative", c.ContextLength)
 		}
 	default:
 		return fmt.Errorf("--engine %q: want native or sim", c.Engine)
@@ -167,7 +180,8 @@ func (c *Config) Validate() error {
 func (c *Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
 	switch c.Engine {
 	case "native":
-		return native.New(native.Config{Model: c.Model, Seed: c.Seed, NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log})
+		return native.New(native.Config{Model: c.Model, ContextLength: c.ContextLength, Seed: c.Seed,
+			NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log})
 	case "sim":
 		sc := sim.DefaultConfig()
 		sc.Seed, sc.BlockSize, sc.TimeScale = c.Seed, c.BlockSize, c.SimTimeScale

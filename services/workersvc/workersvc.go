@@ -67,6 +67,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	opts := env.HandlerOptions()
 	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
 	s.worker = worker.New(id, telemetry.NewRequestID(), mode, process.Version, eng)
+	s.worker.SetModelCard(modelCard(cfg, eng))
 	handlers := []server.Handler{server.Mount(workerv1connect.WorkerServiceName)(workerv1connect.NewWorkerServiceHandler(s.worker, opts...))}
 	defer func() {
 		if err != nil && s.kv != nil {
@@ -111,7 +112,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	info := eng.Info()
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	meta := map[string]string{
-		"mode": cfg.Mode, "model": info.Model, "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
+		"mode": cfg.Mode, "model": s.worker.WorkerInfo().GetModel(), "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
 		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": process.Version,
 	}
 	if port := s.worker.WorkerInfo().GetKvTransferPort(); port != 0 {

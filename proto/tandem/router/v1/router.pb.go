@@ -38,6 +38,9 @@ type RouteRequest struct {
 	Explain bool `protobuf:"varint,5,opt,name=explain,proto3" json:"explain,omitempty"`
 	// Decode workers to leave out, e.g. one that just failed this request.
 	ExcludeWorkerIds []string `protobuf:"bytes,6,rep,name=exclude_worker_ids,json=excludeWorkerIds,proto3" json:"exclude_worker_ids,omitempty"`
+	// Only workers serving these weights are candidates (the frontend's model card);
+	// empty: any worker.
+	ModelFingerprint string `protobuf:"bytes,7,opt,name=model_fingerprint,json=modelFingerprint,proto3" json:"model_fingerprint,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -114,6 +117,13 @@ func (x *RouteRequest) GetExcludeWorkerIds() []string {
 	return nil
 }
 
+func (x *RouteRequest) GetModelFingerprint() string {
+	if x != nil {
+		return x.ModelFingerprint
+	}
+	return ""
+}
+
 // Worker is a worker the router knows through discovery.
 type Worker struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -121,9 +131,11 @@ type Worker struct {
 	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	Mode    v1.WorkerMode          `protobuf:"varint,3,opt,name=mode,proto3,enum=tandem.worker.v1.WorkerMode" json:"mode,omitempty"`
 	// The worker said it drains (tandem drain): the router sends it nothing new.
-	Draining      bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Draining bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The weights it serves (its KV layout's fingerprint).
+	ModelFingerprint string `protobuf:"bytes,5,opt,name=model_fingerprint,json=modelFingerprint,proto3" json:"model_fingerprint,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
@@ -182,6 +194,13 @@ func (x *Worker) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *Worker) GetModelFingerprint() string {
+	if x != nil {
+		return x.ModelFingerprint
+	}
+	return ""
 }
 
 // RankedWorker is a prefill candidate with what made its rank.
@@ -618,7 +637,7 @@ var File_tandem_router_v1_router_proto protoreflect.FileDescriptor
 
 const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtandem/router/v1/router.proto\x12\x10tandem.router.v1\x1a\x1dtandem/worker/v1/worker.proto\"\xdc\x01\n" +
+	"\x1dtandem/router/v1/router.proto\x12\x10tandem.router.v1\x1a\x1dtandem/worker/v1/worker.proto\"\x89\x02\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12#\n" +
@@ -627,12 +646,14 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x04 \x01(\rR\tblockSize\x12\x18\n" +
 	"\aexplain\x18\x05 \x01(\bR\aexplain\x12,\n" +
-	"\x12exclude_worker_ids\x18\x06 \x03(\tR\x10excludeWorkerIds\"\x80\x01\n" +
+	"\x12exclude_worker_ids\x18\x06 \x03(\tR\x10excludeWorkerIds\x12+\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xad\x01\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x120\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x1c.tandem.worker.v1.WorkerModeR\x04mode\x12\x1a\n" +
-	"\bdraining\x18\x04 \x01(\bR\bdraining\"\xcf\x01\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\x12+\n" +
+	"\x11model_fingerprint\x18\x05 \x01(\tR\x10modelFingerprint\"\xcf\x01\n" +
 	"\fRankedWorker\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12#\n" +
 	"\rcached_blocks\x18\x02 \x01(\rR\fcachedBlocks\x12#\n" +

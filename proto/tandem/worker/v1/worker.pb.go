@@ -803,6 +803,244 @@ func (x *Snapshot) GetBlockHashes() []uint64 {
 	return nil
 }
 
+// ModelCard is what a worker serves, as the frontend and router need it: the model's
+// id and fingerprint, its context, and how to tokenize and template prompts for it,
+// so that no other service repeats the model's flags.
+type ModelCard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id clients name in requests: --served-model-name, else the GGUF's
+	// general.name, else the file name.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Identifies the weights; workers with different fingerprints never share KV.
+	Fingerprint   string `protobuf:"bytes,2,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	ContextLength uint32 `protobuf:"varint,3,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
+	BlockSize     uint32 `protobuf:"varint,4,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	VocabSize     uint32 `protobuf:"varint,5,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
+	// How prompts are tokenized.
+	//
+	// Types that are valid to be assigned to Tokenizer:
+	//
+	//	*ModelCard_TokenizerName
+	//	*ModelCard_TokenizerGguf
+	//	*ModelCard_TokenizerJson
+	Tokenizer isModelCard_Tokenizer `protobuf_oneof:"tokenizer"`
+	// The model's Jinja chat template; empty when it has none.
+	ChatTemplate  string `protobuf:"bytes,9,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelCard) Reset() {
+	*x = ModelCard{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelCard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelCard) ProtoMessage() {}
+
+func (x *ModelCard) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelCard.ProtoReflect.Descriptor instead.
+func (*ModelCard) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ModelCard) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelCard) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *ModelCard) GetContextLength() uint32 {
+	if x != nil {
+		return x.ContextLength
+	}
+	return 0
+}
+
+func (x *ModelCard) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *ModelCard) GetVocabSize() uint32 {
+	if x != nil {
+		return x.VocabSize
+	}
+	return 0
+}
+
+func (x *ModelCard) GetTokenizer() isModelCard_Tokenizer {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return nil
+}
+
+func (x *ModelCard) GetTokenizerName() string {
+	if x != nil {
+		if x, ok := x.Tokenizer.(*ModelCard_TokenizerName); ok {
+			return x.TokenizerName
+		}
+	}
+	return ""
+}
+
+func (x *ModelCard) GetTokenizerGguf() []byte {
+	if x != nil {
+		if x, ok := x.Tokenizer.(*ModelCard_TokenizerGguf); ok {
+			return x.TokenizerGguf
+		}
+	}
+	return nil
+}
+
+func (x *ModelCard) GetTokenizerJson() []byte {
+	if x != nil {
+		if x, ok := x.Tokenizer.(*ModelCard_TokenizerJson); ok {
+			return x.TokenizerJson
+		}
+	}
+	return nil
+}
+
+func (x *ModelCard) GetChatTemplate() string {
+	if x != nil {
+		return x.ChatTemplate
+	}
+	return ""
+}
+
+type isModelCard_Tokenizer interface {
+	isModelCard_Tokenizer()
+}
+
+type ModelCard_TokenizerName struct {
+	// A built-in vocabulary: "cl100k_base".
+	TokenizerName string `protobuf:"bytes,6,opt,name=tokenizer_name,json=tokenizerName,proto3,oneof"`
+}
+
+type ModelCard_TokenizerGguf struct {
+	// A GGUF file holding only the model's general.* and tokenizer.* metadata.
+	TokenizerGguf []byte `protobuf:"bytes,7,opt,name=tokenizer_gguf,json=tokenizerGguf,proto3,oneof"`
+}
+
+type ModelCard_TokenizerJson struct {
+	// A Hugging Face tokenizer.json.
+	TokenizerJson []byte `protobuf:"bytes,8,opt,name=tokenizer_json,json=tokenizerJson,proto3,oneof"`
+}
+
+func (*ModelCard_TokenizerName) isModelCard_Tokenizer() {}
+
+func (*ModelCard_TokenizerGguf) isModelCard_Tokenizer() {}
+
+func (*ModelCard_TokenizerJson) isModelCard_Tokenizer() {}
+
+type ModelCardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelCardRequest) Reset() {
+	*x = ModelCardRequest{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelCardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelCardRequest) ProtoMessage() {}
+
+func (x *ModelCardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelCardRequest.ProtoReflect.Descriptor instead.
+func (*ModelCardRequest) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+}
+
+type ModelCardResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          *ModelCard             `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelCardResponse) Reset() {
+	*x = ModelCardResponse{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelCardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelCardResponse) ProtoMessage() {}
+
+func (x *ModelCardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelCardResponse.ProtoReflect.Descriptor instead.
+func (*ModelCardResponse) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ModelCardResponse) GetCard() *ModelCard {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -811,7 +1049,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +1061,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1074,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 type InfoResponse struct {
@@ -849,7 +1087,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1099,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1112,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InfoResponse) GetInfo() *WorkerInfo {
@@ -901,7 +1139,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1151,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1164,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchEventsRequest) GetAfterEventId() uint64 {
@@ -952,7 +1190,7 @@ type WatchEventsResponse struct {
 
 func (x *WatchEventsResponse) Reset() {
 	*x = WatchEventsResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1202,7 @@ func (x *WatchEventsResponse) String() string {
 func (*WatchEventsResponse) ProtoMessage() {}
 
 func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1215,7 @@ func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchEventsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchEventsResponse) GetIncarnation() string {
@@ -1026,7 +1264,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1276,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1289,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DrainRequest) GetServing() bool {
@@ -1069,7 +1307,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1319,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1332,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 var File_tandem_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -1151,7 +1389,23 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x04kind\"Q\n" +
 	"\bSnapshot\x12\"\n" +
 	"\rlast_event_id\x18\x01 \x01(\x04R\vlastEventId\x12!\n" +
-	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\"\r\n" +
+	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\"\xd5\x02\n" +
+	"\tModelCard\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12 \n" +
+	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\x12%\n" +
+	"\x0econtext_length\x18\x03 \x01(\rR\rcontextLength\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x04 \x01(\rR\tblockSize\x12\x1d\n" +
+	"\n" +
+	"vocab_size\x18\x05 \x01(\rR\tvocabSize\x12'\n" +
+	"\x0etokenizer_name\x18\x06 \x01(\tH\x00R\rtokenizerName\x12'\n" +
+	"\x0etokenizer_gguf\x18\a \x01(\fH\x00R\rtokenizerGguf\x12'\n" +
+	"\x0etokenizer_json\x18\b \x01(\fH\x00R\rtokenizerJson\x12#\n" +
+	"\rchat_template\x18\t \x01(\tR\fchatTemplateB\v\n" +
+	"\ttokenizer\"\x12\n" +
+	"\x10ModelCardRequest\"D\n" +
+	"\x11ModelCardResponse\x12/\n" +
+	"\x04card\x18\x01 \x01(\v2\x1b.tandem.worker.v1.ModelCardR\x04card\"\r\n" +
 	"\vInfoRequest\"l\n" +
 	"\fInfoResponse\x120\n" +
 	"\x04info\x18\x01 \x01(\v2\x1c.tandem.worker.v1.WorkerInfoR\x04info\x12*\n" +
@@ -1177,10 +1431,11 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x14KV_DTYPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKV_DTYPE_F32\x10\x01\x12\x10\n" +
 	"\fKV_DTYPE_F16\x10\x02\x12\x11\n" +
-	"\rKV_DTYPE_BF16\x10\x032\x8d\x02\n" +
+	"\rKV_DTYPE_BF16\x10\x032\xe8\x02\n" +
 	"\rWorkerService\x12J\n" +
 	"\x04Info\x12\x1d.tandem.worker.v1.InfoRequest\x1a\x1e.tandem.worker.v1.InfoResponse\"\x03\x90\x02\x01\x12a\n" +
-	"\vWatchEvents\x12$.tandem.worker.v1.WatchEventsRequest\x1a%.tandem.worker.v1.WatchEventsResponse\"\x03\x90\x02\x010\x01\x12M\n" +
+	"\vWatchEvents\x12$.tandem.worker.v1.WatchEventsRequest\x1a%.tandem.worker.v1.WatchEventsResponse\"\x03\x90\x02\x010\x01\x12Y\n" +
+	"\tModelCard\x12\".tandem.worker.v1.ModelCardRequest\x1a#.tandem.worker.v1.ModelCardResponse\"\x03\x90\x02\x01\x12M\n" +
 	"\x05Drain\x12\x1e.tandem.worker.v1.DrainRequest\x1a\x1f.tandem.worker.v1.DrainResponse\"\x03\x90\x02\x02B\xc5\x01\n" +
 	"\x14com.tandem.worker.v1B\vWorkerProtoP\x01Z>github.com/tandem-serve/tandem/proto/tandem/worker/v1;workerv1\xa2\x02\x03TWX\xaa\x02\x10Tandem.Worker.V1\xca\x02\x10Tandem\\Worker\\V1\xe2\x02\x1cTandem\\Worker\\V1\\GPBMetadata\xea\x02\x12Tandem::Worker::V1b\x06proto3"
 
@@ -1197,7 +1452,7 @@ func file_tandem_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(WorkerMode)(0),             // 0: tandem.worker.v1.WorkerMode
 	(KVDtype)(0),                // 1: tandem.worker.v1.KVDtype
@@ -1210,12 +1465,15 @@ var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(*AllBlocksCleared)(nil),    // 8: tandem.worker.v1.AllBlocksCleared
 	(*KVEvent)(nil),             // 9: tandem.worker.v1.KVEvent
 	(*Snapshot)(nil),            // 10: tandem.worker.v1.Snapshot
-	(*InfoRequest)(nil),         // 11: tandem.worker.v1.InfoRequest
-	(*InfoResponse)(nil),        // 12: tandem.worker.v1.InfoResponse
-	(*WatchEventsRequest)(nil),  // 13: tandem.worker.v1.WatchEventsRequest
-	(*WatchEventsResponse)(nil), // 14: tandem.worker.v1.WatchEventsResponse
-	(*DrainRequest)(nil),        // 15: tandem.worker.v1.DrainRequest
-	(*DrainResponse)(nil),       // 16: tandem.worker.v1.DrainResponse
+	(*ModelCard)(nil),           // 11: tandem.worker.v1.ModelCard
+	(*ModelCardRequest)(nil),    // 12: tandem.worker.v1.ModelCardRequest
+	(*ModelCardResponse)(nil),   // 13: tandem.worker.v1.ModelCardResponse
+	(*InfoRequest)(nil),         // 14: tandem.worker.v1.InfoRequest
+	(*InfoResponse)(nil),        // 15: tandem.worker.v1.InfoResponse
+	(*WatchEventsRequest)(nil),  // 16: tandem.worker.v1.WatchEventsRequest
+	(*WatchEventsResponse)(nil), // 17: tandem.worker.v1.WatchEventsResponse
+	(*DrainRequest)(nil),        // 18: tandem.worker.v1.DrainRequest
+	(*DrainResponse)(nil),       // 19: tandem.worker.v1.DrainResponse
 }
 var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
 	1,  // 0: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
@@ -1224,22 +1482,25 @@ var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
 	6,  // 3: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
 	7,  // 4: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
 	8,  // 5: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
-	4,  // 6: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
-	5,  // 7: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
-	10, // 8: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
-	9,  // 9: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
-	5,  // 10: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
-	11, // 11: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
-	13, // 12: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
-	15, // 13: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
-	12, // 14: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
-	14, // 15: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
-	16, // 16: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 6: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
+	4,  // 7: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
+	5,  // 8: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
+	10, // 9: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
+	9,  // 10: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
+	5,  // 11: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
+	14, // 12: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
+	16, // 13: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
+	12, // 14: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
+	18, // 15: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
+	15, // 16: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
+	17, // 17: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
+	13, // 18: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
+	19, // 19: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_tandem_worker_v1_worker_proto_init() }
@@ -1252,13 +1513,18 @@ func file_tandem_worker_v1_worker_proto_init() {
 		(*KVEvent_Removed)(nil),
 		(*KVEvent_Cleared)(nil),
 	}
+	file_tandem_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{
+		(*ModelCard_TokenizerName)(nil),
+		(*ModelCard_TokenizerGguf)(nil),
+		(*ModelCard_TokenizerJson)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_worker_v1_worker_proto_rawDesc), len(file_tandem_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	WorkerService_Info_FullMethodName        = "/tandem.worker.v1.WorkerService/Info"
 	WorkerService_WatchEvents_FullMethodName = "/tandem.worker.v1.WorkerService/WatchEvents"
+	WorkerService_ModelCard_FullMethodName   = "/tandem.worker.v1.WorkerService/ModelCard"
 	WorkerService_Drain_FullMethodName       = "/tandem.worker.v1.WorkerService/Drain"
 )
 
@@ -37,6 +38,8 @@ type WorkerServiceClient interface {
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEventsResponse], error)
+	// ModelCard returns what the worker serves and how to tokenize for it.
+	ModelCard(ctx context.Context, in *ModelCardRequest, opts ...grpc.CallOption) (*ModelCardResponse, error)
 	// Drain takes the worker out of rotation (or back in) without stopping it.
 	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
 }
@@ -78,6 +81,16 @@ func (c *workerServiceClient) WatchEvents(ctx context.Context, in *WatchEventsRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_WatchEventsClient = grpc.ServerStreamingClient[WatchEventsResponse]
 
+func (c *workerServiceClient) ModelCard(ctx context.Context, in *ModelCardRequest, opts ...grpc.CallOption) (*ModelCardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ModelCardResponse)
+	err := c.cc.Invoke(ctx, WorkerService_ModelCard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *workerServiceClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DrainResponse)
@@ -98,6 +111,8 @@ type WorkerServiceServer interface {
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error
+	// ModelCard returns what the worker serves and how to tokenize for it.
+	ModelCard(context.Context, *ModelCardRequest) (*ModelCardResponse, error)
 	// Drain takes the worker out of rotation (or back in) without stopping it.
 	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
 	mustEmbedUnimplementedWorkerServiceServer()
@@ -115,6 +130,9 @@ func (UnimplementedWorkerServiceServer) Info(context.Context, *InfoRequest) (*In
 }
 func (UnimplementedWorkerServiceServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[WatchEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedWorkerServiceServer) ModelCard(context.Context, *ModelCardRequest) (*ModelCardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ModelCard not implemented")
 }
 func (UnimplementedWorkerServiceServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
@@ -169,6 +187,24 @@ func _WorkerService_WatchEvents_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type WorkerService_WatchEventsServer = grpc.ServerStreamingServer[WatchEventsResponse]
 
+func _WorkerService_ModelCard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ModelCardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServiceServer).ModelCard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerService_ModelCard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServiceServer).ModelCard(ctx, req.(*ModelCardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _WorkerService_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DrainRequest)
 	if err := dec(in); err != nil {
@@ -197,6 +233,10 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Info",
 			Handler:    _WorkerService_Info_Handler,
+		},
+		{
+			MethodName: "ModelCard",
+			Handler:    _WorkerService_ModelCard_Handler,
 		},
 		{
 			MethodName: "Drain",

@@ -40,6 +40,8 @@ const (
 	// WorkerServiceWatchEventsProcedure is the fully-qualified name of the WorkerService's WatchEvents
 	// RPC.
 	WorkerServiceWatchEventsProcedure = "/tandem.worker.v1.WorkerService/WatchEvents"
+	// WorkerServiceModelCardProcedure is the fully-qualified name of the WorkerService's ModelCard RPC.
+	WorkerServiceModelCardProcedure = "/tandem.worker.v1.WorkerService/ModelCard"
 	// WorkerServiceDrainProcedure is the fully-qualified name of the WorkerService's Drain RPC.
 	WorkerServiceDrainProcedure = "/tandem.worker.v1.WorkerService/Drain"
 )
@@ -50,6 +52,8 @@ type WorkerServiceClient interface {
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest]) (*connect.ServerStreamForClient[v1.WatchEventsResponse], error)
+	// ModelCard returns what the worker serves and how to tokenize for it.
+	ModelCard(context.Context, *connect.Request[v1.ModelCardRequest]) (*connect.Response[v1.ModelCardResponse], error)
 	// Drain takes the worker out of rotation (or back in) without stopping it.
 	Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error)
 }
@@ -79,6 +83,13 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		modelCard: connect.NewClient[v1.ModelCardRequest, v1.ModelCardResponse](
+			httpClient,
+			baseURL+WorkerServiceModelCardProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("ModelCard")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		drain: connect.NewClient[v1.DrainRequest, v1.DrainResponse](
 			httpClient,
 			baseURL+WorkerServiceDrainProcedure,
@@ -93,6 +104,7 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 type workerServiceClient struct {
 	info        *connect.Client[v1.InfoRequest, v1.InfoResponse]
 	watchEvents *connect.Client[v1.WatchEventsRequest, v1.WatchEventsResponse]
+	modelCard   *connect.Client[v1.ModelCardRequest, v1.ModelCardResponse]
 	drain       *connect.Client[v1.DrainRequest, v1.DrainResponse]
 }
 
@@ -106,6 +118,11 @@ func (c *workerServiceClient) WatchEvents(ctx context.Context, req *connect.Requ
 	return c.watchEvents.CallServerStream(ctx, req)
 }
 
+// ModelCard calls tandem.worker.v1.WorkerService.ModelCard.
+func (c *workerServiceClient) ModelCard(ctx context.Context, req *connect.Request[v1.ModelCardRequest]) (*connect.Response[v1.ModelCardResponse], error) {
+	return c.modelCard.CallUnary(ctx, req)
+}
+
 // Drain calls tandem.worker.v1.WorkerService.Drain.
 func (c *workerServiceClient) Drain(ctx context.Context, req *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error) {
 	return c.drain.CallUnary(ctx, req)
@@ -117,6 +134,8 @@ type WorkerServiceHandler interface {
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// WatchEvents streams KV events and load, on every change and at least once a second.
 	WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest], *connect.ServerStream[v1.WatchEventsResponse]) error
+	// ModelCard returns what the worker serves and how to tokenize for it.
+	ModelCard(context.Context, *connect.Request[v1.ModelCardRequest]) (*connect.Response[v1.ModelCardResponse], error)
 	// Drain takes the worker out of rotation (or back in) without stopping it.
 	Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error)
 }
@@ -142,6 +161,13 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceModelCardHandler := connect.NewUnaryHandler(
+		WorkerServiceModelCardProcedure,
+		svc.ModelCard,
+		connect.WithSchema(workerServiceMethods.ByName("ModelCard")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	workerServiceDrainHandler := connect.NewUnaryHandler(
 		WorkerServiceDrainProcedure,
 		svc.Drain,
@@ -155,6 +181,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServiceInfoHandler.ServeHTTP(w, r)
 		case WorkerServiceWatchEventsProcedure:
 			workerServiceWatchEventsHandler.ServeHTTP(w, r)
+		case WorkerServiceModelCardProcedure:
+			workerServiceModelCardHandler.ServeHTTP(w, r)
 		case WorkerServiceDrainProcedure:
 			workerServiceDrainHandler.ServeHTTP(w, r)
 		default:
@@ -172,6 +200,10 @@ func (UnimplementedWorkerServiceHandler) Info(context.Context, *connect.Request[
 
 func (UnimplementedWorkerServiceHandler) WatchEvents(context.Context, *connect.Request[v1.WatchEventsRequest], *connect.ServerStream[v1.WatchEventsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tandem.worker.v1.WorkerService.WatchEvents is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) ModelCard(context.Context, *connect.Request[v1.ModelCardRequest]) (*connect.Response[v1.ModelCardResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tandem.worker.v1.WorkerService.ModelCard is not implemented"))
 }
 
 func (UnimplementedWorkerServiceHandler) Drain(context.Context, *connect.Request[v1.DrainRequest]) (*connect.Response[v1.DrainResponse], error) {

@@ -1,0 +1,167 @@
+package frontendsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tandem-serve/tandem/chattemplate"
+	"github.com/tandem-serve/tandem/frontend"
+	"github.com/tandem-serve/tandem/gguf"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/tokenizer"
+)
+
+// maxCardBytes bounds a model card: a 150k-token vocabulary with its merges is a
+// few MB, beyond grpc-go's 4 MB default.
+const maxCardBytes = 64 << 20
+
+// modelFromCard builds what the frontend serves from a worker's model card.
+func modelFromCard(card *workerv1.ModelCard) (*frontend.Model, error) {
+	m := &frontend.Model{ID: card.GetModel(), Fingerprint: card.GetFingerprint(), ContextLength: int(card.GetContextLength())}
+	var err error
+	switch t := card.GetTokenizer().(type) {
+	case *workerv1.ModelCard_TokenizerName:
+		if t.TokenizerName != "cl100k_base" {
+			return nil, fmt.Errorf("model card: unknown built-in tokenizer %q", t.TokenizerName)
+		}
+		if m.Tokenizer, err = tokenizer.CL100K(); err != nil {
+			return nil, err
+		}
+		// The random-weight models have no template of their own.
+		m.Template = frontend.ChatML{}
+		return m, nil
+	case *workerv1.ModelCard_TokenizerGguf:
+		f, err := gguf.Parse(t.TokenizerGguf)
+		if err != nil {
+			return nil, fmt.Errorf("model card: tokenizer: %w", err)
+		}
+		if m.Tokenizer, err = tokenizer.FromGGUF(f); err != nil {
+			return nil, fmt.Errorf("model card: %w", err)
+		}
+	case *workerv1.ModelCard_TokenizerJson:
+		if m.Tokenizer, err = tokenizer.FromHuggingFace(t.TokenizerJson); err != nil {
+			return nil, fmt.Errorf("model card: %w", err)
+		}
+	default:
+		return nil, errors.New("model card: no tokenizer")
+	}
+	tmpl := chattemplate.Fallback()
+	if src := card.GetChatTemplate(); src != "" {
+		opts := chattemplate.Options{}
+		if bos, ok := m.Tokenizer.BOS(); ok {
+			opts.BOSToken = m.Tokenizer.Piece(bos)
+		}
+		opts.EOSToken = m.Tokenizer.Piece(m.Tokenizer.EOS())
+		if tmpl, err = chattemplate.New(src, opts); err != nil {
+			return nil, fmt.Errorf("model card: %w", err)
+		}
+	}
+	m.Template = frontend.Jinja{T: tmpl}
+	return m, nil
+}
+
+// readiness is SERVING only when both the router serves and a model is loaded: a
+// load balancer must not send requests this frontend would refuse.
+type readiness struct {
+	mu            sync.Mutex
+	router, model bool
+	setServing    func(bool)
+}
+
+func (r *readiness) set(router, model *bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if router != nil {
+		r.router = *router
+	}
+	if model != nil {
+		r.model = *model
+	}
+	r.setServing(r.router && r.model)
+}
+
+// modelLoader learns the served model from the workers. Until the frontend has one,
+// it asks the router for the workers and takes the first model card it can read.
+// Afterwards it tells, once each, of workers serving other weights: the router
+// never sends them this frontend's requests, and an operator should know why.
+type modelLoader struct {
+	router  routerv1.RouterServiceClient
+	conn    func(addr string) (*grpc.ClientConn, error)
+	fe      *frontend.Frontend
+	backend *backend
+	ready   *readiness
+	log     *slog.Logger
+	// told lists the workers already reported as serving other weights.
+	told map[string]bool
+}
+
+func (l *modelLoader) run(ctx context.Context) {
+	for {
+		l.poll(ctx)
+		wait := time.Second
+		if l.fe.Model() != nil {
+			wait = 10 * time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (l *modelLoader) poll(ctx context.Context) {
+	resp, err := l.router.ListWorkers(ctx, &routerv1.ListWorkersRequest{})
+	if err != nil {
+		l.log.Debug("listing workers for the model card", "err", err)
+		return
+	}
+	for _, w := range resp.GetWorkers() {
+		if cur := l.fe.Model(); cur != nil {
+			if fp := w.GetModelFingerprint(); fp != "" && fp != cur.Fingerprint && !l.told[w.GetId()] {
+				l.told[w.GetId()] = true
+				l.log.Error("worker serves other weights than this frontend's model; it gets none of its requests",
+					"worker_id", w.GetId(), "address", w.GetAddress(), "worker_fingerprint", fp,
+					"model", cur.ID, "fingerprint", cur.Fingerprint)
+			}
+			continue
+		}
+		if err := l.load(ctx, w); err != nil {
+			l.log.Error("cannot serve the model a worker publishes", "worker_id", w.GetId(), "err", err)
+		}
+	}
+}
+
+func (l *modelLoader) load(ctx context.Context, w *routerv1.Worker) error {
+	cc, err := l.conn(w.GetAddress())
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := workerv1.NewWorkerServiceClient(cc).ModelCard(cctx, &workerv1.ModelCardRequest{}, grpc.MaxCallRecvMsgSize(maxCardBytes))
+	if err != nil {
+		return fmt.Errorf("model card: %w", err)
+	}
+	card := resp.GetCard()
+	m, err := modelFromCard(card)
+	if err != nil {
+		return err
+	}
+	l.backend.setModel(card.GetFingerprint(), int(card.GetBlockSize()))
+	if err := l.fe.SetModel(m); err != nil {
+		return err
+	}
+	loaded := true
+	l.ready.set(nil, &loaded)
+	l.log.Info("serving the model a worker publishes", "worker_id", w.GetId(), "model", m.ID, "fingerprint", m.Fingerprint,
+		"context_length", m.ContextLength, "tokenizer", m.Tokenizer.Name(), "chat_template", m.Template.Name())
+	return nil
+}

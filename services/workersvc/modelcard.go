@@ -1,0 +1,46 @@
+package workersvc
+
+import (
+	"strings"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/gguf"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+)
+
+// modelFiler is an engine serving a GGUF file (native, on a real model).
+type modelFiler interface {
+	ModelFile() *gguf.File
+}
+
+// modelCard is what this worker publishes about its model: the frontend takes the
+// tokenizer and chat template from it, the router the fingerprint.
+func modelCard(cfg Config, eng engine.Engine) *workerv1.ModelCard {
+	info := eng.Info()
+	card := &workerv1.ModelCard{
+		Model:         info.Model,
+		Fingerprint:   info.Layout.Fingerprint,
+		ContextLength: uint32(info.ContextLength),
+		BlockSize:     uint32(info.Layout.BlockSize),
+		VocabSize:     uint32(info.VocabSize),
+	}
+	var file *gguf.File
+	if mf, ok := eng.(modelFiler); ok {
+		file = mf.ModelFile()
+	}
+	if file == nil {
+		// The random-weight shapes and the sim engine speak cl100k_base; their ids
+		// keep the names clients have used for them.
+		card.Model = "tandem-" + info.Model
+		card.Tokenizer = &workerv1.ModelCard_TokenizerName{TokenizerName: "cl100k_base"}
+	} else {
+		card.Tokenizer = &workerv1.ModelCard_TokenizerGguf{TokenizerGguf: file.MetadataOnly(func(key string) bool {
+			return strings.HasPrefix(key, "tokenizer.") && key != "tokenizer.chat_template" || strings.HasPrefix(key, "general.")
+		})}
+		card.ChatTemplate, _ = file.String("tokenizer.chat_template")
+	}
+	if cfg.ServedName != "" {
+		card.Model = cfg.ServedName
+	}
+	return card
+}

@@ -1,0 +1,55 @@
+package tokenizer
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// storiesReference is the start of llama2.c's greedy generation from BOS with
+// stories260K (../shared/models/README.md).
+var storiesReference = []uint32{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}
+
+func TestStories260K(t *testing.T) {
+	v := vocabFor(t, "stories260K")
+	if v.VocabSize() != 512 || v.Name() != "llama-spm" {
+		t.Fatalf("VocabSize %d, Name %q", v.VocabSize(), v.Name())
+	}
+	if bos, ok := v.BOS(); !ok || bos != 1 || !v.AddBOS() || v.EOS() != 2 {
+		t.Fatalf("BOS %d %v, AddBOS %v, EOS %d; want 1, true, true, 2", bos, ok, v.AddBOS(), v.EOS())
+	}
+	if got := v.StopTokens(); !slices.Equal(got, []uint32{2}) {
+		t.Errorf("StopTokens = %v, want [2]", got)
+	}
+	// "Once upon a time," is the reference's first five tokens.
+	if got := v.Encode("Once upon a time,"); !slices.Equal(got, storiesReference[:5]) {
+		t.Errorf("Encode(Once upon a time,) = %v, want %v", got, storiesReference[:5])
+	}
+	// The prompt the engine sees: BOS, then the text.
+	prompt := append([]uint32{1}, v.Encode("Once upon a time")...)
+	if !slices.Equal(prompt, []uint32{1, 403, 407, 261, 378}) {
+		t.Errorf("prompt = %v", prompt)
+	}
+	text := v.Decode(storiesReference)
+	if want := "Once upon a time, there was a little girl named Lily."; !strings.HasPrefix(text, want) {
+		t.Errorf("Decode(reference) = %q, want it to start %q", text, want)
+	}
+	// A generation right after a BOS-only prompt starts a text: streamed, it loses the
+	// leading space as Decode does; continuing a prompt's text, it keeps it.
+	d := NewDetokenizer(v).StartOfText()
+	var sb strings.Builder
+	for _, id := range storiesReference {
+		sb.WriteString(d.Add(id))
+	}
+	sb.WriteString(d.Flush())
+	if sb.String() != text {
+		t.Errorf("streamed from the start = %q, Decode = %q", sb.String(), text)
+	}
+	cont := NewDetokenizer(v)
+	if got := cont.Add(storiesReference[:2]...) + cont.Flush(); got != " Once upon" {
+		t.Errorf("continuation = %q, want %q", got, " Once upon")
+	}
+	if got := v.Piece(403); got != "▁Once" {
+		t.Errorf("Piece(403) = %q", got)
+	}
+}
