@@ -102,6 +102,10 @@ func TestBadVocabularies(t *testing.T) {
 
 func TestBadGGUFVocabularies(t *testing.T) {
 	tokens := []string{"<unk>", "<s>", "</s>", "▁a"}
+	llamaTokens := func(tokens []string) []any {
+		return []any{"tokenizer.ggml.model", "llama", "tokenizer.ggml.tokens", tokens}
+	}
+	gpt2Model := func() []any { return []any{"tokenizer.ggml.model", "gpt2"} }
 	for _, c := range []struct {
 		name, want string
 		kv         []any
@@ -110,12 +114,14 @@ func TestBadGGUFVocabularies(t *testing.T) {
 		{"unsupported model", `"t5" is not supported`, []any{"tokenizer.ggml.model", "t5", "tokenizer.ggml.tokens", tokens}},
 		{"no tokens", "tokenizer.ggml.tokens", []any{"tokenizer.ggml.model", "llama"}},
 		{"tokens not strings", "tokenizer.ggml.tokens", []any{"tokenizer.ggml.model", "llama", "tokenizer.ggml.tokens", []int32{1, 2}}},
-		{"bos out of range", "bos_token_id = 7", []any{"tokenizer.ggml.model", "llama", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.bos_token_id", uint32(7)}},
-		{"add_bos not bool", "add_bos_token", []any{"tokenizer.ggml.model", "llama", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.add_bos_token", "yes"}},
-		{"scores not numbers", "tokenizer.ggml.scores", []any{"tokenizer.ggml.model", "llama", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.scores", []string{"a"}}},
-		{"score count", "3 scores for 4 tokens", []any{"tokenizer.ggml.model", "llama", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.scores", []float32{0, 0, 0}}},
-		{"gpt2 without merges", "needs merges", []any{"tokenizer.ggml.model", "gpt2", "tokenizer.ggml.pre", "gpt-2", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.eos_token_id", uint32(2)}},
-		{"unknown pre", `"tekken" is not supported`, []any{"tokenizer.ggml.model", "gpt2", "tokenizer.ggml.pre", "tekken", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.merges", []string{"▁a ▁a"}}},
+		{"bos out of range", "bos_token_id = 7", append(llamaTokens(tokens), "tokenizer.ggml.bos_token_id", uint32(7))},
+		{"add_bos not bool", "add_bos_token", append(llamaTokens(tokens), "tokenizer.ggml.add_bos_token", "yes")},
+		{"scores not numbers", "tokenizer.ggml.scores", append(llamaTokens(tokens), "tokenizer.ggml.scores", []string{"a"})},
+		{"score count", "3 scores for 4 tokens", append(llamaTokens(tokens), "tokenizer.ggml.scores", []float32{0, 0, 0})},
+		{"gpt2 without merges", "needs merges",
+			append(gpt2Model(), "tokenizer.ggml.pre", "gpt-2", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.eos_token_id", uint32(2))},
+		{"unknown pre", `"tekken" is not supported`,
+			append(gpt2Model(), "tokenizer.ggml.pre", "tekken", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.merges", []string{"▁a ▁a"})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tok, err := FromGGUF(tinyGGUF(t, c.kv...))
@@ -189,7 +195,8 @@ func diffSpec(a, b Spec) string {
 	check("Types", slices.Equal(a.Types, b.Types))
 	check("Merges", slices.Equal(a.Merges, b.Merges))
 	check("ids", a.BOS == b.BOS && a.EOS == b.EOS && a.UNK == b.UNK && a.PAD == b.PAD && a.EOT == b.EOT && a.EOM == b.EOM)
-	check("flags", a.AddBOS == b.AddBOS && a.AddEOS == b.AddEOS && a.AddSpacePrefix == b.AddSpacePrefix && a.SpacePrefixScheme == b.SpacePrefixScheme && a.NFC == b.NFC)
+	check("flags", a.AddBOS == b.AddBOS && a.AddEOS == b.AddEOS && a.AddSpacePrefix == b.AddSpacePrefix &&
+		a.SpacePrefixScheme == b.SpacePrefixScheme && a.NFC == b.NFC)
 	check("strips", slices.Equal(a.LStrip, b.LStrip) && slices.Equal(a.RStrip, b.RStrip))
 	return strings.Join(d, ", ")
 }

@@ -172,13 +172,15 @@ func main() {
 	}
 	fmt.Fprintf(&decl, "// callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.\n")
-	fmt.Fprintf(&decl, "func callDot32(evex, kind, rm int, p *dot32Args) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no 32-value kernel for this tile\")\n\t}\n}\n\n", sw32.String())
+	dispatch(&decl, "callDot32", "kind", "dot32Args", "32-value", sw32.String())
+	decl.WriteString("\n")
 	fmt.Fprintf(&decl, "// callDirect runs the direct kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// format (index in directFormats) and row count.\n")
-	fmt.Fprintf(&decl, "func callDirect(evex, format, rm int, p *directArgs) {\n\tswitch evex<<8 | format<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no direct kernel for this tile\")\n\t}\n}\n\n", swD.String())
+	dispatch(&decl, "callDirect", "format", "directArgs", "direct", swD.String())
+	decl.WriteString("\n")
 	fmt.Fprintf(&decl, "// callDotK runs the K-quant tile kernel for the instruction set (1 for AVX-512),\n")
 	fmt.Fprintf(&decl, "// kind (0 Q4_K/Q5_K, 1 Q6_K) and row count.\n")
-	fmt.Fprintf(&decl, "func callDotK(evex, kind, rm int, p *dotKArgs) {\n\tswitch evex<<8 | kind<<4 | rm {\n%s\tdefault:\n\t\tpanic(\"quant: no K-quant kernel for this tile\")\n\t}\n}\n", swK.String())
+	dispatch(&decl, "callDotK", "kind", "dotKArgs", "K-quant", swK.String())
 	write("kernels_amd64.s", g.b.Bytes())
 	write("kernels_gen_amd64.go", decl.Bytes())
 }
@@ -195,4 +197,11 @@ func write(name string, b []byte) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// dispatch writes a function that switches on (instruction set, variant, rows) to
+// the generated kernel for them.
+func dispatch(w *bytes.Buffer, name, variant, args, what, cases string) {
+	fmt.Fprintf(w, "func %s(evex, %s, rm int, p *%s) {\n\tswitch evex<<8 | %s<<4 | rm {\n%s", name, variant, args, variant, cases)
+	fmt.Fprintf(w, "\tdefault:\n\t\tpanic(\"quant: no %s kernel for this tile\")\n\t}\n}\n", what)
 }
