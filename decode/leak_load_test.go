@@ -63,7 +63,9 @@ func TestLoadWithCancellationsAndFallbacks(t *testing.T) {
 	pf.add("dead", dead.client)
 	pf.add("cut", grpcPrefillClient(t, cutProxy(t, good.srv.Listener.Addr().String(), 100<<10)))
 	pf.add("slow", slow.client)
-	node := startDecode(t, newNative(t), pf, alwaysRemote, 2*time.Second, 10*time.Second)
+	// The least deadline leaves room for a dead worker's failure and a retry on p0
+	// on a loaded machine under -race: at 2 s, a few retries timed out there.
+	node := startDecode(t, newNative(t), pf, alwaysRemote, 8*time.Second, 20*time.Second)
 	local := startDecode(t, newNative(t), nil, alwaysLocal, time.Second, 10*time.Second)
 
 	engines := map[string]engine.Engine{"decode": node.eng, "prefill p0": peng, "prefill slow": seng, "local": local.eng}

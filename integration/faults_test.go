@@ -84,7 +84,8 @@ type streamedChat struct {
 }
 
 func chatStreamed(ctx context.Context, fe, content string, maxTokens int) streamedChat {
-	body := fmt.Sprintf(`{"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	body := fmt.Sprintf(`{"max_tokens":%d,"temperature":0,"stream":true,"stream_options":{"include_usage":true},`+
+		`"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+fe+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

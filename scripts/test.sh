@@ -59,6 +59,9 @@ fuzz ./frontend FuzzChatRequest
 fuzz ./frontend FuzzCompletionRequest
 fuzz ./frontend FuzzChatTemplate
 fuzz ./tokenizer FuzzTokenizer
+fuzz ./tokenizer FuzzVocabRoundTrip
+fuzz ./tokenizer FuzzSplitters
+fuzz ./tokenizer FuzzHuggingFace
 fuzz ./handoff FuzzHandoff
 fuzz ./handoff FuzzParseChunk
 fuzz ./chattemplate FuzzRender

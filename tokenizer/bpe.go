@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"strings"
 	"sync"
 )
@@ -71,31 +70,20 @@ type candidate struct {
 	result   uint32
 }
 
-// candidates orders pairs by rank, then leftmost first: llama.cpp's and Hugging
-// Face's order, so that equal pairs in a row ("aaa") merge from the left.
-type candidates []candidate
-
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
-	if c[i].rank != c[j].rank {
-		return c[i].rank < c[j].rank
+// before orders pairs by rank, then leftmost first: llama.cpp's and Hugging Face's
+// order, so that equal pairs in a row ("aaa") merge from the left.
+func (c candidate) before(o candidate) bool {
+	if c.rank != o.rank {
+		return c.rank < o.rank
 	}
-	return c[i].left < c[j].left
-}
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+	return c.left < o.left
 }
 
 // merger holds the scratch space of one merge, reused through a pool because
 // encoding a prompt merges thousands of short words.
 type merger struct {
 	syms  []symbol
-	queue candidates
+	queue []candidate
 }
 
 var mergerPool = sync.Pool{New: func() any { return new(merger) }}
@@ -131,14 +119,15 @@ func mergeByRank(ids []uint32, merges map[uint64]merge, out []uint32) []uint32 {
 		}
 		l, r := m.syms[left].id, m.syms[right].id
 		if mg, ok := merges[pairKey(l, r)]; ok {
-			heap.Push(&m.queue, candidate{rank: mg.rank, left: left, lid: l, rid: r, result: mg.result})
+			m.queue = heapPush(m.queue, candidate{rank: mg.rank, left: left, lid: l, rid: r, result: mg.result})
 		}
 	}
 	for i := range int32(len(m.syms) - 1) {
 		try(i)
 	}
-	for m.queue.Len() > 0 {
-		c := heap.Pop(&m.queue).(candidate)
+	for len(m.queue) > 0 {
+		var c candidate
+		c, m.queue = heapPop(m.queue)
 		ls := &m.syms[c.left]
 		// A candidate is stale once either side has merged with something else.
 		if ls.dead || ls.id != c.lid || ls.next < 0 || m.syms[ls.next].id != c.rid {

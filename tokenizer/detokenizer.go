@@ -90,9 +90,36 @@ func completePrefix(b []byte) int {
 	return len(b)
 }
 
+// validText is b with each maximal invalid subpart (the longest run that could
+// start a character, or else one byte) replaced by U+FFFD, as Unicode recommends and
+// Python's errors="replace" does. Unlike replacing whole runs of invalid bytes, this
+// gives the same text however the bytes were cut into pieces, so streamed text
+// equals Decode's.
 func validText(b []byte) string {
 	if utf8.Valid(b) {
 		return string(b)
 	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			n = invalidLen(b)
+			sb.WriteString("\uFFFD")
+		} else {
+			sb.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return sb.String()
+}
+
+// invalidLen is the length of the maximal subpart at the start of b, which does not
+// begin a valid character.
+func invalidLen(b []byte) int {
+	for n := min(len(b), utf8.UTFMax-1); n > 1; n-- {
+		if !utf8.FullRune(b[:n]) {
+			return n
+		}
+	}
+	return 1
 }

@@ -246,7 +246,8 @@ func hfByteLevel(f *hfFile, s *Spec) error {
 		return fmt.Errorf("tokenizer.json: byte_fallback with a ByteLevel pre-tokenizer is not supported")
 	}
 	if want := s.Pre == preLlama3; f.Model.IgnoreMerges != want {
-		return fmt.Errorf("tokenizer.json: model ignore_merges=%v with pre-tokenizer %s is not supported (llama.cpp ties it to Llama 3's)", f.Model.IgnoreMerges, s.Pre)
+		return fmt.Errorf("tokenizer.json: model ignore_merges=%v with pre-tokenizer %s is not supported (llama.cpp ties it to Llama 3's)",
+			f.Model.IgnoreMerges, s.Pre)
 	}
 	return nil
 }
@@ -254,6 +255,9 @@ func hfByteLevel(f *hfFile, s *Spec) error {
 // hfMetaspace reads the SentencePiece-style spelling: "▁" for space by a Replace
 // normalizer (with a Prepend for the prefix) or a Metaspace pre-tokenizer.
 func hfMetaspace(f *hfFile, s *Spec) error {
+	if p := f.PreTokenizer; p != nil && p.Type != "Metaspace" {
+		return fmt.Errorf("tokenizer.json: pre_tokenizer %s is not supported (only ByteLevel, alone or after a Split or Digits, and Metaspace)", p.Type)
+	}
 	if !f.Model.ByteFallback {
 		return fmt.Errorf("tokenizer.json: BPE without a ByteLevel pre-tokenizer needs byte_fallback (SentencePiece style); this one has neither")
 	}
@@ -281,8 +285,8 @@ func hfMetaspace(f *hfFile, s *Spec) error {
 		}
 	}
 	if p := f.PreTokenizer; p != nil {
-		if p.Type != "Metaspace" || replaced {
-			return fmt.Errorf("tokenizer.json: pre_tokenizer %s is not supported with byte_fallback (only Metaspace, or a Replace normalizer and none)", p.Type)
+		if replaced {
+			return fmt.Errorf("tokenizer.json: a Replace normalizer and a Metaspace pre_tokenizer together are not supported")
 		}
 		if p.Replacement != "▁" {
 			return fmt.Errorf("tokenizer.json: pre_tokenizer Metaspace replacement %q is not supported", p.Replacement)

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"sync"
 	"unicode/utf8"
 )
@@ -22,27 +21,17 @@ type spmCandidate struct {
 	size        int32
 }
 
-type spmQueue []spmCandidate
-
-func (q spmQueue) Len() int { return len(q) }
-func (q spmQueue) Less(i, j int) bool {
-	if q[i].score != q[j].score {
-		return q[i].score > q[j].score
+// before puts the highest score first, the leftmost on a tie.
+func (c spmCandidate) before(o spmCandidate) bool {
+	if c.score != o.score {
+		return c.score > o.score
 	}
-	return q[i].left < q[j].left
-}
-func (q spmQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *spmQueue) Push(x any)   { *q = append(*q, x.(spmCandidate)) }
-func (q *spmQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+	return c.left < o.left
 }
 
 type spmScratch struct {
 	syms  []spmSymbol
-	queue spmQueue
+	queue []spmCandidate
 }
 
 var spmPool = sync.Pool{New: func() any { return new(spmScratch) }}
@@ -72,13 +61,14 @@ func (v *Vocab) encodeSPM(s string, out []uint32) []uint32 {
 		if !ok {
 			return
 		}
-		heap.Push(&q, spmCandidate{score: v.score(id), left: left, right: right, size: int32(len(text))})
+		q = heapPush(q, spmCandidate{score: v.score(id), left: left, right: right, size: int32(len(text))})
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		try(i-1, i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(spmCandidate)
+	for len(q) > 0 {
+		var c spmCandidate
+		c, q = heapPop(q)
 		l, r := &syms[c.left], &syms[c.right]
 		if l.size == 0 || r.size == 0 || l.size+r.size != c.size {
 			continue

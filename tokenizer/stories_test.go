@@ -53,3 +53,37 @@ func TestStories260K(t *testing.T) {
 		t.Errorf("Piece(403) = %q", got)
 	}
 }
+
+// TestConcurrentEncode: the merge loops share pooled scratch space; tokenizers used
+// from many goroutines give what they give alone (run with -race).
+func TestConcurrentEncode(t *testing.T) {
+	toks := []*Vocab{vocabFor(t, "stories260K"), vocabFor(t, gpt2File)}
+	texts := []string{benchText(3000), "Once upon a time", " 12345 don't 🤖 日本語", strings.Repeat("ab", 300)}
+	want := make([][][]uint32, len(toks))
+	for i, v := range toks {
+		for _, s := range texts {
+			want[i] = append(want[i], v.Encode(s))
+		}
+	}
+	errs := make(chan string, 64)
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range 20 {
+				i, j := (g+k)%len(toks), (g*3+k)%len(texts)
+				if got := toks[i].Encode(texts[j]); !slices.Equal(got, want[i][j]) {
+					errs <- toks[i].Name() + " " + texts[j][:min(20, len(texts[j]))]
+					return
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Errorf("concurrent Encode differs: %s", e)
+	}
+}

@@ -170,3 +170,18 @@ func TestDetokenizerMatchesFullDecode(t *testing.T) {
 		}
 	}
 }
+
+func TestValidTextReplacesMaximalSubparts(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"ok", "ok"},
+		{"\xff\xfe", "\uFFFD\uFFFD"},
+		{"\xf0\x9f\xa4x", "\uFFFDx"},   // 🤖 cut short: one subpart
+		{"\xe0\x80a", "\uFFFD\uFFFDa"}, // E0 80 can never be a character
+		{"a\xc3", "a\uFFFD"},
+		{"\xed\xa0\x80", "\uFFFD\uFFFD\uFFFD"}, // a surrogate
+	} {
+		if got := validText([]byte(c.in)); got != c.want {
+			t.Errorf("validText(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -46,7 +46,8 @@ var _ Tokenizer = (*Vocab)(nil)
 
 // FromSpec checks s and builds its Tokenizer. A Spec that cannot be right (no tokens,
 // arrays of different lengths, ids outside the vocabulary, a gpt2 model without
-// merges, an unknown pre-tokenizer) is an error naming the problem.
+// merges, an unknown pre-tokenizer) is an error naming the problem. The tokenizer
+// keeps s's Tokens and Scores; they must not change afterwards.
 func FromSpec(s Spec) (Tokenizer, error) {
 	v, err := newVocab(s)
 	if err != nil {
@@ -60,7 +61,7 @@ func newVocab(s Spec) (*Vocab, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("tokenizer: the vocabulary has no tokens")
 	}
-	if n >= 1<<31 {
+	if int64(n) >= 1<<31 {
 		return nil, fmt.Errorf("tokenizer: %d tokens is more than int32 ids can number", n)
 	}
 	if len(s.Scores) != 0 && len(s.Scores) != n {
@@ -166,14 +167,9 @@ func newVocab(s Spec) (*Vocab, error) {
 	return v, nil
 }
 
+// initLlama builds a SentencePiece-style vocabulary. Its Pre is ignored, as
+// llama.cpp ignores tokenizer.ggml.pre for these.
 func (v *Vocab) initLlama(s Spec, byText map[string]uint32) error {
-	if s.Pre != "" && s.Pre != preDefault {
-		// llama.cpp ignores tokenizer.ggml.pre for SentencePiece vocabularies; so do we,
-		// but a Spec naming one is probably a mistake worth hearing about.
-		if _, err := preFamily(s.Pre); err != nil {
-			return err
-		}
-	}
 	switch s.SpacePrefixScheme {
 	case PrefixLegacy, PrefixAlways, PrefixFirst:
 	default:

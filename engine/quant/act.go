@@ -36,6 +36,11 @@ type acts struct {
 const (
 	xBlock   = 64  // bytes per 32-value activation block: codes, then lane values
 	q8kBytes = 292 // a Q8_K block: f32 d, 256 int8, 16 int16 sums
+
+	// tinyBlock: a block whose largest magnitude is below it codes as all zeros, so
+	// that 1/scale cannot overflow (from subnormal values) into codes that Go and
+	// VCVTPS2DQ would make differently. Such values contribute nothing anyway.
+	tinyBlock = 1e-30
 )
 
 // laneMode says what an activation block's lane values are: -1 for float32 lane sums
@@ -70,9 +75,13 @@ func growSlice[T any](s []T, n int) []T {
 	return s[:n]
 }
 
+// rowQuantizer32 codes one activation row into 32-value blocks and their scales;
+// mode is laneMode's.
+type rowQuantizer32 func(x []float32, blocks []byte, d []float32, mode int)
+
 // quantize32 codes m rows for a 32-value format, with the row quantizer of the active
 // kernels (quantRow32Go or its assembly twin).
-func (a *acts) quantize32(m int, x []float32, ldx, k int, mode int, row32 func(x []float32, blocks []byte, d []float32, mode int)) {
+func (a *acts) quantize32(m int, x []float32, ldx, k int, mode int, row32 rowQuantizer32) {
 	a.m, a.k, a.nb = m, k, k/qk
 	a.nbp = (a.nb + 15) &^ 15
 	a.x = growSlice(a.x, m*a.nb*xBlock)
@@ -94,6 +103,9 @@ func quantRow32Go(row []float32, blocks []byte, d []float32, mode int) {
 		scale := float32(math.NaN())
 		if !bad {
 			_, amax := absMax(xs)
+			if amax < tinyBlock {
+				amax = 0
+			}
 			scale = amax / 127
 			id := inverse(scale)
 			for j, v := range xs {

@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// The benchmark shapes are SmolLM2-135M's: d_model 576, SwiGLU 1536. GFLOP/s counts
+// The benchmark shapes are SmolLM2-135M's: d_model 576, SwiGLU 1536; m=1 is decode,
+// m=8 decode batched over 8 sequences, m=512 a prompt. GFLOP/s counts
 // 2*m*K*N flops; GB/s is the weight bytes read per second (once per call). The
 // cpu-GFLOP/s figure divides by the process's CPU time instead of the wall clock:
 // on a shared machine it is the figure that says what the kernels do when they run.
@@ -17,7 +18,7 @@ func BenchmarkMulAdd(b *testing.B) {
 			if shape.k%typ.BlockElems() != 0 {
 				continue
 			}
-			for _, m := range []int{1, 512} {
+			for _, m := range []int{1, 8, 512} {
 				b.Run(fmt.Sprintf("%v/K%d_N%d/m%d", typ, shape.k, shape.n, m), func(b *testing.B) {
 					w, _ := testMatrix(b, typ, shape.k, shape.n, r)
 					x := gaussian(r, m*shape.k, 1)

@@ -6,7 +6,7 @@ type kernelSet struct {
 	name  string
 	cols  int // columns per unit of work split among threads
 	mul   func(w *Matrix, a *acts, j0, j1 int, out []float32, ldo int)
-	row32 func(x []float32, blocks []byte, d []float32, mode int) // quantizes an activation row
+	row32 rowQuantizer32 // quantizes an activation row
 	rowK  func(x []float32, blocks []byte)
 }
 

@@ -9,9 +9,9 @@ import (
 	"github.com/tandem-serve/tandem/gguf"
 )
 
-//go:generate go run gen_kernels.go
+//go:generate go run ./internal/gen
 
-// The assembly (kernels_amd64.s, from gen_kernels.go) needs AVX2, FMA and F16C; the
+// The assembly (kernels_amd64.s, from internal/gen) needs AVX2, FMA and F16C; the
 // AVX-512 kernels also need the F, BW, VL and VNNI extensions.
 var (
 	hasAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
@@ -101,47 +101,39 @@ type tileBuf struct {
 	hd, hm []uint16
 	s      [512]float32
 	acc    [128]float32
-	tmp    [64]byte
 }
 
 var tilePool = sync.Pool{New: func() any { return new(tileBuf) }}
 
-// mulAsm walks the columns 4 at a time: it prepares them once, then runs the tile
-// kernel over every group of rows (4 with AVX-512, 2 with AVX2), so each weight is
-// unpacked once per call whatever m is. A last partial group of columns repeats its
-// last column and masks the writes.
+// mulAsm runs the assembly over columns [j0, j1): the direct kernels for a few rows
+// of a 32-value format, else the prepared-column tiles.
 func mulAsm(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+	rm := 2
+	if evex {
+		rm = 4
+	}
+	if formats[w.t].block == qkK {
+		mulPrepK(evex, rm, w, a, j0, j1, out, ldo)
+	} else if a.m <= rm {
+		// Few rows (decode): preparing the columns would cost more than it saves.
+		mulDirect(evex, w, a, j0, j1, out, ldo)
+	} else {
+		mulPrep32(evex, rm, w, a, j0, j1, out, ldo)
+	}
+}
+
+// rowsBlock bounds the activation rows one pass over the columns reads (64 rows of
+// K=1536 are 200 KB), so they stay in L2 however long the prompt; each pass prepares
+// the columns again, which costs a few percent.
+const rowsBlock = 64
+
+// mulPrep32 walks the columns 4 at a time: it prepares them, then runs the tile kernel
+// over every group of rm rows of the row block. A last partial group of columns
+// repeats its last column and masks the writes.
+func mulPrep32(evex bool, rm int, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
 	tb := tilePool.Get().(*tileBuf)
 	defer tilePool.Put(tb)
-	rm, ev := 2, 0
-	if evex {
-		rm, ev = 4, 1
-	}
 	f := formats[w.t]
-	if f.block == qkK {
-		tb.col = growSlice(tb.col, a.nb*4*576)
-		kind := 0
-		if w.t == gguf.TypeQ6_K {
-			kind = 1
-		}
-		for jt := j0; jt < j1; jt += 4 {
-			nc := min(4, j1-jt)
-			for c := range 4 {
-				row := w.row(jt + min(c, nc-1))
-				prepK(w.t, &row[0], a.nb, &tb.col[576*c], &tb.tmp[0])
-			}
-			for i0 := 0; i0 < a.m; i0 += rm {
-				p := dotKArgs{
-					nb: a.nb, x: unsafe.Pointer(&a.q8k[i0*a.nb*q8kBytes]), ldx: a.nb * q8kBytes,
-					col: unsafe.Pointer(&tb.col[0]),
-					out: unsafe.Pointer(&out[i0*ldo+jt]), ldo: 4 * ldo,
-					mask: unsafe.Pointer(&colMasks[nc]), acc: unsafe.Pointer(&tb.acc[0]),
-				}
-				callDotK(ev, kind, min(rm, a.m-i0), &p)
-			}
-		}
-		return
-	}
 	nbp := a.nbp
 	tb.col = growSlice(tb.col, a.nb*256)
 	tb.dw = growSlice(tb.dw, 4*nbp)
@@ -155,28 +147,68 @@ func mulAsm(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
 	case w.t == gguf.TypeQ8_0 && !evex:
 		kind = 2
 	}
-	for jt := j0; jt < j1; jt += 4 {
-		nc := min(4, j1-jt)
-		for c := range 4 {
-			row := w.row(jt + min(c, nc-1))
-			prep32(w.t, &row[0], a.nb, &tb.col[64*c], &tb.hd[0], &tb.hm[0])
-			cvtHalves(&tb.hd[0], nbp, &tb.dw[c*nbp])
-			if f.hasMin {
-				cvtHalves(&tb.hm[0], nbp, &tb.dm[c*nbp])
+	for r0 := 0; r0 < a.m; r0 += rowsBlock {
+		r1 := min(a.m, r0+rowsBlock)
+		for jt := j0; jt < j1; jt += 4 {
+			nc := min(4, j1-jt)
+			for c := range 4 {
+				row := w.row(jt + min(c, nc-1))
+				prep32(w.t, &row[0], a.nb, &tb.col[64*c], &tb.hd[0], &tb.hm[0])
+				cvtHalves(&tb.hd[0], nbp, &tb.dw[c*nbp])
+				if f.hasMin {
+					cvtHalves(&tb.hm[0], nbp, &tb.dm[c*nbp])
+				}
 			}
-		}
-		for i0 := 0; i0 < a.m; i0 += rm {
-			p := dot32Args{
-				nb: a.nb, x: unsafe.Pointer(&a.x[i0*a.nb*xBlock]), ldx: a.nb * xBlock,
-				dx: unsafe.Pointer(&a.d[i0*nbp]), ldd: 4 * nbp,
-				col: unsafe.Pointer(&tb.col[0]),
-				dw:  unsafe.Pointer(&tb.dw[0]), dm: unsafe.Pointer(&tb.dm[0]), ldw: 4 * nbp,
-				out: unsafe.Pointer(&out[i0*ldo+jt]), ldo: 4 * ldo,
-				mask: unsafe.Pointer(&colMasks[nc]), s: unsafe.Pointer(&tb.s[0]),
+			for i0 := r0; i0 < r1; i0 += rm {
+				p := dot32Args{
+					nb: a.nb, x: unsafe.Pointer(&a.x[i0*a.nb*xBlock]), ldx: a.nb * xBlock,
+					dx: unsafe.Pointer(&a.d[i0*nbp]), ldd: 4 * nbp,
+					col: unsafe.Pointer(&tb.col[0]),
+					dw:  unsafe.Pointer(&tb.dw[0]), dm: unsafe.Pointer(&tb.dm[0]), ldw: 4 * nbp,
+					out: unsafe.Pointer(&out[i0*ldo+jt]), ldo: 4 * ldo,
+					mask: unsafe.Pointer(&colMasks[nc]), s: unsafe.Pointer(&tb.s[0]),
+				}
+				callDot32(boolInt(evex), kind, min(rm, r1-i0), &p)
 			}
-			callDot32(ev, kind, min(rm, a.m-i0), &p)
 		}
 	}
+}
+
+// mulPrepK is mulPrep32 for the K-quants, at every row count.
+func mulPrepK(evex bool, rm int, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+	tb := tilePool.Get().(*tileBuf)
+	defer tilePool.Put(tb)
+	tb.col = growSlice(tb.col, a.nb*4*576)
+	kind := 0
+	if w.t == gguf.TypeQ6_K {
+		kind = 1
+	}
+	for r0 := 0; r0 < a.m; r0 += rowsBlock {
+		r1 := min(a.m, r0+rowsBlock)
+		for jt := j0; jt < j1; jt += 4 {
+			nc := min(4, j1-jt)
+			for c := range 4 {
+				row := w.row(jt + min(c, nc-1))
+				prepK(w.t, &row[0], a.nb, &tb.col[576*c])
+			}
+			for i0 := r0; i0 < r1; i0 += rm {
+				p := dotKArgs{
+					nb: a.nb, x: unsafe.Pointer(&a.q8k[i0*a.nb*q8kBytes]), ldx: a.nb * q8kBytes,
+					col: unsafe.Pointer(&tb.col[0]),
+					out: unsafe.Pointer(&out[i0*ldo+jt]), ldo: 4 * ldo,
+					mask: unsafe.Pointer(&colMasks[nc]), acc: unsafe.Pointer(&tb.acc[0]),
+				}
+				callDotK(boolInt(evex), kind, min(rm, r1-i0), &p)
+			}
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func prep32(t gguf.Type, w *byte, nb int, dst *byte, hd, hm *uint16) {
@@ -196,15 +228,69 @@ func prep32(t gguf.Type, w *byte, nb int, dst *byte, hd, hm *uint16) {
 	}
 }
 
-func prepK(t gguf.Type, w *byte, nsb int, dst, tmp *byte) {
+func prepK(t gguf.Type, w *byte, nsb int, dst *byte) {
 	switch t {
 	case gguf.TypeQ4_K:
-		prepQ4_K(w, nsb, dst, tmp)
+		prepQ4_K(w, nsb, dst)
 	case gguf.TypeQ5_K:
-		prepQ5_K(w, nsb, dst, tmp)
+		prepQ5_K(w, nsb, dst)
 	case gguf.TypeQ6_K:
-		prepQ6_K(w, nsb, dst, tmp)
+		prepQ6_K(w, nsb, dst)
 	default:
 		panic("quant: no K-quant prep for " + t.String())
+	}
+}
+
+// directArgs is what a direct kernel reads: activation rows as for dot32Args, and the
+// weights in place, ntiles tiles of 4 columns.
+type directArgs struct {
+	nb      int            // blocks per row
+	x       unsafe.Pointer // activation row 0
+	ldx     int            // bytes between activation rows
+	dx      unsafe.Pointer // activation scales, row 0
+	ldd     int            // bytes between rows of dx
+	w       unsafe.Pointer // the first tile's column 0 (a weight row's GGUF bytes)
+	tstride int            // bytes from a tile's column 0 to the next tile's
+	coff    [4]int         // bytes from a tile's column 0 to each of its columns
+	ntiles  int
+	out     unsafe.Pointer // output row 0, the first tile's first column
+	ldo     int            // bytes between output rows
+	mask    unsafe.Pointer // 4 int32, -1 for the columns to write
+}
+
+// directFormats are the formats with direct kernels, in the generator's order.
+var directFormats = map[gguf.Type]int{
+	gguf.TypeQ8_0: 0, gguf.TypeQ4_0: 1, gguf.TypeQ4_1: 2, gguf.TypeQ5_0: 3, gguf.TypeQ5_1: 4,
+}
+
+// mulDirect runs the direct kernel over columns [j0, j1): all whole tiles of 4 in one
+// call, then the last partial tile (its missing columns repeat its last one, unwritten).
+func mulDirect(evex bool, w *Matrix, a *acts, j0, j1 int, out []float32, ldo int) {
+	ev := boolInt(evex)
+	rb := w.rowBytes
+	p := directArgs{
+		nb: a.nb, x: unsafe.Pointer(&a.x[0]), ldx: a.nb * xBlock,
+		dx: unsafe.Pointer(&a.d[0]), ldd: 4 * a.nbp,
+		tstride: 4 * rb, ldo: 4 * ldo,
+	}
+	f := directFormats[w.t]
+	if full := (j1 - j0) / 4; full > 0 {
+		p.w = unsafe.Pointer(&w.data[j0*rb])
+		p.coff = [4]int{0, rb, 2 * rb, 3 * rb}
+		p.ntiles = full
+		p.out = unsafe.Pointer(&out[j0])
+		p.mask = unsafe.Pointer(&colMasks[4])
+		callDirect(ev, f, a.m, &p)
+	}
+	if nc := (j1 - j0) % 4; nc > 0 {
+		jt := j1 - nc
+		p.w = unsafe.Pointer(&w.data[jt*rb])
+		for c := range 4 {
+			p.coff[c] = min(c, nc-1) * rb
+		}
+		p.ntiles = 1
+		p.out = unsafe.Pointer(&out[jt])
+		p.mask = unsafe.Pointer(&colMasks[nc])
+		callDirect(ev, f, a.m, &p)
 	}
 }

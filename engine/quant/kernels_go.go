@@ -8,8 +8,9 @@ import (
 
 // format is what the kernels need to know of a weight type.
 type format struct {
-	block  int                                    // 32, or 256 for the K-quants
-	hasMin bool                                   // value = d*q + min (Q4_1, Q5_1; Q4_K and Q5_K per sub-block)
+	block int // 32, or 256 for the K-quants
+	// hasMin: value = d*q + min (Q4_1, Q5_1; Q4_K and Q5_K per sub-block).
+	hasMin bool
 	decode func(b []byte, r *decodedRow, blk int) // one block into r
 }
 

@@ -56,7 +56,7 @@ func TestKernelsMatchPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	for _, typ := range matrixTypes {
 		for _, shape := range []struct{ m, kBlocks, n int }{
-			{1, 1, 1}, {1, 3, 4}, {2, 17, 5}, {3, 18, 8}, {5, 33, 7}, {9, 6, 13}, {4, 1, 3},
+			{1, 1, 1}, {1, 3, 4}, {2, 17, 5}, {3, 18, 8}, {5, 33, 7}, {9, 6, 13}, {4, 1, 3}, {1, 48, 66}, {4, 35, 9},
 		} {
 			k := shape.kBlocks * typ.BlockElems()
 			if typ.BlockElems() == qkK && shape.kBlocks > 6 {
@@ -119,7 +119,9 @@ func TestActQuantizersMatchGo(t *testing.T) {
 		}
 		return 0
 	})
-	add(func(i int) float32 { return float32(i%7) - 3 }) // equal magnitudes of both signs
+	add(func(i int) float32 { return float32(i%7) - 3 })                             // equal magnitudes of both signs
+	add(func(i int) float32 { return math.Float32frombits(0x80303030 + uint32(i)) }) // subnormals
+	add(func(i int) float32 { return float32(r.NormFloat64()) * 1.1e-30 })           // around tinyBlock
 	nan := make([]float32, 4*qkK)
 	nan[300] = float32(math.NaN())
 	rows = append(rows, nan)

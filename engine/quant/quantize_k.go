@@ -282,9 +282,11 @@ func quantQ6K(x []float32, b []byte) {
 
 // quantQ8K codes 256 values against the one of largest magnitude mapped to -127, and
 // sums each 16 codes (the K-quant dot products use the sums for their offsets).
+// ggml codes an all-zero block as zeros; so does this for blocks below tinyBlock,
+// where ggml's nearest_int would assert.
 func quantQ8K(x []float32, b []byte) {
 	maxv, amax := absMax(x)
-	if amax == 0 {
+	if amax < tinyBlock {
 		clear(b[:292])
 		return
 	}

@@ -3,6 +3,7 @@
 package quant
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -52,5 +53,31 @@ func BenchmarkTile(b *testing.B) {
 			cpu := (cpuTime() - c0).Seconds()
 			b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*rm*4), "cycles/block/row/col@2.8GHz")
 		})
+	}
+}
+
+// BenchmarkDirect runs the direct (decode) kernels on a few columns that stay in L1:
+// the compute cost per block and column, without the memory system.
+func BenchmarkDirect(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0} {
+		for _, k := range []int{576, 4608} {
+			n := 16 * 576 / k
+			w, _ := testMatrix(b, typ, k, n, r)
+			x := gaussian(r, k, 1)
+			for _, ks := range supportedKernels()[:len(supportedKernels())-1] {
+				b.Run(fmt.Sprintf("%v/K%d/%s", typ, k, ks.name), func(b *testing.B) {
+					var a acts
+					a.quantize32(1, x, k, k, laneMode(typ), ks.row32)
+					out := make([]float32, n)
+					c0 := cpuTime()
+					for b.Loop() {
+						mulDirect(ks == avx512Kernels, w, &a, 0, n, out, n)
+					}
+					cpu := (cpuTime() - c0).Seconds()
+					b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*n), "cycles/block/col@2.8GHz")
+				})
+			}
+		}
 	}
 }
