@@ -9,6 +9,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // encodeBatch writes a batch as vLLM's msgspec structs do: arrays (array_like)
@@ -161,7 +162,7 @@ func stored(parent *uint64, hashes []uint64, toks []uint32, bs int) Event {
 func TestMirror(t *testing.T) {
 	const bs = 4
 	prompt := tokens(13, 1) // 3 full blocks and a last token
-	want := kvcache.HashBlocks(prompt, bs)
+	want := blockhash.Hash(prompt, bs)
 	m := NewMirror(bs, 64)
 	seven := uint64(0xe7)
 	m.Apply(Batch{Events: []Event{

@@ -4,11 +4,12 @@ import (
 	"sync"
 
 	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // Mirror is tandem's view of one engine's prefix cache, built from the engine's
 // events. A stored block is keyed by the chained hash tandem computes from the
-// event's token ids (kvcache.AppendHashes), so that the router, the frontend and
+// event's token ids (blockhash.Append), so that the router, the frontend and
 // the engine agree on it whatever the engine hashes with; the engine's hash is
 // kept only to find the block again when it is removed (as llm-d does).
 //
@@ -113,7 +114,7 @@ func (m *Mirror) store(ev Event) {
 		}
 		parent = p
 	}
-	hashes := kvcache.AppendHashes(make([]uint64, 0, n), parent, ev.TokenIDs, m.blockSize)
+	hashes := blockhash.Append(make([]uint64, 0, n), parent, ev.TokenIDs, m.blockSize)
 	prev := parent
 	for i, h := range hashes {
 		if old, ok := m.byEngine[ev.BlockHashes[i]]; ok {
@@ -169,7 +170,7 @@ func (m *Mirror) unref(h uint64) bool {
 // CachedPrefix is how many leading tokens of prompt the engine holds, as far as
 // its events said: whole blocks, never the last token.
 func (m *Mirror) CachedPrefix(prompt []uint32) int {
-	hashes := kvcache.HashBlocks(prompt, m.blockSize)
+	hashes := blockhash.Hash(prompt, m.blockSize)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
