@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/internal/fakeengine"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
@@ -21,11 +22,17 @@ func eventsWorker(t *testing.T, id string, pub *fakeengine.Publisher, replay boo
 	return gpuWorker(t, "decode", id, f, args...)
 }
 
-// blocksOf is the first n full blocks of text's tokens as `tandem route` hashes
-// them (cl100k_base), with engine hashes of our choosing.
+// blocksOf is the first n full blocks of text's tokens as `tandem route` (and the
+// frontend) hashes them, with the workers' tokenizer, and engine hashes of our
+// choosing.
 func blocksOf(t *testing.T, text string, n int, firstHash uint64) fakeengine.StoredBlocks {
 	t.Helper()
-	tok, err := tokenizer.CL100K()
+	f, err := gguf.Open(gpuTokenizer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
 	if err != nil {
 		t.Fatal(err)
 	}

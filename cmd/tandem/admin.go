@@ -84,7 +84,6 @@ func runRoute(ctx context.Context, args []string, getenv func(string) string, st
 	tc.RegisterFlags(fs)
 	routerAddr := fs.String("router", "127.0.0.1:9001", "router address")
 	explain := fs.Bool("explain", true, "print every candidate's cost terms")
-	blockSize := fs.Int("block-size", 16, "tokens per KV block; must match the router's")
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
@@ -98,7 +97,7 @@ func runRoute(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer cc.Close()
-	return admin.Route(ctx, cc, text, *blockSize, *explain, stdout)
+	return admin.Route(ctx, cc, tc.Dial, text, *explain, stdout)
 }
 
 // runWorkers lists the workers a router can route to, as it sees them now.

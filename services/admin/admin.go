@@ -15,7 +15,7 @@ import (
 	"github.com/tandem-serve/tandem/kvcache/blockhash"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/tokenizer"
+	"github.com/tandem-serve/tandem/services/modelcard"
 )
 
 // callTimeout bounds each operator call.
@@ -80,23 +80,34 @@ func Workers(ctx context.Context, cc grpc.ClientConnInterface, w io.Writer) erro
 
 // Route asks the router behind cc where text would go and why, without running
 // it, and prints the answer on w: the decode worker, the ranked prefill workers,
-// and with explain every candidate's cost terms.
-func Route(ctx context.Context, cc grpc.ClientConnInterface, text string, blockSize int, explain bool, w io.Writer) error {
-	tok, err := tokenizer.CL100K()
-	if err != nil {
-		return err
-	}
-	ids := tok.Encode(text)
+// and with explain every candidate's cost terms. The text is tokenized as the
+// frontend tokenizes a completion's prompt, with the model card's tokenizer (from
+// a worker the router lists, dialled with dial), so its blocks hash the same.
+func Route(ctx context.Context, cc grpc.ClientConnInterface, dial func(string) (*grpc.ClientConn, error), text string, explain bool,
+	w io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
+	card, err := modelcard.FromRouter(ctx, cc, dial)
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	tok, err := modelcard.Tokenizer(card)
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	ids := tok.Encode(text)
+	if bos, ok := tok.BOS(); ok && tok.AddBOS() {
+		ids = append([]uint32{bos}, ids...)
+	}
+	blockSize := int(card.GetBlockSize())
 	resp, err := routerv1.NewRouterServiceClient(cc).Route(ctx, &routerv1.RouteRequest{
 		RequestId: "tandem-route", PromptTokens: uint32(len(ids)), BlockHashes: blockhash.Hash(ids, blockSize),
-		BlockSize: uint32(blockSize), Explain: explain,
+		BlockSize: uint32(blockSize), Explain: explain, ModelFingerprint: card.GetFingerprint(),
 	})
 	if err != nil {
 		return fmt.Errorf("route: %w", err)
 	}
-	fmt.Fprintf(w, "prompt: %d tokens, %d full blocks\n", len(ids), len(ids)/blockSize)
+	fmt.Fprintf(w, "model %s: prompt of %d tokens, %d full blocks\n", card.GetModel(), len(ids), len(ids)/blockSize)
 	fmt.Fprintf(w, "decode worker: %s (%s) with %d blocks cached\n", resp.GetDecodeWorker().GetId(), resp.GetDecodeWorker().GetAddress(),
 		resp.GetDecodeCachedBlocks())
 	fmt.Fprintf(w, "why: %s\n", resp.GetReason())

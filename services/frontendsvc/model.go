@@ -2,57 +2,31 @@ package frontendsvc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/tandem-serve/tandem/chattemplate"
 	"github.com/tandem-serve/tandem/frontend"
-	"github.com/tandem-serve/tandem/gguf"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/services/modelcard"
 	"github.com/tandem-serve/tandem/services/rpc"
-	"github.com/tandem-serve/tandem/tokenizer"
 )
-
-// maxCardBytes bounds a model card: a 150k-token vocabulary with its merges is a
-// few MB, beyond grpc-go's 4 MB default.
-const maxCardBytes = 64 << 20
 
 // modelFromCard builds what the frontend serves from a worker's model card. A chat
 // template tandem cannot compile is not fatal: completions still work and chats get
 // the fallback transcript; warn says so.
 func modelFromCard(card *workerv1.ModelCard) (m *frontend.Model, warn, err error) {
 	m = &frontend.Model{ID: card.GetModel(), Fingerprint: card.GetFingerprint(), ContextLength: int(card.GetContextLength())}
-	switch t := card.GetTokenizer().(type) {
-	case *workerv1.ModelCard_TokenizerName:
-		if t.TokenizerName != "cl100k_base" {
-			return nil, nil, fmt.Errorf("model card: unknown built-in tokenizer %q", t.TokenizerName)
-		}
-		if m.Tokenizer, err = tokenizer.CL100K(); err != nil {
-			return nil, nil, err
-		}
+	if m.Tokenizer, err = modelcard.Tokenizer(card); err != nil {
+		return nil, nil, err
+	}
+	if _, builtin := card.GetTokenizer().(*workerv1.ModelCard_TokenizerName); builtin {
 		// The random-weight models have no template of their own.
 		m.Template = frontend.ChatML{}
 		return m, nil, nil
-	case *workerv1.ModelCard_TokenizerGguf:
-		f, err := gguf.Parse(t.TokenizerGguf)
-		if err != nil {
-			return nil, nil, fmt.Errorf("model card: tokenizer: %w", err)
-		}
-		if m.Tokenizer, err = tokenizer.FromGGUF(f); err != nil {
-			return nil, nil, fmt.Errorf("model card: %w", err)
-		}
-	case *workerv1.ModelCard_TokenizerJson:
-		if m.Tokenizer, err = tokenizer.FromHuggingFace(t.TokenizerJson); err != nil {
-			return nil, nil, fmt.Errorf("model card: %w", err)
-		}
-	default:
-		return nil, nil, errors.New("model card: no tokenizer")
 	}
 	tmpl := chattemplate.Fallback()
 	if src := card.GetChatTemplate(); src != "" {
@@ -148,13 +122,10 @@ func (l *modelLoader) load(ctx context.Context, w *routerv1.Worker) error {
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := workerv1.NewWorkerServiceClient(cc).ModelCard(cctx, &workerv1.ModelCardRequest{}, grpc.MaxCallRecvMsgSize(maxCardBytes))
+	card, err := modelcard.Fetch(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("model card: %w", err)
+		return err
 	}
-	card := resp.GetCard()
 	m, warn, err := modelFromCard(card)
 	if err != nil {
 		return err
