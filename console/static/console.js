@@ -1,0 +1,604 @@
+// tandem's console: one stream of server-sent events (/console/events, see
+// docs/CONSOLE.md) drives the fleet, the charts and the policy; the chat talks to
+// the OpenAI API like any client. No framework and no build step.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const HISTORY = 300; // seconds of ticks kept, as the server keeps them
+const REQUESTS = 50;
+
+const state = {
+  key: sessionStorage.getItem("tandem-key") || "",
+  hello: null,
+  fleet: null,
+  ticks: [],
+  requests: [],
+  conversation: [],
+};
+
+// ---- helpers -------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) if (c != null) e.append(c);
+  return e;
+}
+
+function authHeaders(extra) {
+  const h = Object.assign({}, extra);
+  if (state.key) h.Authorization = "Bearer " + state.key;
+  return h;
+}
+
+function fmtMs(v) {
+  if (v == null || Number.isNaN(v)) return "–";
+  if (v === 0) return "0";
+  if (v < 1) return v.toFixed(2) + " ms";
+  if (v < 1000) return v.toFixed(v < 10 ? 1 : 0) + " ms";
+  return (v / 1000).toFixed(2) + " s";
+}
+
+function fmtNum(v) {
+  return v == null ? "–" : Number(v).toLocaleString("en-US", { maximumFractionDigits: 2 });
+}
+
+function pill(text, cls) {
+  return el("span", { class: "pill " + (cls || text), text });
+}
+
+// readSSE calls onEvent(name, data) for each server-sent event of a fetch
+// response, until the stream ends. (EventSource cannot send an API key.)
+async function readSSE(resp, onEvent) {
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+    let end;
+    while ((end = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      let name = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length) onEvent(name, data.join("\n"));
+    }
+  }
+}
+
+// ---- API key -------------------------------------------------------------
+
+let keyWaiters = [];
+
+// needKey shows the key dialog and resolves once the user has given one.
+function needKey(message) {
+  const dialog = $("key-dialog");
+  $("key-error").textContent = message || "";
+  $("key-button").hidden = false;
+  if (!dialog.open) dialog.showModal();
+  return new Promise((resolve) => keyWaiters.push(resolve));
+}
+
+$("key-form").addEventListener("submit", () => {
+  state.key = $("key-input").value.trim();
+  sessionStorage.setItem("tandem-key", state.key);
+  const waiters = keyWaiters;
+  keyWaiters = [];
+  waiters.forEach((w) => w());
+});
+$("key-button").addEventListener("click", () => needKey(""));
+
+// ---- the events stream -----------------------------------------------------
+
+function setConn(on, text) {
+  $("conn").className = "dot " + (on ? "on" : "off");
+  $("conn-text").textContent = text;
+}
+
+async function follow() {
+  let backoff = 500;
+  for (;;) {
+    try {
+      const resp = await fetch("/console/events", { headers: authHeaders({ Accept: "text/event-stream" }) });
+      if (resp.status === 401) {
+        setConn(false, "API key needed");
+        await needKey(state.key ? "That key was refused." : "");
+        continue;
+      }
+      if (!resp.ok) throw new Error("HTTP " + resp.status);
+      setConn(true, "live");
+      backoff = 500;
+      await readSSE(resp, (name, data) => onEvent(name, JSON.parse(data)));
+    } catch (e) {
+      // A dropped connection is expected (restarts, sleep): say so and retry.
+    }
+    setConn(false, "reconnecting");
+    await new Promise((r) => setTimeout(r, backoff));
+    backoff = Math.min(backoff * 2, 5000);
+  }
+}
+
+function onEvent(name, data) {
+  switch (name) {
+    case "hello":
+      state.hello = data;
+      $("version").textContent = data.version || "dev";
+      renderPolicy();
+      break;
+    case "fleet":
+      state.fleet = data;
+      renderFleet();
+      renderPolicy();
+      break;
+    case "history":
+      state.ticks = data.ticks || [];
+      state.requests = (data.requests || []).slice().reverse();
+      renderRequests();
+      renderTicks();
+      break;
+    case "tick":
+      state.ticks.push(data);
+      if (state.ticks.length > HISTORY) state.ticks.shift();
+      renderTicks();
+      break;
+    case "request":
+      state.requests.unshift(data);
+      if (state.requests.length > REQUESTS) state.requests.pop();
+      renderRequests(true);
+      break;
+  }
+}
+
+// ---- fleet ---------------------------------------------------------------
+
+function policyText(p) {
+  if (!p) return "–";
+  if (p.policy === "threshold") return "threshold ≤ " + p.short_prefill_threshold;
+  return p.policy;
+}
+
+function renderFleet() {
+  const f = state.fleet;
+  const body = $("fleet-body");
+  const banner = $("fleet-banner");
+  banner.hidden = f.connected;
+  banner.textContent = f.connected ? "" : "Router unreachable — " + (f.error || "connecting") + ". Showing the last fleet known.";
+  body.replaceChildren();
+  if (!f.workers.length) {
+    body.append(el("tr", {}, el("td", { colSpan: 9, class: "empty", text: f.connected ? "The router knows no worker." : "Waiting for the router…" })));
+  }
+  let used = 0, total = 0;
+  for (const w of f.workers) {
+    used += w.kv_used_blocks;
+    total += w.kv_total_blocks;
+    const st = w.draining ? "draining" : "serving";
+    const pct = Math.round(w.kv_usage * 100);
+    const fill = el("div", { class: "fill" + (pct >= 85 ? " high" : "") });
+    fill.style.width = pct + "%";
+    const kv = w.reported
+      ? el("div", { class: "kvbar" }, el("div", { class: "track" }, fill),
+        el("span", { text: pct + "% · " + fmtNum(w.kv_used_blocks) + " / " + fmtNum(w.kv_total_blocks) }))
+      : el("span", { class: "empty", text: "no report yet" });
+    const stateCell = el("td", {}, pill(st, st));
+    if (!w.synced) stateCell.append(" ", pill("resync", "resync"));
+    body.append(el("tr", { class: w.draining ? "draining" : "", "data-worker": w.id, "data-state": st },
+      el("td", { class: "id" }, w.id + " ", pill(w.mode, "mode"), el("div", { class: "addr", text: w.address })),
+      stateCell,
+      el("td", { class: "num", text: fmtNum(w.running) }),
+      el("td", { class: "num", text: fmtNum(w.waiting) }),
+      el("td", { class: "num", text: fmtNum(w.waiting_tokens) }),
+      el("td", { class: "kv", "data-kv": pct }, kv),
+      el("td", { class: "num", text: fmtNum(w.cached_blocks) }),
+      el("td", { class: "num", text: fmtNum(w.routed) }),
+      el("td", { text: w.mode === "prefill" ? "–" : policyText(w.prefill_policy) })));
+  }
+  const draining = f.workers.filter((w) => w.draining).length;
+  $("fleet-summary").textContent = f.workers.length + " workers" + (draining ? ", " + draining + " draining" : "") +
+    (total ? " · KV " + Math.round((100 * used) / total) + "% used" : "") + " · index " + fmtNum(f.index_blocks) + " blocks" +
+    " · block " + f.block_size + " tokens";
+}
+
+// ---- decisions and latency -------------------------------------------------
+
+function windowTicks() {
+  const n = (state.hello && state.hello.window_seconds) || 60;
+  return state.ticks.slice(-n);
+}
+
+function renderTicks() {
+  const last = state.ticks[state.ticks.length - 1];
+  const win = windowTicks();
+  const sum = { local: 0, remote: 0, fallback: 0, requests: 0, tokens: 0 };
+  const reasons = {};
+  for (const t of win) {
+    sum.local += t.paths.local;
+    sum.remote += t.paths.remote;
+    sum.fallback += t.paths.fallback;
+    sum.requests += t.requests;
+    sum.tokens += t.tokens;
+    for (const [k, v] of Object.entries(t.reasons)) reasons[k] = (reasons[k] || 0) + v;
+  }
+  const secs = Math.max(win.length, 1);
+  $("n-local").textContent = fmtNum(sum.local);
+  $("n-remote").textContent = fmtNum(sum.remote);
+  $("n-fallback").textContent = fmtNum(sum.fallback);
+  $("rps").textContent = fmtNum(sum.requests / secs);
+  $("tps").textContent = fmtNum(sum.tokens / secs);
+  const r = $("reasons");
+  r.replaceChildren();
+  for (const [k, v] of Object.entries(reasons).sort((a, b) => b[1] - a[1]).slice(0, 8)) {
+    const [path, why] = k.split("/");
+    r.append(el("span", { title: k }, pill(path), " " + (why || "(no reason)") + " ", el("b", { text: String(v) })));
+  }
+  if (!last) return;
+  $("model").textContent = last.model || "…";
+  const c = last.cache;
+  $("cache-check").textContent = c.expected_tokens || c.found_tokens
+    ? fmtNum(c.found_tokens) + " found / " + fmtNum(c.expected_tokens) + " expected tokens"
+    : "no cached prefix yet";
+  for (const k of ["p50", "p90", "p99"]) {
+    $("ttft-" + k).textContent = last.ttft_ms.count ? fmtMs(last.ttft_ms[k]) : "–";
+    $("itl-" + k).textContent = last.itl_ms.count ? fmtMs(last.itl_ms[k]) : "–";
+  }
+  const w = (state.hello && state.hello.window_seconds) || 60;
+  $("latency-note").textContent = "Percentiles over the last " + w + " s (" + last.ttft_ms.count +
+    " requests), as the frontend measured them: TTFT from arrival to first token, ITL the mean gap between a request's tokens.";
+  const rp = state.fleet && state.fleet.router;
+  $("gate").textContent = rp
+    ? rp.isl_gate
+      ? "ISL gating on: prompts with fewer than " + rp.isl_threshold_in_force + " uncached tokens go to workers that prefill locally" +
+        (rp.isl_adaptive ? " (adaptive, " + rp.isl_min + "–" + rp.isl_max + ")" : "") + "."
+      : "ISL gating off: every decode worker is scored for every request."
+    : "";
+  drawDecisions();
+  drawLatency();
+}
+
+// canvas sizes a canvas for the screen's pixel density and returns its context
+// and CSS size.
+function canvas(id) {
+  const c = $(id);
+  const dpr = window.devicePixelRatio || 1;
+  const w = c.clientWidth, h = c.clientHeight;
+  if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
+    c.width = Math.round(w * dpr);
+    c.height = Math.round(h * dpr);
+  }
+  const g = c.getContext("2d");
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.clearRect(0, 0, w, h);
+  g.font = "11px system-ui, sans-serif";
+  return { g, w, h };
+}
+
+// axes draws the y gridlines of a chart of height h whose top value is max, and
+// returns the plot's left edge.
+function axes(g, w, h, max, label) {
+  const left = 46, top = 6, bottom = h - 16;
+  g.strokeStyle = "#eef0f3";
+  g.fillStyle = "#6b7785";
+  g.textAlign = "right";
+  for (let i = 0; i <= 3; i++) {
+    const y = bottom - ((bottom - top) * i) / 3;
+    g.beginPath();
+    g.moveTo(left, y + 0.5);
+    g.lineTo(w, y + 0.5);
+    g.stroke();
+    g.fillText(label((max * i) / 3), left - 6, y + 4);
+  }
+  g.textAlign = "left";
+  g.fillText("−" + HISTORY / 60 + " min", left, h - 2);
+  g.textAlign = "right";
+  g.fillText("now", w, h - 2);
+  return { left, top, bottom };
+}
+
+function niceMax(v) {
+  if (v <= 0) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+function drawDecisions() {
+  const { g, w, h } = canvas("decisions-chart");
+  let max = 0;
+  for (const t of state.ticks) max = Math.max(max, t.paths.local + t.paths.remote + t.paths.fallback + t.paths.unknown);
+  max = niceMax(max);
+  const a = axes(g, w, h, max, (v) => fmtNum(v) + "/s");
+  const bw = (w - a.left) / HISTORY;
+  const scale = (a.bottom - a.top) / max;
+  const colors = { local: "#16a34a", remote: "#2563eb", fallback: "#ea580c", unknown: "#9aa5b1" };
+  state.ticks.forEach((t, i) => {
+    const x = a.left + (HISTORY - state.ticks.length + i) * bw;
+    let y = a.bottom;
+    for (const k of ["local", "remote", "fallback", "unknown"]) {
+      const bh = t.paths[k] * scale;
+      if (!bh) continue;
+      g.fillStyle = colors[k];
+      g.fillRect(x, y - bh, Math.max(bw - 0.5, 1), bh);
+      y -= bh;
+    }
+  });
+}
+
+function drawLatency() {
+  const { g, w, h } = canvas("latency-chart");
+  const series = [
+    ["ttft_ms", "p50", "#2563eb"], ["ttft_ms", "p99", "#93c5fd"],
+    ["itl_ms", "p50", "#7c3aed"], ["itl_ms", "p99", "#c4b5fd"],
+  ];
+  let max = 0;
+  for (const t of state.ticks) for (const [s, p] of series) max = Math.max(max, t[s][p]);
+  max = niceMax(max);
+  const a = axes(g, w, h, max, fmtMs);
+  const step = (w - a.left) / HISTORY;
+  for (const [s, p, color] of series) {
+    g.strokeStyle = color;
+    g.lineWidth = 1.75;
+    g.beginPath();
+    let pen = false;
+    state.ticks.forEach((t, i) => {
+      const v = t[s][p];
+      if (!t[s].count) { pen = false; return; }
+      const x = a.left + (HISTORY - state.ticks.length + i + 0.5) * step;
+      const y = a.bottom - (v / max) * (a.bottom - a.top);
+      if (pen) g.lineTo(x, y); else g.moveTo(x, y);
+      pen = true;
+    });
+    g.stroke();
+  }
+  g.lineWidth = 1;
+}
+
+// ---- recent requests -------------------------------------------------------
+
+function renderRequests(fresh) {
+  const body = $("requests-body");
+  body.replaceChildren();
+  if (!state.requests.length) {
+    body.append(el("tr", {}, el("td", { colSpan: 12, class: "empty", text: "No request yet." })));
+    return;
+  }
+  state.requests.forEach((r, i) => {
+    const time = new Date(r.time).toLocaleTimeString([], { hour12: false });
+    const cached = (r.route_cached_tokens || 0) + " / " + (r.decode_cached_tokens || 0);
+    body.append(el("tr", { class: fresh && i === 0 ? "fresh" : "", "data-request": r.id },
+      el("td", { text: time }),
+      el("td", { class: "rid", text: r.id.slice(0, 12), title: r.id }),
+      el("td", {}, pill(r.path)),
+      el("td", { class: "reason", text: r.reason || "–", title: r.detail || "" }),
+      el("td", { text: r.decode_worker || "–", title: r.route_reason || "" }),
+      el("td", { text: r.prefill_worker || "–" }),
+      el("td", { class: "num", text: fmtNum(r.prompt_tokens) }),
+      el("td", { class: "num", text: cached }),
+      el("td", { class: "num", text: fmtNum(r.completion_tokens) }),
+      el("td", { class: "num", text: r.ttft_ms ? fmtMs(r.ttft_ms) : "–" }),
+      el("td", { class: "num", text: r.itl_ms ? fmtMs(r.itl_ms) : "–" }),
+      el("td", { text: r.finish || "failed" })));
+  });
+}
+
+// ---- policy ----------------------------------------------------------------
+
+function dl(target, pairs) {
+  target.replaceChildren();
+  for (const [k, v] of pairs) target.append(el("dt", { text: k }), el("dd", { text: String(v) }));
+}
+
+// decodePolicy is the decode workers' policy, and whether they disagree.
+function decodePolicy() {
+  const ps = ((state.fleet && state.fleet.workers) || []).filter((w) => w.prefill_policy).map((w) => w.prefill_policy);
+  const mixed = ps.some((p) => JSON.stringify(p) !== JSON.stringify(ps[0]));
+  return { p: ps[0], mixed };
+}
+
+function renderPolicy() {
+  const rp = state.fleet && state.fleet.router;
+  if (rp) {
+    dl($("router-policy"), [
+      ["prefill_weight", rp.prefill_weight], ["queue_weight", rp.queue_weight], ["temperature", rp.temperature],
+      ["isl_gate", rp.isl_gate ? "on" : "off"],
+      ["isl_threshold", rp.isl_threshold + (rp.isl_threshold_in_force !== rp.isl_threshold ? " (in force " + rp.isl_threshold_in_force + ")" : "")],
+      ["isl_adaptive", rp.isl_adaptive ? "on (" + rp.isl_min + "–" + rp.isl_max + ")" : "off"],
+    ]);
+  }
+  const { p, mixed } = decodePolicy();
+  if (p) {
+    dl($("decode-policy"), [
+      ["policy", p.policy + (mixed ? " (workers differ)" : "")], ["short_prefill_threshold", p.short_prefill_threshold],
+      ["itl_weight", p.itl_weight], ["max_prefill_queue_tokens", p.max_prefill_queue_tokens || "none"],
+      ["enforce_disagg", p.enforce_disagg ? "on" : "off"],
+    ]);
+  }
+  const writable = state.hello && state.hello.policy_writable;
+  $("policy-edit").hidden = !writable;
+  $("policy-note").textContent = writable
+    ? "Changes go to Consul KV (tandem/config/router, tandem/config/decode), checked as tandem config set checks them; the services apply them within a second."
+    : "Read-only: this deployment keeps no runtime policy. Start the router and workers with --consul to change it live.";
+}
+
+function fillPolicyForm() {
+  const form = $("policy-form");
+  const rp = (state.fleet && state.fleet.router) || {};
+  const { p } = decodePolicy();
+  const values = Object.assign({}, rp, p || {});
+  for (const input of form.querySelectorAll("input, select")) {
+    const v = values[input.name];
+    if (v === undefined) continue;
+    if (input.type === "checkbox") input.checked = !!v;
+    else input.value = v;
+  }
+}
+
+$("policy-edit").addEventListener("click", () => {
+  const form = $("policy-form");
+  form.hidden = !form.hidden;
+  if (!form.hidden) fillPolicyForm();
+});
+
+$("policy-form").addEventListener("click", async (ev) => {
+  const target = ev.target.dataset && ev.target.dataset.target;
+  if (!target) return;
+  const value = {};
+  for (const input of ev.target.closest("fieldset").querySelectorAll("input, select")) {
+    if (input.type === "checkbox") value[input.name] = input.checked;
+    else if (input.type === "number") value[input.name] = input.value === "" ? undefined : Number(input.value);
+    else value[input.name] = input.value;
+  }
+  const out = $("policy-result");
+  out.className = "form-result";
+  out.textContent = "Applying…";
+  try {
+    const resp = await fetch("/console/policy", {
+      method: "POST", headers: authHeaders({ "Content-Type": "application/json" }), body: JSON.stringify({ target, value }),
+    });
+    const answer = await resp.json().catch(() => ({}));
+    if (resp.status === 401) await needKey("That key was refused.");
+    if (!resp.ok) throw new Error((answer.error && answer.error.message) || "HTTP " + resp.status);
+    out.className = "form-result ok";
+    out.textContent = "Written to Consul; the " + target + " applies it within a second (watch the values above).";
+  } catch (e) {
+    out.className = "form-result bad";
+    out.textContent = e.message;
+  }
+});
+
+// ---- chat ------------------------------------------------------------------
+
+function addMessage(role, text) {
+  $("chat-empty").hidden = true;
+  const bubble = el("div", { class: "bubble", text });
+  const msg = el("div", { class: "msg " + role }, bubble);
+  $("messages").append(msg);
+  msg.scrollIntoView({ block: "end" });
+  return msg;
+}
+
+function metaLine(info, stats) {
+  const m = el("div", { class: "meta" });
+  if (info) {
+    const p = pill(info.prefill_path || "unknown", info.prefill_path);
+    p.title = info.prefill_detail || "";
+    m.append(p, el("span", { text: info.prefill_reason || "" }));
+    const where = el("span", { title: info.route_reason || "" }, "decode ", el("b", { text: info.decode_worker || "?" }));
+    if (info.prefill_worker) where.append(" ← prefill ", el("b", { text: info.prefill_worker }));
+    m.append(where);
+  }
+  if (stats) {
+    if (stats.ttft) m.append(el("span", {}, "TTFT ", el("b", { text: fmtMs(stats.ttft) })));
+    if (stats.tps) m.append(el("span", {}, el("b", { text: stats.tps.toFixed(1) }), " tok/s"));
+    if (stats.usage) {
+      const u = stats.usage;
+      const cached = (u.prompt_tokens_details && u.prompt_tokens_details.cached_tokens) || 0;
+      m.append(el("span", {}, "cached ", el("b", { text: cached + " / " + u.prompt_tokens }), " prompt tokens"));
+      m.append(el("span", {}, el("b", { text: String(u.completion_tokens) }), " tokens out"));
+    }
+  }
+  return m;
+}
+
+async function send(text) {
+  state.conversation.push({ role: "user", content: text });
+  addMessage("user", text);
+  const msg = addMessage("assistant", "");
+  msg.classList.add("streaming");
+  const bubble = msg.querySelector(".bubble");
+  let chunks = 0, info = null, usage = null, first = 0;
+  const start = performance.now();
+  const body = {
+    messages: state.conversation, stream: true, stream_options: { include_usage: true },
+    max_tokens: Number($("max-tokens").value) || 96, temperature: Number($("temperature").value),
+  };
+  try {
+    let resp;
+    for (;;) {
+      resp = await fetch("/v1/chat/completions", {
+        method: "POST", headers: authHeaders({ "Content-Type": "application/json" }), body: JSON.stringify(body),
+      });
+      if (resp.status !== 401) break;
+      await needKey(state.key ? "That key was refused." : "");
+    }
+    if (!resp.ok) {
+      const e = await resp.json().catch(() => ({}));
+      throw new Error((e.error && e.error.message) || "HTTP " + resp.status);
+    }
+    await readSSE(resp, (_, data) => {
+      if (data === "[DONE]") return;
+      const c = JSON.parse(data);
+      if (c.error) throw new Error(c.error.message);
+      if (c.tandem) {
+        info = c.tandem;
+        msg.dataset.path = info.prefill_path || "unknown";
+        msg.append(metaLine(info));
+      }
+      if (c.usage) usage = c.usage;
+      for (const ch of c.choices || []) {
+        const d = ch.delta && ch.delta.content;
+        if (!d) continue;
+        if (!first) first = performance.now();
+        bubble.textContent += d;
+        msg.dataset.chunks = String(++chunks);
+      }
+      $("messages").scrollTop = $("messages").scrollHeight;
+    });
+    const end = performance.now();
+    const tps = usage && first && end > first ? (usage.completion_tokens - 1) / ((end - first) / 1000) : 0;
+    msg.querySelector(".meta")?.remove();
+    msg.append(metaLine(info, { ttft: first ? first - start : 0, tps: tps > 0 ? tps : 0, usage }));
+    state.conversation.push({ role: "assistant", content: bubble.textContent });
+    msg.dataset.done = "true";
+  } catch (e) {
+    msg.classList.add("failed");
+    bubble.textContent = (bubble.textContent ? bubble.textContent + "\n\n" : "") + "Error: " + e.message;
+    state.conversation.pop();
+    msg.dataset.done = "error";
+  } finally {
+    msg.classList.remove("streaming");
+  }
+}
+
+$("chat-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const input = $("chat-input");
+  const text = input.value.trim();
+  if (!text) return;
+  input.value = "";
+  $("chat-send").disabled = true;
+  try {
+    await send(text);
+  } finally {
+    $("chat-send").disabled = false;
+    input.focus();
+  }
+});
+
+$("chat-input").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey) {
+    ev.preventDefault();
+    $("chat-form").requestSubmit();
+  }
+});
+
+$("chat-clear").addEventListener("click", () => {
+  state.conversation = [];
+  $("messages").replaceChildren($("chat-empty"));
+  $("chat-empty").hidden = false;
+});
+
+window.addEventListener("resize", () => { drawDecisions(); drawLatency(); });
+
+if (state.key) $("key-button").hidden = false;
+renderPolicy();
+follow();
