@@ -39,9 +39,11 @@ func (c *Console) subscribe() (*subscriber, [][]byte, error) {
 	}
 	s := &subscriber{ch: make(chan []byte, subBuffer)}
 	c.subs[s] = struct{}{}
+	hello := c.hello
+	hello.Model = c.opts.Model()
 	first := [][]byte{
 		[]byte("retry: 2000\n\n"),
-		frame("hello", c.hello),
+		frame("hello", hello),
 		frame("fleet", c.fleet),
 		frame("history", c.stats.history()),
 	}

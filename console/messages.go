@@ -7,6 +7,9 @@ package console
 // Hello is the first event of every connection.
 type Hello struct {
 	Version string `json:"version"`
+	// Model is the model served; "" until a worker has published it (each tick
+	// says it too).
+	Model string `json:"model"`
 	// PolicyWritable: POST /console/policy can change the runtime policy (the
 	// deployment uses Consul).
 	PolicyWritable bool `json:"policy_writable"`

@@ -55,7 +55,13 @@ func (c *Console) servePolicy(w http.ResponseWriter, r *http.Request) {
 	var req policyRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err = dec.Decode(&req)
+	if err == nil {
+		if _, more := dec.Token(); !errors.Is(more, io.EOF) {
+			err = errors.New("data after the JSON object")
+		}
+	}
+	if err != nil {
 		fail(http.StatusBadRequest, "the request must be {\"target\": \"router\" or \"decode\", \"value\": {...}}: %v", err)
 		return
 	}

@@ -12,6 +12,9 @@ const state = {
   hello: null,
   fleet: null,
   ticks: [],
+  // live counts the requests since the last tick, so that a decision shows at
+  // once rather than at the end of its second.
+  live: { local: 0, remote: 0, fallback: 0, requests: 0, tokens: 0, expected: 0, found: 0, reasons: {} },
   requests: [],
   conversation: [],
 };
@@ -134,6 +137,7 @@ function onEvent(name, data) {
     case "hello":
       state.hello = data;
       $("version").textContent = data.version || "dev";
+      if (data.model) $("model").textContent = data.model;
       renderPolicy();
       break;
     case "fleet":
@@ -148,14 +152,26 @@ function onEvent(name, data) {
       renderTicks();
       break;
     case "tick":
+      state.live = { local: 0, remote: 0, fallback: 0, requests: 0, tokens: 0, expected: 0, found: 0, reasons: {} };
       state.ticks.push(data);
       if (state.ticks.length > HISTORY) state.ticks.shift();
       renderTicks();
       break;
-    case "request":
+    case "request": {
       state.requests.unshift(data);
       if (state.requests.length > REQUESTS) state.requests.pop();
+      const l = state.live;
+      if (data.path in l) l[data.path]++;
+      l.requests++;
+      l.tokens += data.completion_tokens;
+      l.expected += data.route_cached_tokens;
+      l.found += data.decode_cached_tokens;
+      const k = data.path + "/" + data.reason;
+      l.reasons[k] = (l.reasons[k] || 0) + 1;
       renderRequests(true);
+      renderTicks();
+      break;
+    }
       break;
   }
 }
@@ -198,7 +214,7 @@ function renderFleet() {
       el("td", { class: "num", text: fmtNum(w.running) }),
       el("td", { class: "num", text: fmtNum(w.waiting) }),
       el("td", { class: "num", text: fmtNum(w.waiting_tokens) }),
-      el("td", { class: "kv", "data-kv": pct }, kv),
+      el("td", { class: "kv", "data-used": w.kv_used_blocks }, kv),
       el("td", { class: "num", text: fmtNum(w.cached_blocks) }),
       el("td", { class: "num", text: fmtNum(w.routed) }),
       el("td", { text: w.mode === "prefill" ? "–" : policyText(w.prefill_policy) })));
@@ -219,8 +235,9 @@ function windowTicks() {
 function renderTicks() {
   const last = state.ticks[state.ticks.length - 1];
   const win = windowTicks();
-  const sum = { local: 0, remote: 0, fallback: 0, requests: 0, tokens: 0 };
-  const reasons = {};
+  const l = state.live;
+  const sum = { local: l.local, remote: l.remote, fallback: l.fallback, requests: l.requests, tokens: l.tokens };
+  const reasons = Object.assign({}, l.reasons);
   for (const t of win) {
     sum.local += t.paths.local;
     sum.remote += t.paths.remote;
@@ -243,9 +260,10 @@ function renderTicks() {
   }
   if (!last) return;
   $("model").textContent = last.model || "…";
-  const c = last.cache;
+  const c = { expected_tokens: last.cache.expected_tokens + l.expected, found_tokens: last.cache.found_tokens + l.found };
   $("cache-check").textContent = c.expected_tokens || c.found_tokens
-    ? fmtNum(c.found_tokens) + " found / " + fmtNum(c.expected_tokens) + " expected tokens"
+    ? fmtNum(c.found_tokens) + " of " + fmtNum(c.expected_tokens) + " expected tokens found" +
+      (c.expected_tokens ? " (" + Math.round((100 * c.found_tokens) / c.expected_tokens) + "%)" : "")
     : "no cached prefix yet";
   for (const k of ["p50", "p90", "p99"]) {
     $("ttft-" + k).textContent = last.ttft_ms.count ? fmtMs(last.ttft_ms[k]) : "–";
@@ -285,7 +303,7 @@ function canvas(id) {
 // axes draws the y gridlines of a chart of height h whose top value is max, and
 // returns the plot's left edge.
 function axes(g, w, h, max, label) {
-  const left = 46, top = 6, bottom = h - 16;
+  const left = 58, top = 6, bottom = h - 16;
   g.strokeStyle = "#eef0f3";
   g.fillStyle = "#6b7785";
   g.textAlign = "right";
@@ -348,7 +366,7 @@ function drawLatency() {
     g.strokeStyle = color;
     g.lineWidth = 1.75;
     g.beginPath();
-    let pen = false;
+    let pen = false, last = null;
     state.ticks.forEach((t, i) => {
       const v = t[s][p];
       if (!t[s].count) { pen = false; return; }
@@ -356,8 +374,16 @@ function drawLatency() {
       const y = a.bottom - (v / max) * (a.bottom - a.top);
       if (pen) g.lineTo(x, y); else g.moveTo(x, y);
       pen = true;
+      last = [x, y];
     });
     g.stroke();
+    if (last) {
+      // The newest value as a dot: a lone sample is otherwise invisible.
+      g.fillStyle = color;
+      g.beginPath();
+      g.arc(last[0], last[1], 2.5, 0, 2 * Math.PI);
+      g.fill();
+    }
   }
   g.lineWidth = 1;
 }
@@ -368,19 +394,18 @@ function renderRequests(fresh) {
   const body = $("requests-body");
   body.replaceChildren();
   if (!state.requests.length) {
-    body.append(el("tr", {}, el("td", { colSpan: 12, class: "empty", text: "No request yet." })));
+    body.append(el("tr", {}, el("td", { colSpan: 10, class: "empty", text: "No request yet." })));
     return;
   }
   state.requests.forEach((r, i) => {
     const time = new Date(r.time).toLocaleTimeString([], { hour12: false });
     const cached = (r.route_cached_tokens || 0) + " / " + (r.decode_cached_tokens || 0);
-    body.append(el("tr", { class: fresh && i === 0 ? "fresh" : "", "data-request": r.id },
+    const workers = (r.decode_worker || "?") + (r.prefill_worker ? " ← " + r.prefill_worker : "");
+    body.append(el("tr", { class: fresh && i === 0 ? "fresh" : "", "data-request": r.id, title: "request " + r.id },
       el("td", { text: time }),
-      el("td", { class: "rid", text: r.id.slice(0, 12), title: r.id }),
       el("td", {}, pill(r.path)),
       el("td", { class: "reason", text: r.reason || "–", title: r.detail || "" }),
-      el("td", { text: r.decode_worker || "–", title: r.route_reason || "" }),
-      el("td", { text: r.prefill_worker || "–" }),
+      el("td", { text: workers, title: r.route_reason || "" }),
       el("td", { class: "num", text: fmtNum(r.prompt_tokens) }),
       el("td", { class: "num", text: cached }),
       el("td", { class: "num", text: fmtNum(r.completion_tokens) }),
@@ -422,7 +447,8 @@ function renderPolicy() {
       ["enforce_disagg", p.enforce_disagg ? "on" : "off"],
     ]);
   }
-  const writable = state.hello && state.hello.policy_writable;
+  if (!state.hello) return;
+  const writable = state.hello.policy_writable;
   $("policy-edit").hidden = !writable;
   $("policy-note").textContent = writable
     ? "Changes go to Consul KV (tandem/config/router, tandem/config/decode), checked as tandem config set checks them; the services apply them within a second."
