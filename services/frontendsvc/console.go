@@ -36,7 +36,9 @@ func newConsole(cfg Config, f *frontend.Frontend, env *process.Env) *console.Con
 // consulPolicy is tandem config set's code path: the same check, the same keys.
 type consulPolicy struct{ addr string }
 
-func (p consulPolicy) Check(target string, value []byte) error { return admin.CheckPolicy(target, value) }
+func (p consulPolicy) Check(target string, value []byte) error {
+	return admin.CheckPolicy(target, value)
+}
 
 func (p consulPolicy) Set(ctx context.Context, target string, value []byte) error {
 	return admin.SetPolicy(ctx, p.addr, target, value, io.Discard)
