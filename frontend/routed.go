@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
-	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
@@ -65,7 +65,7 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 	}
 	rreq := &routerv1.RouteRequest{
 		RequestId: req.GetRequestId(), PromptTokens: uint32(len(req.GetPromptTokenIds())),
-		BlockHashes: kvcache.HashBlocks(req.GetPromptTokenIds(), m.blockSize), BlockSize: uint32(m.blockSize),
+		BlockHashes: blockhash.Hash(req.GetPromptTokenIds(), m.blockSize), BlockSize: uint32(m.blockSize),
 		Explain: req.GetExplain(), ModelFingerprint: m.fingerprint,
 	}
 	var lastErr error

@@ -1,3 +1,6 @@
+// Package kvcache is a worker's KV cache bookkeeping: the paged block pool with its
+// prefix cache, and the log of cache events the router's index is built from.
+// Block identities come from package blockhash.
 package kvcache
 
 import "sync"

@@ -3,6 +3,8 @@ package kvcache
 import (
 	"slices"
 	"testing"
+
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 func checkStats(t *testing.T, p *Pool, want PoolStats) {
@@ -32,7 +34,7 @@ func TestPoolAllocateReleaseFree(t *testing.T) {
 func TestPoolPrefixCacheAndEvents(t *testing.T) {
 	log := NewEventLog(16)
 	p := NewPool(4, log)
-	hashes := HashBlocks(make([]uint32, 48), 16)
+	hashes := blockhash.Hash(make([]uint32, 48), 16)
 	ids, _ := p.Allocate(nil, 3)
 	p.Store(0, ids[:2], hashes[:2])
 	p.Store(hashes[1], ids[2:], hashes[2:])
@@ -80,7 +82,7 @@ func TestPoolPrefixCacheAndEvents(t *testing.T) {
 
 func TestPoolDuplicateStoreKeepsFirst(t *testing.T) {
 	p := NewPool(4, nil)
-	hashes := HashBlocks(make([]uint32, 16), 16)
+	hashes := blockhash.Hash(make([]uint32, 16), 16)
 	a, _ := p.Allocate(nil, 1)
 	b, _ := p.Allocate(nil, 1)
 	p.Store(0, a, hashes)
@@ -96,7 +98,7 @@ func TestPoolDuplicateStoreKeepsFirst(t *testing.T) {
 
 func TestPoolSnapshotAndClear(t *testing.T) {
 	p := NewPool(4, nil)
-	hashes := HashBlocks(make([]uint32, 32), 16)
+	hashes := blockhash.Hash(make([]uint32, 32), 16)
 	ids, _ := p.Allocate(nil, 2)
 	p.Store(0, ids, hashes)
 	s := p.Snapshot()

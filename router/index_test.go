@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // chains builds n prompts' block hashes that share prefixes of random lengths, as
@@ -25,7 +25,7 @@ func chains(rng *rand.Rand, n, blocks int) [][]uint64 {
 		for len(toks) < blocks*16 {
 			toks = append(toks, uint32(rng.IntN(100000)))
 		}
-		out[i] = kvcache.HashBlocks(toks, 16)
+		out[i] = blockhash.Hash(toks, 16)
 		remember(out[i], toks)
 	}
 	return out
@@ -164,7 +164,7 @@ func randomChain(rng *rand.Rand, parent uint64, n int) []uint64 {
 	for i := range toks {
 		toks[i] = uint32(rng.IntN(100000))
 	}
-	return kvcache.AppendHashes(nil, parent, toks, 16)
+	return blockhash.Append(nil, parent, toks, 16)
 }
 
 // BenchmarkMatch times one index lookup for an 8k-token prompt, reporting p50 and p99.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
@@ -33,7 +33,7 @@ func tokens(seed, n int) []uint32 {
 func routeTokens(t *testing.T, r *router.Router, toks []uint32, exclude ...string) *routerv1.RouteResponse {
 	t.Helper()
 	req := &routerv1.RouteRequest{
-		PromptTokens: uint32(len(toks)), BlockHashes: kvcache.HashBlocks(toks, 16), BlockSize: 16, Explain: true,
+		PromptTokens: uint32(len(toks)), BlockHashes: blockhash.Hash(toks, 16), BlockSize: 16, Explain: true,
 		ExcludeWorkerIds: exclude,
 	}
 	return mustRouteDirect(t, r, req)
@@ -50,7 +50,7 @@ func TestRouteFollowsSharedPrefix(t *testing.T) {
 	system := tokens(1, 320) // a 20-block shared system prompt
 	a, b, c := decodeWorker("a", "threshold"), decodeWorker("b", "threshold"), decodeWorker("c", "threshold")
 	join(t, r, a, &workerv1.Load{TotalBlocks: 4096, FreeBlocks: 4000})
-	join(t, r, b, &workerv1.Load{TotalBlocks: 4096, FreeBlocks: 4000, ActiveBlocks: 5}, kvcache.HashBlocks(system, 16)...)
+	join(t, r, b, &workerv1.Load{TotalBlocks: 4096, FreeBlocks: 4000, ActiveBlocks: 5}, blockhash.Hash(system, 16)...)
 	join(t, r, c, &workerv1.Load{TotalBlocks: 4096, FreeBlocks: 4000})
 	for i := range 5 {
 		prompt := append(append([]uint32(nil), system...), tokens(100+i, 70)...)
@@ -103,7 +103,7 @@ func TestGatingClasses(t *testing.T) {
 	// A long prompt whose prefix is cached is short in effect.
 	cached := long[:800]
 	if err := r.Update(cond, &workerv1.WatchEventsResponse{Incarnation: "1", Events: []*workerv1.KVEvent{{
-		Id: 1, Kind: &workerv1.KVEvent_Stored{Stored: &workerv1.BlockStored{BlockHashes: kvcache.HashBlocks(cached, 16)}},
+		Id: 1, Kind: &workerv1.KVEvent_Stored{Stored: &workerv1.BlockStored{BlockHashes: blockhash.Hash(cached, 16)}},
 	}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestIndexExactAfterRestart(t *testing.T) {
 	r := newRouter(t, router.DefaultParams())
 	a, b := decodeWorker("a", "threshold"), decodeWorker("b", "threshold")
 	old, fresh := tokens(1, 160), tokens(2, 160)
-	join(t, r, a, nil, kvcache.HashBlocks(old, 16)...)
+	join(t, r, a, nil, blockhash.Hash(old, 16)...)
 	join(t, r, b, nil)
 	if resp := routeTokens(t, r, old); resp.GetDecodeWorker().GetId() != "a" || resp.GetDecodeCachedBlocks() != 10 {
 		t.Fatalf("before restart: %s with %d cached", resp.GetDecodeWorker().GetId(), resp.GetDecodeCachedBlocks())
@@ -179,7 +179,7 @@ func TestIndexExactAfterRestart(t *testing.T) {
 		t.Fatalf("restarted worker still credited with %d cached blocks", resp.GetDecodeCachedBlocks())
 	}
 	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "2", Load: &workerv1.Load{}, Snapshot: &workerv1.Snapshot{LastEventId: 7,
-		BlockHashes: kvcache.HashBlocks(fresh, 16)}}); err != nil {
+		BlockHashes: blockhash.Hash(fresh, 16)}}); err != nil {
 		t.Fatal(err)
 	}
 	if resp := routeTokens(t, r, fresh); resp.GetDecodeWorker().GetId() != "a" || resp.GetDecodeCachedBlocks() != 10 {
@@ -194,7 +194,7 @@ func TestIndexExactAfterEventGap(t *testing.T) {
 	join(t, r, a, nil)
 	p1, p2 := tokens(1, 64), tokens(2, 64)
 	stored := func(id uint64, toks []uint32) *workerv1.KVEvent {
-		return &workerv1.KVEvent{Id: id, Kind: &workerv1.KVEvent_Stored{Stored: &workerv1.BlockStored{BlockHashes: kvcache.HashBlocks(toks, 16)}}}
+		return &workerv1.KVEvent{Id: id, Kind: &workerv1.KVEvent_Stored{Stored: &workerv1.BlockStored{BlockHashes: blockhash.Hash(toks, 16)}}}
 	}
 	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "1", Events: []*workerv1.KVEvent{stored(1, p1)}}); err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestIndexExactAfterEventGap(t *testing.T) {
 	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "1", Events: []*workerv1.KVEvent{stored(4, p2)}}); !errors.Is(err, router.ErrResync) {
 		t.Fatalf("events before a snapshot: %v, want ErrResync", err)
 	}
-	snap := append(kvcache.HashBlocks(p1, 16), kvcache.HashBlocks(p2, 16)...)
+	snap := append(blockhash.Hash(p1, 16), blockhash.Hash(p2, 16)...)
 	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{LastEventId: 4, BlockHashes: snap}}); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestIndexExactAfterEventGap(t *testing.T) {
 			t.Fatalf("after the snapshot: %d cached, want 4", got)
 		}
 	}
-	removed := &workerv1.KVEvent{Id: 5, Kind: &workerv1.KVEvent_Removed{Removed: &workerv1.BlockRemoved{BlockHashes: kvcache.HashBlocks(p2, 16)[2:]}}}
+	removed := &workerv1.KVEvent{Id: 5, Kind: &workerv1.KVEvent_Removed{Removed: &workerv1.BlockRemoved{BlockHashes: blockhash.Hash(p2, 16)[2:]}}}
 	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "1", Events: []*workerv1.KVEvent{removed}}); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestIndexExactAfterEventGap(t *testing.T) {
 func TestIndexBoundedByWorkerPool(t *testing.T) {
 	r := newRouter(t, router.DefaultParams())
 	small := router.Worker{ID: "small", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, TotalBlocks: 8}
-	err := r.Update(small, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: kvcache.HashBlocks(tokens(1, 16*20), 16)}})
+	err := r.Update(small, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: blockhash.Hash(tokens(1, 16*20), 16)}})
 	if !errors.Is(err, router.ErrResync) {
 		t.Fatalf("20 blocks from an 8-block worker: %v, want ErrResync", err)
 	}

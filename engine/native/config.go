@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // Vocabulary of the cl100k tokenizer the frontend uses with the random-weight
@@ -129,7 +129,7 @@ func (c *Config) withDefaults(mc ModelConfig) (Config, ModelConfig, error) {
 		mc.ContextLength = out.ContextLength
 	}
 	if out.BlockSize == 0 {
-		out.BlockSize = kvcache.DefaultBlockSize
+		out.BlockSize = blockhash.DefaultBlockSize
 	}
 	if out.NumBlocks == 0 {
 		out.NumBlocks = max(1024, DefaultKVBytes/mc.BlockBytes(out.BlockSize))

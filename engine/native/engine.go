@@ -28,6 +28,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 var _ engine.Engine = (*Engine)(nil)
@@ -141,7 +142,7 @@ func (e *Engine) CachedPrefix(prompt []uint32) int {
 	if len(prompt) == 0 {
 		return 0
 	}
-	hashes := kvcache.HashBlocks(prompt, bs)
+	hashes := blockhash.Hash(prompt, bs)
 	usable := min(len(hashes), (len(prompt)-1)/bs)
 	return e.pool.Match(hashes[:usable]) * bs
 }

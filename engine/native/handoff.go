@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // export is a prefilled prompt whose blocks stay pinned until Release. Its full
@@ -98,7 +99,7 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 	if closed {
 		return nil, engine.ErrClosed
 	}
-	hashes := kvcache.HashBlocks(req.Prompt, bs)
+	hashes := blockhash.Hash(req.Prompt, bs)
 	blocks := e.pool.Acquire(nil, hashes[:spec.SkipBlocks])
 	if len(blocks) < spec.SkipBlocks {
 		e.pool.Release(blocks)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // transfer moves an export's blocks from skip on into a new sequence on dst.
@@ -64,7 +65,7 @@ func TestExportImportContinuesExactly(t *testing.T) {
 			t.Fatalf("CachedPrefix after import = %d, want 32", got)
 		}
 		evs, _, _ := dst.Events().Since(0)
-		hashes := kvcache.HashBlocks(prompt, 16)
+		hashes := blockhash.Hash(prompt, 16)
 		if len(evs) == 0 || evs[0].Kind != kvcache.Stored || !slices.Equal(evs[0].Hashes, hashes) {
 			t.Fatalf("dst events %+v, want Stored %x first", evs, hashes)
 		}

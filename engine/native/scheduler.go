@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // sched is the scheduler goroutine's state. running holds admitted sequences (they
@@ -286,7 +286,7 @@ func (s *sequence) ensureHashes(fullBlocks, bs int) {
 		if have > 0 {
 			parent = s.hashes[have-1]
 		}
-		s.hashes = kvcache.AppendHashes(s.hashes, parent, s.tokens[have*bs:fullBlocks*bs], bs)
+		s.hashes = blockhash.Append(s.hashes, parent, s.tokens[have*bs:fullBlocks*bs], bs)
 	}
 }
 

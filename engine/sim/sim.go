@@ -16,6 +16,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // Config is the simulated model and its timing. Times are in milliseconds, as the
@@ -39,7 +40,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Seed: 1, VocabSize: 100257, EOSToken: 100257, ContextLength: 8192,
-		BlockSize: kvcache.DefaultBlockSize, NumBlocks: 16384,
+		BlockSize: blockhash.DefaultBlockSize, NumBlocks: 16384,
 		PrefillA: 4.209989e-7, PrefillB: 1.518344e-2, PrefillC: 16.50142,
 		DecodeA: -25.74, DecodeB: 54.01, DecodeC: 5.74,
 		TimeScale: 1,
@@ -94,7 +95,7 @@ func (e *Engine) Info() engine.Info {
 
 // CachedPrefix counts the cached leading blocks, leaving the last token to compute.
 func (e *Engine) CachedPrefix(prompt []uint32) int {
-	return e.cacheable(prompt, e.pool.Match(kvcache.HashBlocks(prompt, e.cfg.BlockSize)))
+	return e.cacheable(prompt, e.pool.Match(blockhash.Hash(prompt, e.cfg.BlockSize)))
 }
 
 // cacheable caps a count of matched blocks so that at least the prompt's last token
@@ -160,7 +161,7 @@ func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlock
 	if closed {
 		return nil, engine.ErrClosed
 	}
-	sb := &seqBlocks{hashes: kvcache.HashBlocks(req.Prompt, e.cfg.BlockSize)}
+	sb := &seqBlocks{hashes: blockhash.Hash(req.Prompt, e.cfg.BlockSize)}
 	reusable := e.cacheable(req.Prompt, len(sb.hashes)) / e.cfg.BlockSize
 	if wantCached >= 0 {
 		reusable = min(reusable, wantCached)

@@ -1,6 +1,6 @@
-// Package ggufwrite writes GGUF files, for tests: they build small models and
-// vocabularies of every tensor type and architecture tandem reads, without shipping
-// large files.
+// Package ggufwrite writes GGUF files: the vocabulary-only files a tokenizer is
+// marshalled into (tokenizer.Spec.MarshalGGUF), and the small models of every tensor
+// type and architecture that tests build instead of shipping large files.
 package ggufwrite
 
 import (

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/tandem-serve/tandem/kvcache"
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/tokenizer"
@@ -90,7 +90,7 @@ func Route(ctx context.Context, cc grpc.ClientConnInterface, text string, blockS
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	resp, err := routerv1.NewRouterServiceClient(cc).Route(ctx, &routerv1.RouteRequest{
-		RequestId: "tandem-route", PromptTokens: uint32(len(ids)), BlockHashes: kvcache.HashBlocks(ids, blockSize),
+		RequestId: "tandem-route", PromptTokens: uint32(len(ids)), BlockHashes: blockhash.Hash(ids, blockSize),
 		BlockSize: uint32(blockSize), Explain: explain,
 	})
 	if err != nil {

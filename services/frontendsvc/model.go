@@ -23,35 +23,36 @@ import (
 // few MB, beyond grpc-go's 4 MB default.
 const maxCardBytes = 64 << 20
 
-// modelFromCard builds what the frontend serves from a worker's model card.
-func modelFromCard(card *workerv1.ModelCard) (*frontend.Model, error) {
-	m := &frontend.Model{ID: card.GetModel(), Fingerprint: card.GetFingerprint(), ContextLength: int(card.GetContextLength())}
-	var err error
+// modelFromCard builds what the frontend serves from a worker's model card. A chat
+// template tandem cannot compile is not fatal: completions still work and chats get
+// the fallback transcript; warn says so.
+func modelFromCard(card *workerv1.ModelCard) (m *frontend.Model, warn, err error) {
+	m = &frontend.Model{ID: card.GetModel(), Fingerprint: card.GetFingerprint(), ContextLength: int(card.GetContextLength())}
 	switch t := card.GetTokenizer().(type) {
 	case *workerv1.ModelCard_TokenizerName:
 		if t.TokenizerName != "cl100k_base" {
-			return nil, fmt.Errorf("model card: unknown built-in tokenizer %q", t.TokenizerName)
+			return nil, nil, fmt.Errorf("model card: unknown built-in tokenizer %q", t.TokenizerName)
 		}
 		if m.Tokenizer, err = tokenizer.CL100K(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// The random-weight models have no template of their own.
 		m.Template = frontend.ChatML{}
-		return m, nil
+		return m, nil, nil
 	case *workerv1.ModelCard_TokenizerGguf:
 		f, err := gguf.Parse(t.TokenizerGguf)
 		if err != nil {
-			return nil, fmt.Errorf("model card: tokenizer: %w", err)
+			return nil, nil, fmt.Errorf("model card: tokenizer: %w", err)
 		}
 		if m.Tokenizer, err = tokenizer.FromGGUF(f); err != nil {
-			return nil, fmt.Errorf("model card: %w", err)
+			return nil, nil, fmt.Errorf("model card: %w", err)
 		}
 	case *workerv1.ModelCard_TokenizerJson:
 		if m.Tokenizer, err = tokenizer.FromHuggingFace(t.TokenizerJson); err != nil {
-			return nil, fmt.Errorf("model card: %w", err)
+			return nil, nil, fmt.Errorf("model card: %w", err)
 		}
 	default:
-		return nil, errors.New("model card: no tokenizer")
+		return nil, nil, errors.New("model card: no tokenizer")
 	}
 	tmpl := chattemplate.Fallback()
 	if src := card.GetChatTemplate(); src != "" {
@@ -60,12 +61,14 @@ func modelFromCard(card *workerv1.ModelCard) (*frontend.Model, error) {
 			opts.BOSToken = m.Tokenizer.Piece(bos)
 		}
 		opts.EOSToken = m.Tokenizer.Piece(m.Tokenizer.EOS())
-		if tmpl, err = chattemplate.New(src, opts); err != nil {
-			return nil, fmt.Errorf("model card: %w", err)
+		if compiled, cerr := chattemplate.New(src, opts); cerr != nil {
+			warn = fmt.Errorf("the model's chat template: %w; chats use the fallback transcript", cerr)
+		} else {
+			tmpl = compiled
 		}
 	}
 	m.Template = frontend.Jinja{T: tmpl}
-	return m, nil
+	return m, warn, nil
 }
 
 // readiness is SERVING only when both the router serves and a model is loaded: a
@@ -152,9 +155,12 @@ func (l *modelLoader) load(ctx context.Context, w *routerv1.Worker) error {
 		return fmt.Errorf("model card: %w", err)
 	}
 	card := resp.GetCard()
-	m, err := modelFromCard(card)
+	m, warn, err := modelFromCard(card)
 	if err != nil {
 		return err
+	}
+	if warn != nil {
+		l.log.Error("serving the model without its chat template", "worker_id", w.GetId(), "err", warn)
 	}
 	l.backend.SetModel(card.GetFingerprint(), int(card.GetBlockSize()))
 	if err := l.fe.SetModel(m); err != nil {

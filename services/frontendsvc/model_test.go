@@ -23,7 +23,7 @@ func storiesCard(t *testing.T, template string) *workerv1.ModelCard {
 }
 
 func TestModelFromCard(t *testing.T) {
-	m, err := modelFromCard(storiesCard(t, ""))
+	m, _, err := modelFromCard(storiesCard(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestModelFromCard(t *testing.T) {
 	}
 
 	// A model's own template renders with its tokenizer's BOS text.
-	m, err = modelFromCard(storiesCard(t, "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"))
+	m, _, err = modelFromCard(storiesCard(t, "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,20 +45,24 @@ func TestModelFromCard(t *testing.T) {
 		t.Errorf("rendered %q, %v", text, err)
 	}
 
-	cl, err := modelFromCard(&workerv1.ModelCard{Model: "tandem-tiny", ContextLength: 4096, BlockSize: 16,
+	cl, _, err := modelFromCard(&workerv1.ModelCard{Model: "tandem-tiny", ContextLength: 4096, BlockSize: 16,
 		Tokenizer: &workerv1.ModelCard_TokenizerName{TokenizerName: "cl100k_base"}})
 	if err != nil || cl.Tokenizer.Name() != "cl100k_base" || cl.Template.Name() != "chatml" {
 		t.Fatalf("cl100k card: %+v, %v", cl, err)
 	}
 
 	for name, card := range map[string]*workerv1.ModelCard{
-		"no tokenizer":      {Model: "x", ContextLength: 10},
-		"unknown builtin":   {Model: "x", Tokenizer: &workerv1.ModelCard_TokenizerName{TokenizerName: "o200k"}},
-		"garbage gguf":      {Model: "x", Tokenizer: &workerv1.ModelCard_TokenizerGguf{TokenizerGguf: []byte("GGUF....")}},
-		"template no parse": storiesCard(t, "{% for %}"),
+		"no tokenizer":    {Model: "x", ContextLength: 10},
+		"unknown builtin": {Model: "x", Tokenizer: &workerv1.ModelCard_TokenizerName{TokenizerName: "o200k"}},
+		"garbage gguf":    {Model: "x", Tokenizer: &workerv1.ModelCard_TokenizerGguf{TokenizerGguf: []byte("GGUF....")}},
 	} {
-		if _, err := modelFromCard(card); err == nil {
+		if _, _, err := modelFromCard(card); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	// A template tandem cannot compile leaves chats to the fallback, and says so.
+	m, warn, err := modelFromCard(storiesCard(t, "{% for %}"))
+	if err != nil || warn == nil || m.Template.Name() != "fallback" {
+		t.Errorf("uncompilable template: %v, %v, %s", warn, err, m.Template.Name())
 	}
 }

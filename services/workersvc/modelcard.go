@@ -8,6 +8,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/gguf"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // modelFiler is an engine serving a GGUF file (native, on a real model).
@@ -36,6 +37,16 @@ func modelCard(cfg Config, eng engine.Engine) (*workerv1.ModelCard, error) {
 		card.Model = "tandem-" + info.Model
 		card.Tokenizer = &workerv1.ModelCard_TokenizerName{TokenizerName: "cl100k_base"}
 	} else {
+		if cfg.Tokenizer == "" {
+			// Found now rather than by a frontend that can never serve the model.
+			tok, err := tokenizer.FromGGUF(file)
+			if err != nil {
+				return nil, fmt.Errorf("the model file has no tokenizer tandem can use (%w); give its tokenizer.json with --tokenizer", err)
+			}
+			if tok.VocabSize() > info.VocabSize {
+				return nil, fmt.Errorf("the model's tokenizer has %d tokens but its embedding only %d", tok.VocabSize(), info.VocabSize)
+			}
+		}
 		card.Tokenizer = &workerv1.ModelCard_TokenizerGguf{TokenizerGguf: file.MetadataOnly(func(key string) bool {
 			return strings.HasPrefix(key, "tokenizer.") && key != "tokenizer.chat_template" || strings.HasPrefix(key, "general.")
 		})}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/internal/testmodel"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
@@ -98,5 +99,25 @@ func TestTokenizerFlag(t *testing.T) {
 	}
 	if tk, ok := card.GetTokenizer().(*workerv1.ModelCard_TokenizerJson); !ok || !strings.Contains(string(tk.TokenizerJson), `"merges"`) {
 		t.Errorf("card tokenizer %T, want the tokenizer.json as given", card.GetTokenizer())
+	}
+}
+
+// A model file without a tokenizer is refused at start, naming the way out,
+// rather than published to a frontend that could never serve it.
+func TestModelWithoutTokenizer(t *testing.T) {
+	_, file := testmodel.Random(testmodel.Shape{Arch: "llama", D: 64, Layers: 1, Heads: 2, KVHeads: 1, FFN: 128, Vocab: 64, Theta: 1e4}, 1).
+		As(t, gguf.TypeF32)
+	path := filepath.Join(t.TempDir(), "no-tokenizer.gguf")
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Engine: "native", Model: path, BlockSize: 16, NumBlocks: 16}
+	eng, err := cfg.NewEngine(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if _, err := modelCard(cfg, eng); err == nil || !strings.Contains(err.Error(), "--tokenizer") {
+		t.Errorf("card of a model without a tokenizer: %v, want an error naming --tokenizer", err)
 	}
 }

@@ -30,7 +30,7 @@ type RouteRequest struct {
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Tokens in the prompt after the chat template.
 	PromptTokens uint32 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
-	// Chained hashes of the prompt's full blocks (see kvcache.HashBlocks).
+	// Chained hashes of the prompt's full blocks (see blockhash.Hash).
 	BlockHashes []uint64 `protobuf:"fixed64,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	// The block size the hashes were made with; must match the workers'.
 	BlockSize uint32 `protobuf:"varint,4,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`

@@ -1,6 +1,7 @@
-// Package kvcache holds what the frontend, the router and the engines must agree on
-// about the KV cache: how prompt blocks are hashed, and the log of cache events.
-package kvcache
+// Package blockhash is how the frontend, the router and the engines name prompt
+// blocks: a chained hash of each full block. It is its own package so that the
+// frontend, which hashes every prompt, links nothing else of the KV cache.
+package blockhash
 
 import (
 	"encoding/binary"
@@ -15,16 +16,16 @@ const DefaultBlockSize = 16
 // (Dynamo's XXH3-64 with seed 1337), agree on block identities.
 const HashSeed = 1337
 
-// HashBlocks returns the chained hash of every full block of tokens: block i's hash
+// Hash returns the chained hash of every full block of tokens: block i's hash
 // covers block i's tokens and, through its parent, every token before it. A trailing
 // partial block has no hash, since its KV is not reusable yet.
-func HashBlocks(tokens []uint32, blockSize int) []uint64 {
-	return AppendHashes(nil, 0, tokens, blockSize)
+func Hash(tokens []uint32, blockSize int) []uint64 {
+	return Append(nil, 0, tokens, blockSize)
 }
 
-// AppendHashes hashes the full blocks of tokens, chaining from parent (0 for the
+// Append hashes the full blocks of tokens, chaining from parent (0 for the
 // start of a prompt), and appends the hashes to dst.
-func AppendHashes(dst []uint64, parent uint64, tokens []uint32, blockSize int) []uint64 {
+func Append(dst []uint64, parent uint64, tokens []uint32, blockSize int) []uint64 {
 	if blockSize <= 0 {
 		return dst
 	}
