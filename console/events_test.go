@@ -234,7 +234,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // fleet known; they are told again when it returns.
 func TestFleetWhileTheRouterIsAway(t *testing.T) {
 	r, rc := serveRouter(t)
-	if err := r.Update(decodeW, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{}, Load: &workerv1.Load{TotalBlocks: 10}}); err != nil {
+	msg := &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{}, Load: &workerv1.Load{TotalBlocks: 10}}
+	if err := r.Update(decodeW, msg); err != nil {
 		t.Fatal(err)
 	}
 	c := New(Options{})

@@ -105,7 +105,8 @@ func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 // waitFor polls a JavaScript predicate until it holds, failing after limit.
 func (p *page) waitFor(what, predicate string, limit time.Duration) {
 	p.t.Helper()
-	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingTimeout(limit), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+	poll := chromedp.Poll[bool](predicate, chromedp.WithPollingTimeout(limit), chromedp.WithPollingInterval(50*time.Millisecond))
+	if _, err := chromedp.Run(p.ctx, poll); err != nil {
 		p.screenshot("failed")
 		p.t.Fatalf("waiting %s for %s: %v", limit, what, err)
 	}
@@ -224,8 +225,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	// The same request shows among the decisions, from the events stream.
 	p.waitFor("the request in the recent requests", `document.querySelectorAll('#requests-body tr[data-request]').length === 1`, 10*time.Second)
-	p.waitFor("the decision counted", `['n-local', 'n-remote', 'n-fallback'].map(id => Number(document.getElementById(id).textContent)).reduce((a, b) => a + b) === 1`,
-		10*time.Second)
+	p.waitFor("the decision counted",
+		`['n-local', 'n-remote', 'n-fallback'].map(id => Number(document.getElementById(id).textContent)).reduce((a, b) => a + b) === 1`, 10*time.Second)
 
 	// A follow-up turn reuses the conversation's prefix, cached where the first
 	// ran. (Once that worker's load report says its request is over: until then

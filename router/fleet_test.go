@@ -50,7 +50,8 @@ func watchFleet(t *testing.T, r *router.Router, kind string) func() (*routerv1.W
 
 // nextUntil reads the stream until ok says a message shows what the test waits
 // for; the test's context bounds the wait.
-func nextUntil(t *testing.T, recv func() (*routerv1.WatchFleetResponse, error), what string, ok func(*routerv1.WatchFleetResponse) bool) *routerv1.WatchFleetResponse {
+func nextUntil(t *testing.T, recv func() (*routerv1.WatchFleetResponse, error), what string,
+	ok func(*routerv1.WatchFleetResponse) bool) *routerv1.WatchFleetResponse {
 	t.Helper()
 	for {
 		msg, err := recv()
