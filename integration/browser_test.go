@@ -43,6 +43,18 @@ type page struct {
 	artifacts string
 	mu        sync.Mutex
 	problems  []string
+	// expected are the browser's own network log entries a test provokes on
+	// purpose (a 401 that makes the page ask for a key, a 400 for a bad policy):
+	// the URL and status of each.
+	expected []string
+}
+
+// expect says that the browser will log a failed load of path with status, on
+// purpose: it is not a problem.
+func (p *page) expect(path string, status int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expected = append(p.expected, fmt.Sprintf("%d|%s", status, path))
 }
 
 // newPage starts a headless Chromium, or skips the test when there is none.
@@ -86,12 +98,28 @@ func newPage(t *testing.T) *page {
 			}
 			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
 				p.mu.Lock()
-				p.problems = append(p.problems, m.String()+" at "+m.URL)
+				if !p.isExpected(m) {
+					p.problems = append(p.problems, m.String()+" at "+m.URL)
+				}
 				p.mu.Unlock()
 			}
 		}
 	}()
 	return p
+}
+
+// isExpected reports whether m is a failed load the test provoked; p.mu is held.
+func (p *page) isExpected(m chromedp.ConsoleMessage) bool {
+	if m.Source != "network" {
+		return false
+	}
+	for _, e := range p.expected {
+		status, path, _ := strings.Cut(e, "|")
+		if strings.HasSuffix(m.URL, path) && strings.Contains(m.Text, "status of "+status) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
@@ -124,6 +152,10 @@ func eval[T any](p *page, expr string) T {
 // screenshot saves the whole page as name.png among the test's artifacts.
 func (p *page) screenshot(name string) {
 	p.t.Helper()
+	// From the top: the sticky header and chat are drawn where the view is.
+	if _, err := chromedp.Run(p.ctx, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`)); err != nil {
+		p.t.Errorf("scrolling to the top: %v", err)
+	}
 	b, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		p.t.Errorf("screenshot %s: %v", name, err)
@@ -230,9 +262,12 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A follow-up turn reuses the conversation's prefix, cached where the first
 	// ran. (Once that worker's load report says its request is over: until then
-	// the router counts the blocks the request held against it.)
-	p.waitFor("the first request's blocks released", `[...document.querySelectorAll('#fleet-body td[data-used]')].every(td => td.dataset.used === '0')`,
-		10*time.Second)
+	// the router counts the blocks the request held against it. Reports come with
+	// KV events, which the request's own blocks made, and a heartbeat a second
+	// apart; one with the request's blocks cached and nothing running is after it.)
+	p.waitFor("the router's report of the first request over", `[...document.querySelectorAll('#fleet-body tr[data-worker]')].some(tr =>
+		tr.dataset.routed === '1' && Number(tr.dataset.cached) > 0 && tr.dataset.running === '0' &&
+		tr.querySelector('td[data-used]').dataset.used === '0')`, 10*time.Second)
 	p.do("sending a follow-up", chromedp.SetValue(chromedp.CSS("#chat-input"), "What did the fox do next?"), chromedp.Click(chromedp.CSS("#chat-send")))
 	p.waitFor("the second reply", `document.querySelectorAll('.msg.assistant[data-done]').length === 2`, time.Minute)
 	second := eval[string](p, `document.querySelectorAll('.msg.assistant')[1].querySelector('.meta').textContent`)
@@ -273,6 +308,7 @@ func TestConsoleInBrowserAsksForAKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, url := startUp(t, "--api-keys-file", keys)
+	p.expect("/console/events", 401) // the answer that makes the page ask
 	p.do("opening the console", chromedp.Navigate(url+"/"))
 	p.waitFor("the key dialog", `document.getElementById('key-dialog').open`, 20*time.Second)
 	if rows := eval[int](p, `document.querySelectorAll('#fleet-body tr[data-worker]').length`); rows != 0 {
@@ -284,16 +320,41 @@ func TestConsoleInBrowserAsksForAKey(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#key-form button[type=submit]")))
 	p.waitFor("the fleet", `document.querySelectorAll('#fleet-body tr[data-worker]').length === 2`, 20*time.Second)
 	p.screenshot("2-with-key")
-	// The 401 that made the page ask is the browser's own network log, not the
-	// page's: only what came after counts.
-	p.mu.Lock()
-	kept := p.problems[:0]
-	for _, m := range p.problems {
-		if !strings.Contains(m, "401") {
-			kept = append(kept, m)
-		}
-	}
-	p.problems = kept
-	p.mu.Unlock()
 	p.noProblems("with the key")
+}
+
+// With Consul, the page's policy form changes the decode workers' threshold: a
+// value the services would refuse is refused with their words, a good one shows
+// as the policy in force once the workers apply it.
+func TestConsolePolicyFormInBrowser(t *testing.T) {
+	p := newPage(t)
+	a := startConsul(t)
+	consulFlags := []string{"--consul", a.Addr, "--check-interval", "500ms", "--check-timeout", "400ms"}
+	with := func(args ...string) []string { return append(args, consulFlags...) }
+	runService(t, with("prefill", "--listen", "127.0.0.1:0", "--id", "prefill-f")...)
+	runService(t, with("decode", "--listen", "127.0.0.1:0", "--id", "decode-f")...)
+	runService(t, with("router", "--listen", "127.0.0.1:0")...)
+	fe := runService(t, with("frontend", "--listen", "127.0.0.1:0")...)
+	waitHealthy(t, fe.addr)
+
+	p.do("opening the console", chromedp.Navigate("http://"+fe.addr+"/"))
+	p.waitFor("the decode worker's policy", `document.getElementById('decode-policy').textContent.includes('128')`, 30*time.Second)
+	p.do("opening the form", chromedp.Click(chromedp.CSS("#policy-edit")))
+	p.waitFor("the form filled in", `document.querySelector('#policy-form [name=short_prefill_threshold]').value === '128'`, 5*time.Second)
+
+	p.expect("/console/policy", 400)
+	p.do("a negative threshold",
+		chromedp.SetValue(chromedp.CSS("#policy-form [name=short_prefill_threshold]"), "-5"),
+		chromedp.Click(chromedp.CSS(`#policy-form button[data-target=decode]`)))
+	p.waitFor("the refusal", `document.getElementById('policy-result').className.includes('bad')`, 10*time.Second)
+	if msg := eval[string](p, `document.getElementById('policy-result').textContent`); !strings.Contains(msg, "short_prefill_threshold") {
+		t.Errorf("the refusal says %q; want the field named", msg)
+	}
+	p.do("a good threshold",
+		chromedp.SetValue(chromedp.CSS("#policy-form [name=short_prefill_threshold]"), "64"),
+		chromedp.Click(chromedp.CSS(`#policy-form button[data-target=decode]`)))
+	p.waitFor("the write", `document.getElementById('policy-result').className.includes('ok')`, 10*time.Second)
+	p.waitFor("the new threshold in force", `document.getElementById('decode-policy').textContent.includes('64')`, 15*time.Second)
+	p.screenshot("policy-form")
+	p.noProblems("after changing the policy")
 }

@@ -208,7 +208,8 @@ function renderFleet() {
       : el("span", { class: "empty", text: "no report yet" });
     const stateCell = el("td", {}, pill(st, st));
     if (!w.synced) stateCell.append(" ", pill("resync", "resync"));
-    body.append(el("tr", { class: w.draining ? "draining" : "", "data-worker": w.id, "data-state": st },
+    body.append(el("tr", { class: w.draining ? "draining" : "", "data-worker": w.id, "data-state": st,
+      "data-running": w.running, "data-routed": w.routed, "data-cached": w.cached_blocks },
       el("td", { class: "id" }, w.id + " ", pill(w.mode, "mode"), el("div", { class: "addr", text: w.address })),
       stateCell,
       el("td", { class: "num", text: fmtNum(w.running) }),
@@ -494,7 +495,8 @@ $("policy-form").addEventListener("click", async (ev) => {
     if (resp.status === 401) await needKey("That key was refused.");
     if (!resp.ok) throw new Error((answer.error && answer.error.message) || "HTTP " + resp.status);
     out.className = "form-result ok";
-    out.textContent = "Written to Consul; the " + target + " applies it within a second (watch the values above).";
+    out.textContent = "Written to Consul; " + (target === "router" ? "the router applies" : "the decode workers apply") +
+      " it within a second (watch the values above).";
   } catch (e) {
     out.className = "form-result bad";
     out.textContent = e.message;
