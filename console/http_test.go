@@ -23,6 +23,8 @@ func TestPageAndFiles(t *testing.T) {
 		{"GET", "/", 200, "text/html"},
 		{"HEAD", "/", 200, "text/html"},
 		{"GET", "/console/console.js", 200, "text/javascript"},
+		{"GET", "/console/common.js", 200, "text/javascript"},
+		{"GET", "/console/chat.js", 200, "text/javascript"},
 		{"GET", "/console/console.css", 200, "text/css"},
 		{"GET", "/console/favicon.svg", 200, "image/svg+xml"},
 		{"GET", "/console/nothing.js", 404, ""},
