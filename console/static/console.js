@@ -202,26 +202,29 @@ function canvas(id) {
   return { g, w, h };
 }
 
-// axes draws the y gridlines of a chart of height h whose top value is max, and
-// returns the plot's left edge.
-function axes(g, w, h, max, label) {
-  const left = 58, top = 6, bottom = h - 16;
+// frame draws a chart's time axis and returns its plot area.
+function frame(g, w, h) {
+  const f = { left: 58, top: 6, bottom: h - 16, right: w };
+  g.fillStyle = "#6b7785";
+  g.textAlign = "left";
+  g.fillText("−" + HISTORY / 60 + " min", f.left, h - 2);
+  g.textAlign = "right";
+  g.fillText("now", w, h - 2);
+  return f;
+}
+
+// grid draws a horizontal line and its label at each [y, text].
+function grid(g, f, lines) {
   g.strokeStyle = "#eef0f3";
   g.fillStyle = "#6b7785";
   g.textAlign = "right";
-  for (let i = 0; i <= 3; i++) {
-    const y = bottom - ((bottom - top) * i) / 3;
+  for (const [y, text] of lines) {
     g.beginPath();
-    g.moveTo(left, y + 0.5);
-    g.lineTo(w, y + 0.5);
+    g.moveTo(f.left, Math.round(y) + 0.5);
+    g.lineTo(f.right, Math.round(y) + 0.5);
     g.stroke();
-    g.fillText(label((max * i) / 3), left - 6, y + 4);
+    g.fillText(text, f.left - 6, y + 4);
   }
-  g.textAlign = "left";
-  g.fillText("−" + HISTORY / 60 + " min", left, h - 2);
-  g.textAlign = "right";
-  g.fillText("now", w, h - 2);
-  return { left, top, bottom };
 }
 
 function niceMax(v) {
@@ -236,7 +239,8 @@ function drawDecisions() {
   let max = 0;
   for (const t of state.ticks) max = Math.max(max, t.paths.local + t.paths.remote + t.paths.fallback + t.paths.unknown);
   max = niceMax(max);
-  const a = axes(g, w, h, max, (v) => fmtNum(v) + "/s");
+  const a = frame(g, w, h);
+  grid(g, a, [0, 1, 2, 3].map((i) => [a.bottom - ((a.bottom - a.top) * i) / 3, fmtNum((max * i) / 3) + "/s"]));
   const bw = (w - a.left) / HISTORY;
   const scale = (a.bottom - a.top) / max;
   const colors = { local: "#16a34a", remote: "#2563eb", fallback: "#ea580c", unknown: "#9aa5b1" };
@@ -259,10 +263,26 @@ function drawLatency() {
     ["ttft_ms", "p50", "#2563eb"], ["ttft_ms", "p99", "#93c5fd"],
     ["itl_ms", "p50", "#7c3aed"], ["itl_ms", "p99", "#c4b5fd"],
   ];
-  let max = 0;
-  for (const t of state.ticks) for (const [s, p] of series) max = Math.max(max, t[s][p]);
-  max = niceMax(max);
-  const a = axes(g, w, h, max, fmtMs);
+  // A log scale: TTFT and ITL differ by orders of magnitude.
+  let lo = Infinity, hi = 0;
+  for (const t of state.ticks) {
+    for (const [s, p] of series) {
+      if (t[s].count && t[s][p] > 0) {
+        lo = Math.min(lo, t[s][p]);
+        hi = Math.max(hi, t[s][p]);
+      }
+    }
+  }
+  if (!hi) [lo, hi] = [1, 1000];
+  const d0 = Math.floor(Math.log10(lo)), d1 = Math.max(Math.ceil(Math.log10(hi)), d0 + 1);
+  const a = frame(g, w, h);
+  const yOf = (v) => a.bottom - ((Math.log10(Math.max(v, Math.pow(10, d0))) - d0) / (d1 - d0)) * (a.bottom - a.top);
+  const lines = [];
+  for (let d = d0; d <= d1; d++) {
+    const v = Math.pow(10, d);
+    lines.push([yOf(v), v >= 1000 ? v / 1000 + " s" : v + " ms"]);
+  }
+  grid(g, a, lines);
   const step = (w - a.left) / HISTORY;
   for (const [s, p, color] of series) {
     g.strokeStyle = color;
@@ -273,7 +293,7 @@ function drawLatency() {
       const v = t[s][p];
       if (!t[s].count) { pen = false; return; }
       const x = a.left + (HISTORY - state.ticks.length + i + 0.5) * step;
-      const y = a.bottom - (v / max) * (a.bottom - a.top);
+      const y = yOf(v);
       if (pen) g.lineTo(x, y); else g.moveTo(x, y);
       pen = true;
       last = [x, y];
