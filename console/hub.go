@@ -18,12 +18,17 @@ type subscriber struct {
 
 var errClosed = errors.New("console: shutting down")
 
-// frame is one server-sent event.
+// frame is one server-sent event. Every message is one of this package's own
+// types, which marshal unless a number is not finite; such an event is replaced by
+// an "error" event rather than lost silently or allowed to crash a request.
 func frame(event string, v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		// Every message is one of this package's own types, which always marshal.
-		panic(fmt.Sprintf("console: encoding %s: %v", event, err))
+		b, _ = json.Marshal(struct {
+			Event string `json:"event"`
+			Error string `json:"error"`
+		}{event, err.Error()})
+		event = "error"
 	}
 	return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", event, b)
 }

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,5 +68,14 @@ func TestBurstIsSampled(t *testing.T) {
 	}
 	if len(s.recent) != recentRequests {
 		t.Errorf("%d recent requests kept, want %d", len(s.recent), recentRequests)
+	}
+}
+
+// An event that cannot be encoded (a number that is not finite) becomes an error
+// event naming it, not a panic in the request that produced it.
+func TestUnencodableEvent(t *testing.T) {
+	got := string(frame("request", Request{TTFTMs: math.NaN()}))
+	if !strings.HasPrefix(got, "event: error\ndata: {\"event\":\"request\",\"error\":") || !strings.HasSuffix(got, "\n\n") {
+		t.Errorf("frame of a NaN: %q", got)
 	}
 }
