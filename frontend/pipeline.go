@@ -246,12 +246,21 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 	if p.user != "" {
 		log = log.With("user", logSafe(p.user, maxLoggedUser))
 	}
+	// A client gone before the first token is routine, not a failure; it is said
+	// before the backend stream closes, which is what tests wait for.
+	wentAway := func(err error) {
+		if ctx.Err() != nil {
+			log.Info("client went away before the answer", "err", err)
+		}
+	}
 	stream, route, err := f.backend.Generate(ctx, p.req)
 	if err != nil {
+		wentAway(err)
 		return nil, backendError(err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
+		wentAway(err)
 		_ = stream.Close()
 		if errors.Is(err, io.EOF) {
 			return nil, &apiError{code: connect.CodeInternal, upstream: true, msg: "backend: stream ended before its first response"}
