@@ -1,6 +1,9 @@
 package decode
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestDecide(t *testing.T) {
 	warm := Estimate{Warm: true, Local: 0.050, ITLPenalty: 0.010, Remote: 0.030}
@@ -50,5 +53,21 @@ func TestParamsValidate(t *testing.T) {
 	}
 	if err := (Params{Policy: PolicyCost, ShortPrefillThreshold: 256, ITLWeight: 0.25}).Validate(); err != nil {
 		t.Errorf("good params: %v", err)
+	}
+}
+
+// A worker whose engine moves KV itself (handoffs by reference carry no bytes)
+// still warms the cost policy: no bandwidth is needed to move nothing.
+func TestEstimatorWarmsWithoutBytes(t *testing.T) {
+	var e Estimator
+	for range warm {
+		e.ObserveLocal(100, 100*time.Millisecond)
+		e.ObserveRemote(100, 50*time.Millisecond, 0, 0, 60*time.Millisecond)
+	}
+	if !e.Estimate(100, 0, 0, 0, 0, 0).Warm {
+		t.Error("not warm for a handoff of no bytes")
+	}
+	if e.Estimate(100, 1<<20, 0, 0, 0, 0).Warm {
+		t.Error("warm for a handoff of KV chunks with no bandwidth measured")
 	}
 }

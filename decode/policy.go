@@ -162,7 +162,10 @@ func (e *Estimator) Estimate(effective, kvBytes, localQueuedTokens, remoteQueued
 	oh := e.get(&e.overhead, defaultOverhead)
 	local := float64(localQueuedTokens+effective) * lp
 	est := Estimate{
-		Warm:        e.localPerToken.n >= warm && e.remotePerTok.n >= warm && e.bandwidth.n >= warm,
+		// An engine that moves KV itself (a handoff by reference) reports no bytes:
+		// its transfer time is in the measured overhead, and no bandwidth is ever
+		// learnt, nor needed.
+		Warm:        e.localPerToken.n >= warm && e.remotePerTok.n >= warm && (e.bandwidth.n >= warm || kvBytes == 0),
 		Local:       local,
 		ITLPenalty:  itlWeight * float64(running) * float64(effective) * lp,
 		RemoteQueue: float64(remoteQueuedTokens) * rp,

@@ -44,15 +44,18 @@ type Result struct {
 // which frees its blocks, and the stream's context is cancelled, which frees the
 // sender's. The deadline bounds only the handoff: the returned stream lives as long
 // as ctx.
+//
+// An engine that takes KV by reference (engine.RefImporter) is handed it so: the
+// header carries the prefill engine's transfer parameters, which start the
+// engine's decode leg, and the trailer confirms the prefill engine's side.
 func (f Fetch) Run(ctx context.Context, client Client, eng Engine, req engine.Request) (engine.Stream, *Result, error) {
+	if re, ok := eng.(RefEngine); ok {
+		return f.runRef(ctx, client, re, req)
+	}
 	start := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, f.Deadline)
 	defer cancel()
-	headed := sync.OnceFunc(func() {
-		if f.Headed != nil {
-			f.Headed()
-		}
-	})
+	headed := f.headedOnce()
 	defer headed()
 	info := eng.Info()
 	stream, err := client.Prefill(hctx, request(req, f.Skip, f.Deadline))
@@ -94,4 +97,13 @@ func (f Fetch) Run(ctx context.Context, client Client, eng Engine, req engine.Re
 	}
 	committed = true
 	return out, &Result{Stats: st, Skipped: h.Skipped, PrefillCached: h.PrefillCached, Total: time.Since(start)}, nil
+}
+
+// headedOnce is f.Headed, callable any number of times.
+func (f Fetch) headedOnce() func() {
+	return sync.OnceFunc(func() {
+		if f.Headed != nil {
+			f.Headed()
+		}
+	})
 }

@@ -11,11 +11,10 @@
 // them: the sender sees a send function, the receiver a Stream. GRPCClient is the
 // receiving side over grpc-go, with its codec; an in-process pipe serves as well.
 //
-// Room for a handoff by reference: an engine that moves KV itself (NIXL, UCX,
-// Mooncake) would put its transfer parameters in the header and send no chunks.
-// ReadHeader would return them in Header, and Receive would hand them to an
-// importer that can pull them instead of reading chunks; the decision, the ladder
-// and the metrics around the two calls stay as they are.
+// The handoff by reference (ref.go) is the same RPC for engines that move KV
+// themselves (NIXL, UCX, Mooncake): the header carries the prefill engine's
+// transfer parameters, no chunk follows, and the decode worker's engine is given
+// them; the decision, the ladder and the metrics around it are the same.
 package handoff
 
 import (
@@ -50,11 +49,17 @@ func request(req engine.Request, skip int, lease time.Duration) *prefillv1.Prefi
 }
 
 // EngineRequest is what the sender's engine runs for m: the prompt, with m's
-// sampling, for the one token the header carries.
+// sampling, for the one token the header carries. A handoff by reference keeps
+// the rest of the request (max tokens, stop tokens), which an engine's prefill
+// leg carries.
 func EngineRequest(m *prefillv1.PrefillRequest) engine.Request {
 	sp := m.GetSampling()
-	return engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: Sampling(sp), MaxTokens: 1,
+	r := engine.Request{ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: Sampling(sp), MaxTokens: 1,
 		Logprobs: sp.GetLogprobs(), TopLogprobs: min(int(sp.GetTopLogprobs()), engine.MaxTopLogprobs)}
+	if m.GetByReference() {
+		r.MaxTokens, r.StopTokens = int(m.GetMaxTokens()), m.GetStopTokenIds()
+	}
+	return r
 }
 
 // RequestSampling is req's sampling for the wire, with its logprobs request: the

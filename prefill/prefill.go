@@ -117,6 +117,10 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		}
 		s.metrics.requests.WithLabelValues(outcome).Inc()
 	}
+	if m.GetByReference() {
+		defer s.queued.Add(-tokens)
+		return s.serveRef(ctx, m, sendMsg, port, failed)
+	}
 	start := time.Now()
 	exp, err := s.eng.Prefill(ctx, handoff.EngineRequest(m))
 	s.queued.Add(-tokens)
@@ -164,4 +168,39 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 func pastDeadline(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return ok && time.Until(dl) < 50*time.Millisecond
+}
+
+// serveRef is a handoff by reference: the engine runs its own prefill leg and
+// returns transfer parameters, which the header carries to the decode worker's
+// engine; the trailer follows once the engine's side is over.
+func (s *Service) serveRef(ctx context.Context, m *prefillv1.PrefillRequest, sendMsg func(*prefillv1.PrefillResponse) error, port string,
+	failed func(outcome string)) error {
+	re, ok := s.eng.(engine.RefExporter)
+	if !ok {
+		failed("prefill_error")
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("this prefill worker's engine (%s) hands KV over in chunks, not by reference",
+			s.eng.Info().Engine))
+	}
+	start := time.Now()
+	exp, err := re.ExportRef(ctx, handoff.EngineRequest(m))
+	if err != nil {
+		failed("prefill_error")
+		s.log.WarnContext(ctx, "prefill by reference failed", "request_id", m.GetRequestId(), "error", err)
+		return errcode.Error(err)
+	}
+	defer exp.Release()
+	err = handoff.SendRef(ctx, exp, handoff.Meta{
+		RequestID: m.GetRequestId(), WorkerID: s.cfg.WorkerID, PromptTokens: len(m.GetPromptTokenIds()), Layout: s.eng.Info().Layout,
+	}, sendMsg)
+	if se := (*handoff.SendError)(nil); errors.As(err, &se) {
+		failed(se.Outcome)
+		s.log.WarnContext(ctx, "prefill by reference failed", "request_id", m.GetRequestId(), "outcome", se.Outcome, "error", se.Err)
+		return se.Err
+	}
+	s.metrics.queue.Observe(exp.QueueTime().Seconds())
+	s.metrics.compute.Observe(exp.PrefillTime().Seconds())
+	s.metrics.requests.WithLabelValues("ok").Inc()
+	s.log.InfoContext(ctx, "prefill sent by reference", "request_id", m.GetRequestId(), "prompt_tokens", len(m.GetPromptTokenIds()),
+		"port", port, "prefill", exp.PrefillTime(), "total", time.Since(start))
+	return nil
 }

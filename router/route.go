@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -422,6 +423,9 @@ func (r *Router) explain(p Params, effective, gateClass, class int, need candFla
 		}
 		if need&fits != 0 && c.flags&(need&^fits) == need&^fits && c.flags&fits == 0 {
 			note = "busy: not enough free blocks"
+		}
+		if c.st.w.NoKVEvents {
+			note = strings.TrimPrefix(note+"; no KV events from its engine: scored on load alone", "; ")
 		}
 		e.Candidates = append(e.Candidates, &routerv1.CandidateCost{
 			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), UncachedBlocks: uint32(promptBlocks - int(c.cached)),

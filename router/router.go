@@ -37,6 +37,9 @@ type Worker struct {
 	Draining bool
 	// Fingerprint names the weights it serves; a request for other weights skips it.
 	Fingerprint string
+	// NoKVEvents: its engine reports no KV events, so its cache is unknown and
+	// it is scored on load alone.
+	NoKVEvents bool
 }
 
 // PrefillsLocally: an aggregated worker, or a decode worker that may prefill itself.

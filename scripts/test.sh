@@ -81,3 +81,7 @@ fuzz ./services/consul FuzzOverlay
 fuzz ./console FuzzPolicyRequest
 fuzz ./gguf FuzzParse
 fuzz ./engine/quant FuzzMulAdd
+fuzz ./engine/kvevents FuzzDecodeBatch
+fuzz ./engine/openaihttp FuzzParseCompletion
+fuzz ./engine/openaihttp FuzzParseMetrics
+fuzz ./engine/openaihttp FuzzEvents

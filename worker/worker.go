@@ -115,6 +115,9 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	if s.policy != nil {
 		wi.PrefillPolicy = s.policy().GetPolicy()
 	}
+	if r, ok := s.eng.(EventReporter); ok && !r.ReportsKVEvents() {
+		wi.NoKvEvents = true
+	}
 	if s.card != nil {
 		wi.Model = s.card.GetModel()
 	}
@@ -123,6 +126,12 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 
 func (s *Service) Info(context.Context, *connect.Request[workerv1.InfoRequest]) (*connect.Response[workerv1.InfoResponse], error) {
 	return connect.NewResponse(&workerv1.InfoResponse{Info: s.WorkerInfo(), Load: loadProto(s.eng.Stats())}), nil
+}
+
+// EventReporter is implemented by engines that may report no KV cache events
+// (an engine server without a KV event publisher); others do.
+type EventReporter interface {
+	ReportsKVEvents() bool
 }
 
 // Snapshotter is implemented by engines whose pool can list its cached blocks

@@ -112,7 +112,11 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 	}
 	im := &importer{e: e, req: req, spec: spec, blocks: blocks, hashes: hashes,
 		written: make([]bool, spec.NumBlocks)}
+	// Under the lock: when ctx has already ended, AfterFunc runs Abort at once
+	// in another goroutine, which reads stop.
+	im.mu.Lock()
 	im.stop = context.AfterFunc(ctx, im.Abort)
+	im.mu.Unlock()
 	return im, nil
 }
 

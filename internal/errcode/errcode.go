@@ -36,8 +36,12 @@ func Of(err error) connect.Code {
 		return connect.CodeInvalidArgument
 	case errors.Is(err, engine.ErrNoBlocks):
 		return connect.CodeResourceExhausted
-	case errors.Is(err, engine.ErrClosed):
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrUnavailable):
 		return connect.CodeUnavailable
+	case errors.Is(err, engine.ErrRejected):
+		return connect.CodeInvalidArgument
+	case errors.Is(err, engine.ErrNoTransferParams), errors.Is(err, engine.ErrNoExport):
+		return connect.CodeFailedPrecondition
 	case errors.Is(err, engine.ErrLayoutMismatch), errors.Is(err, engine.ErrBadBlock):
 		return connect.CodeFailedPrecondition
 	}

@@ -103,10 +103,28 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s links %v: only services/, cmd/ and integration/ may depend on services/ or cmd/", name, bad)
 			}
 		}
-		// The engine runs a model; it knows no RPC message and no routing.
+		// The engine runs a model; it knows no RPC message and no routing, nor
+		// the serving layers above it (an engine server adapter included).
 		if under(name, "engine") {
-			if bad := violations(p.deps, func(d string) bool { return !under(d, "proto") && !under(d, "router") }); len(bad) > 0 {
-				t.Errorf("%s links %v: the engine imports neither proto nor router", name, bad)
+			above := []string{"handoff", "decode", "prefill", "worker", "frontend"}
+			if bad := violations(p.deps, func(d string) bool {
+				return !under(d, "proto") && !under(d, "router") && !slices.Contains(above, d)
+			}); len(bad) > 0 {
+				t.Errorf("%s links %v: the engine imports neither proto nor router, nor the layers that serve it", name, bad)
+			}
+		}
+		// The decision, the ladder and the handoff do not know which engine is
+		// behind a worker: they see engine.Engine and its optional interfaces.
+		if slices.Contains([]string{"decode", "handoff", "prefill", "worker"}, name) {
+			if bad := violations(p.deps, func(d string) bool { return !strings.HasPrefix(d, "engine/") }); len(bad) > 0 {
+				t.Errorf("%s links %v: it must not know which engine runs the model", name, bad)
+			}
+		}
+		// A fake engine server stands for software outside tandem, built from the
+		// engines' documented protocols: it shares no code with what it tests.
+		if name == "internal/fakeengine" {
+			if bad := violations(p.deps, func(d string) bool { _, ours := pkgs[d]; return !ours }); len(bad) > 0 {
+				t.Errorf("%s links %v: a fake engine server imports no tandem package", name, bad)
 			}
 		}
 	}

@@ -4,6 +4,7 @@
 package workersvc
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,7 +22,6 @@ import (
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/process"
-	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // Config is a worker's flags.
@@ -34,6 +34,7 @@ type Config struct {
 	Model          string
 	ServedName     string
 	Tokenizer      string
+	ChatTemplate   string
 	ContextLength  int
 	Seed           uint64
 	NumBlocks      int
@@ -53,6 +54,9 @@ type Config struct {
 	KVListen        string
 	KVAdvertisePort int
 
+	// GPU is the engine server a vllm, trtllm or sglang worker fronts.
+	GPU GPUEngine
+
 	Consul consul.Config
 }
 
@@ -69,6 +73,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	fs.IntVar(&c.KVAdvertisePort, "kv-advertise-port", 0,
 		"prefill mode: the KV transfer port decode workers reach, when a port mapping or proxy makes it differ from --kv-listen's (0: the same)")
 	c.Consul.RegisterFlags(fs)
+	c.GPU.RegisterFlags(fs)
 	c.RegisterRoleFlags(fs, mode)
 }
 
@@ -77,16 +82,21 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 // and how it finds its peers. mode is the default --mode.
 func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	fs.StringVar(&c.Mode, "mode", mode, "aggregated, decode (conditional disaggregation) or prefill")
-	fs.StringVar(&c.Engine, "engine", "native", "engine: native (pure-Go transformer) or sim (timing model, no compute)")
-	fs.StringVar(&c.Model, "model", DefaultModel, "native engine: the model to serve: "+models.Stories260KName+
+	fs.StringVar(&c.Engine, "engine", "native", "engine: native (pure-Go transformer), sim (timing model, no compute), "+
+		"or a GPU engine server at --engine-url: vllm, trtllm or sglang")
+	fs.StringVar(&c.Model, "model", DefaultModel, "vllm, trtllm, sglang: the engine's served model id (default: the one it serves); "+
+		"native engine: the model to serve: "+models.Stories260KName+
 		" (embedded, a real trained model), the path of a GGUF file (llama or qwen2 architecture), or a random-weight benchmark shape: "+
 		strings.Join(native.Models(), ", "))
 	fs.StringVar(&c.ServedName, "served-model-name", "", "the model id clients name in requests (default: the GGUF's general.name, else its file name)")
-	fs.StringVar(&c.Tokenizer, "tokenizer", "", "a Hugging Face tokenizer.json the frontend tokenizes with, instead of the model file's own tokenizer")
-	fs.IntVar(&c.ContextLength, "max-model-len", 0, "native engine: cap the model's context length in tokens (0: the model's own)")
+	fs.StringVar(&c.Tokenizer, "tokenizer", "", "a Hugging Face tokenizer.json (or, for vllm, trtllm and sglang, a GGUF file) the frontend "+
+		"tokenizes with, instead of the model file's own tokenizer; required with a GPU engine")
+	fs.StringVar(&c.ChatTemplate, "chat-template", "", "a file holding the model's Jinja chat template, published in the model card "+
+		"(default: the GGUF's own; a tokenizer.json carries none)")
+	fs.IntVar(&c.ContextLength, "max-model-len", 0, "cap the model's context length in tokens (0: the model's own, or the GPU engine's max_model_len)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the model's weights (or of the sim engine's tokens)")
-	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default)")
-	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's")
+	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default; a GPU engine's from its metrics)")
+	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's, and a GPU engine's own")
 	fs.Float64Var(&c.SimTimeScale, "sim-time-scale", 1, "sim engine: multiply every modelled time by this (0: no waiting)")
 	c.Decode = decode.DefaultConfig()
 	d := &c.Decode
@@ -170,15 +180,22 @@ func (c *Config) Validate() error {
 		return errors.New("--sim-time-scale must not be negative")
 	}
 	if c.Tokenizer != "" {
-		b, err := os.ReadFile(c.Tokenizer)
-		if err != nil {
-			return fmt.Errorf("--tokenizer: %w", err)
-		}
-		if _, err := tokenizer.FromHuggingFace(b); err != nil {
+		if _, _, err := loadTokenizer(c.Tokenizer); err != nil {
 			return fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
 		}
 	}
+	if c.ChatTemplate != "" {
+		if _, err := os.ReadFile(c.ChatTemplate); err != nil {
+			return fmt.Errorf("--chat-template: %w", err)
+		}
+	}
+	if !isGPU(c.Engine) && (c.GPU.URL != "" || c.GPU.KVEvents.Endpoint != "" || c.GPU.Bootstrap != "") {
+		return fmt.Errorf("--engine-url, --kv-events-endpoint and --engine-bootstrap are for GPU engines (%s), not --engine %s",
+			strings.Join(GPUEngines, ", "), c.Engine)
+	}
 	switch c.Engine {
+	case "vllm", "trtllm", "sglang":
+		return c.validateGPU()
 	case "sim":
 	case "native":
 		if c.Model == "" {
@@ -188,14 +205,17 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--max-model-len %d must not be negative", c.ContextLength)
 		}
 	default:
-		return fmt.Errorf("--engine %q: want native or sim", c.Engine)
+		return fmt.Errorf("--engine %q: want native, sim, vllm, trtllm or sglang", c.Engine)
 	}
 	return nil
 }
 
-// NewEngine builds the configured engine.
-func (c *Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
+// NewEngine builds the configured engine; a GPU engine's is waited for until it
+// serves (--engine-wait) or ctx ends.
+func (c *Config) NewEngine(ctx context.Context, log *slog.Logger) (engine.Engine, error) {
 	switch c.Engine {
+	case "vllm", "trtllm", "sglang":
+		return c.gpuEngine(ctx, log)
 	case "native":
 		return native.New(native.Config{Model: c.Model, ContextLength: c.ContextLength, Seed: c.Seed,
 			NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log})

@@ -27,7 +27,7 @@ func TestModelCard(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			c.cfg.BlockSize = 16
 			c.cfg.NumBlocks = 64
-			eng, err := c.cfg.NewEngine(slog.New(slog.DiscardHandler))
+			eng, err := c.cfg.NewEngine(t.Context(), slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestTokenizerFlag(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("tokenizer.json: %v", err)
 	}
-	eng, err := cfg.NewEngine(slog.New(slog.DiscardHandler))
+	eng, err := cfg.NewEngine(t.Context(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestModelWithoutTokenizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{Engine: "native", Model: path, BlockSize: 16, NumBlocks: 16}
-	eng, err := cfg.NewEngine(slog.New(slog.DiscardHandler))
+	eng, err := cfg.NewEngine(t.Context(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/sglang"
 	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/prefill"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
@@ -49,7 +51,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		return nil, err
 	}
 	mode, _ := cfg.WorkerMode()
-	eng, err := cfg.NewEngine(env.Logger)
+	eng, err := cfg.NewEngine(ctx, env.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -116,6 +118,17 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	meta := map[string]string{
 		"mode": cfg.Mode, "model": s.worker.WorkerInfo().GetModel(), "engine": info.Engine, "block_size": strconv.Itoa(info.Layout.BlockSize),
 		"kv_blocks": strconv.Itoa(info.TotalBlocks), "version": process.Version(),
+	}
+	if s.worker.WorkerInfo().GetNoKvEvents() {
+		meta["kv_events"] = "none" // routing scores this worker on load alone
+	}
+	if cfg.Engine == "sglang" && mode == workerv1.WorkerMode_WORKER_MODE_PREFILL {
+		if d, err := cfg.dialect(); err == nil {
+			if b, ok := d.Disagg.(sglang.Bootstrap); ok {
+				// For operators: decode engines are told it in each handoff's header.
+				meta["engine_bootstrap"] = net.JoinHostPort(b.Host, strconv.Itoa(b.Port))
+			}
+		}
 	}
 	if port := s.worker.WorkerInfo().GetKvTransferPort(); port != 0 {
 		// For operators reading the catalog; decode workers take it from WorkerInfo.

@@ -37,8 +37,17 @@ type PrefillRequest struct {
 	Lease *durationpb.Duration `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
 	// The most chunks the receiver wants in flight; the server caps it.
 	MaxInflightChunks uint32 `protobuf:"varint,6,opt,name=max_inflight_chunks,json=maxInflightChunks,proto3" json:"max_inflight_chunks,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A handoff by reference: the receiver's engine moves the KV itself (vLLM's
+	// NixlConnector, TensorRT-LLM's cache transceiver, SGLang's bootstrap), so the
+	// header carries the prefill engine's transfer parameters and no chunk follows.
+	ByReference bool `protobuf:"varint,7,opt,name=by_reference,json=byReference,proto3" json:"by_reference,omitempty"`
+	// The rest of the request, for a handoff by reference: an engine's prefill leg
+	// carries the client's request as its decode leg does (SGLang sends the same
+	// body to both servers; vLLM's prefill leg keeps the stop tokens).
+	MaxTokens     uint32   `protobuf:"varint,8,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	StopTokenIds  []uint32 `protobuf:"varint,9,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefillRequest) Reset() {
@@ -113,6 +122,27 @@ func (x *PrefillRequest) GetMaxInflightChunks() uint32 {
 	return 0
 }
 
+func (x *PrefillRequest) GetByReference() bool {
+	if x != nil {
+		return x.ByReference
+	}
+	return false
+}
+
+func (x *PrefillRequest) GetMaxTokens() uint32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *PrefillRequest) GetStopTokenIds() []uint32 {
+	if x != nil {
+		return x.StopTokenIds
+	}
+	return nil
+}
+
 type Header struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	RequestId    string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -129,8 +159,12 @@ type Header struct {
 	WorkerId            string `protobuf:"bytes,9,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// The first token's, when the request's sampling asked for logprobs.
 	FirstTokenLogprobs *v1.TokenLogprobs `protobuf:"bytes,10,opt,name=first_token_logprobs,json=firstTokenLogprobs,proto3" json:"first_token_logprobs,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// A handoff by reference: the prefill engine's transfer parameters, opaque to
+	// tandem, for the decode worker's engine. Only the trailer follows, once the
+	// prefill engine's side of the transfer is over.
+	TransferParams []byte `protobuf:"bytes,11,opt,name=transfer_params,json=transferParams,proto3" json:"transfer_params,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Header) Reset() {
@@ -229,6 +263,13 @@ func (x *Header) GetWorkerId() string {
 func (x *Header) GetFirstTokenLogprobs() *v1.TokenLogprobs {
 	if x != nil {
 		return x.FirstTokenLogprobs
+	}
+	return nil
+}
+
+func (x *Header) GetTransferParams() []byte {
+	if x != nil {
+		return x.TransferParams
 	}
 	return nil
 }
@@ -381,7 +422,8 @@ func (x *Trailer) GetTransferTime() *durationpb.Duration {
 }
 
 // PrefillResponse is one message of the handoff: exactly one header, then chunks in
-// block order with no gaps, then exactly one trailer.
+// block order with no gaps (none for a handoff by reference), then exactly one
+// trailer.
 type PrefillResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -484,7 +526,7 @@ var File_tandem_prefill_v1_prefill_proto protoreflect.FileDescriptor
 
 const file_tandem_prefill_v1_prefill_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftandem/prefill/v1/prefill.proto\x12\x11tandem.prefill.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\x99\x02\n" +
+	"\x1ftandem/prefill/v1/prefill.proto\x12\x11tandem.prefill.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\x81\x03\n" +
 	"\x0ePrefillRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -493,7 +535,11 @@ const file_tandem_prefill_v1_prefill_proto_rawDesc = "" +
 	"\vskip_blocks\x18\x04 \x01(\rR\n" +
 	"skipBlocks\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12.\n" +
-	"\x13max_inflight_chunks\x18\x06 \x01(\rR\x11maxInflightChunks\"\xaa\x03\n" +
+	"\x13max_inflight_chunks\x18\x06 \x01(\rR\x11maxInflightChunks\x12!\n" +
+	"\fby_reference\x18\a \x01(\bR\vbyReference\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\b \x01(\rR\tmaxTokens\x12$\n" +
+	"\x0estop_token_ids\x18\t \x03(\rR\fstopTokenIds\"\xd3\x03\n" +
 	"\x06Header\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -509,7 +555,8 @@ const file_tandem_prefill_v1_prefill_proto_rawDesc = "" +
 	"\x15prefill_cached_blocks\x18\b \x01(\rR\x13prefillCachedBlocks\x12\x1b\n" +
 	"\tworker_id\x18\t \x01(\tR\bworkerId\x12Q\n" +
 	"\x14first_token_logprobs\x18\n" +
-	" \x01(\v2\x1f.tandem.worker.v1.TokenLogprobsR\x12firstTokenLogprobs\"u\n" +
+	" \x01(\v2\x1f.tandem.worker.v1.TokenLogprobsR\x12firstTokenLogprobs\x12'\n" +
+	"\x0ftransfer_params\x18\v \x01(\fR\x0etransferParams\"u\n" +
 	"\x05Chunk\x12\x1f\n" +
 	"\vfirst_block\x18\x01 \x01(\rR\n" +
 	"firstBlock\x12\x1f\n" +

@@ -446,8 +446,12 @@ type WorkerInfo struct {
 	// transport tuned for bulk data, on the same host as the address this worker was
 	// reached at. 0: call Prefill on the main port.
 	KvTransferPort uint32 `protobuf:"varint,9,opt,name=kv_transfer_port,json=kvTransferPort,proto3" json:"kv_transfer_port,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The worker's engine reports no KV cache events (an engine server without a
+	// KV event publisher): the router knows nothing of its prefix cache and
+	// scores it on load alone.
+	NoKvEvents    bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -541,6 +545,13 @@ func (x *WorkerInfo) GetKvTransferPort() uint32 {
 		return x.KvTransferPort
 	}
 	return 0
+}
+
+func (x *WorkerInfo) GetNoKvEvents() bool {
+	if x != nil {
+		return x.NoKvEvents
+	}
+	return false
 }
 
 // Load is a worker's instantaneous load.
@@ -1577,7 +1588,7 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"block_size\x18\x05 \x01(\rR\tblockSize\x12\x1f\n" +
 	"\vblock_bytes\x18\x06 \x01(\x04R\n" +
 	"blockBytes\x12+\n" +
-	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xbe\x02\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xe0\x02\n" +
 	"\n" +
 	"WorkerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
@@ -1588,7 +1599,10 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\ftotal_blocks\x18\x06 \x01(\rR\vtotalBlocks\x12\x18\n" +
 	"\aversion\x18\a \x01(\tR\aversion\x12%\n" +
 	"\x0eprefill_policy\x18\b \x01(\tR\rprefillPolicy\x12(\n" +
-	"\x10kv_transfer_port\x18\t \x01(\rR\x0ekvTransferPort\"\xf0\x01\n" +
+	"\x10kv_transfer_port\x18\t \x01(\rR\x0ekvTransferPort\x12 \n" +
+	"\fno_kv_events\x18\n" +
+	" \x01(\bR\n" +
+	"noKvEvents\"\xf0\x01\n" +
 	"\x04Load\x12+\n" +
 	"\x11running_sequences\x18\x01 \x01(\rR\x10runningSequences\x12+\n" +
 	"\x11waiting_sequences\x18\x02 \x01(\rR\x10waitingSequences\x12%\n" +

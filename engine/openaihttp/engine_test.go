@@ -1,0 +1,245 @@
+package openaihttp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/openaihttp"
+	"github.com/tandem-serve/tandem/engine/sglang"
+	"github.com/tandem-serve/tandem/engine/trtllm"
+	"github.com/tandem-serve/tandem/engine/vllm"
+	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/tokenizer"
+)
+
+func cl100k(t *testing.T) tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.CL100K()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func dialect(k fakeengine.Kind) openaihttp.Dialect {
+	switch k {
+	case fakeengine.TRTLLM:
+		return trtllm.Dialect()
+	case fakeengine.SGLang:
+		return sglang.Dialect(sglang.Bootstrap{Host: "10.0.0.9", Port: 8998})
+	}
+	return vllm.Dialect()
+}
+
+func connect(t *testing.T, f *fakeengine.Server, mode openaihttp.TokenMode) *openaihttp.Engine {
+	t.Helper()
+	e, err := openaihttp.New(t.Context(), openaihttp.Config{
+		URL: f.URL(), Dialect: dialect(f.Kind), Tokenizer: cl100k(t), BlockSize: 16, TokenMode: mode,
+		MetricsInterval: 20 * time.Millisecond, ContextLength: 4096,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func drain(t *testing.T, s engine.Stream) []uint32 {
+	t.Helper()
+	defer s.Close()
+	var out []uint32
+	for {
+		tok, err := s.Next(t.Context())
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tok)
+	}
+}
+
+// The local path sends exactly the documented body (token ids in, token ids
+// asked back) and streams the engine's token ids; the served model id and the
+// context length come from /v1/models.
+func TestGenerateBody(t *testing.T) {
+	for _, c := range []struct {
+		kind fakeengine.Kind
+		body string
+	}{
+		{fakeengine.VLLM, `{"model":"fake-model","prompt":[1,2,3],"max_tokens":4,"temperature":0.5,"top_p":0.9,"top_k":40,"seed":7,"stream":true,` +
+			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"return_token_ids":true}`},
+		{fakeengine.SGLang, `{"model":"fake-model","prompt":[1,2,3],"max_tokens":4,"temperature":0.5,"top_p":0.9,"top_k":40,"seed":7,"stream":true,` +
+			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"return_token_ids":true}`},
+		{fakeengine.TRTLLM, `{"model":"fake-model","prompt":[1,2,3],"max_tokens":4,"temperature":0.5,"top_p":0.9,"top_k":40,"seed":7,"stream":true,` +
+			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"detokenize":false}`},
+	} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			f := (&fakeengine.Server{Kind: c.kind, TokenIDs: true}).Start(t)
+			e := connect(t, f, openaihttp.TokenAuto)
+			if e.TokenMode() != openaihttp.TokenIDs {
+				t.Fatalf("token mode %s, want token_ids", e.TokenMode())
+			}
+			if info := e.Info(); info.Model != "fake-model" || info.Engine != string(c.kind) || info.Layout.Fingerprint != string(c.kind)+"/fake-model" {
+				t.Errorf("info %+v", info)
+			}
+			s, err := e.Generate(t.Context(), engine.Request{ID: "req-1", Prompt: []uint32{1, 2, 3}, MaxTokens: 4, StopTokens: []uint32{99},
+				Sampling: engine.Sampling{Temperature: 0.5, TopP: 0.9, TopK: 40, Seed: 7}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := drain(t, s); !slices.Equal(got, []uint32{11, 12, 13, 14}) {
+				t.Errorf("tokens %v", got)
+			}
+			if s.Finish() != engine.FinishLength || s.Usage().CompletionTokens != 4 || s.Usage().PromptTokens != 3 {
+				t.Errorf("finish %v usage %+v", s.Finish(), s.Usage())
+			}
+			reqs := f.Completions()
+			if len(reqs) != 1 || string(reqs[0].Body) != c.body || reqs[0].RequestID != "req-1" {
+				t.Errorf("sent %d requests; body\n%s\nwant\n%s", len(reqs), reqs[0].Body, c.body)
+			}
+		})
+	}
+}
+
+// TRT-LLM does not report max_model_len: the worker must be told.
+func TestContextLengthRequired(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.TRTLLM, TokenIDs: true}).Start(t)
+	_, err := openaihttp.New(t.Context(), openaihttp.Config{URL: f.URL(), Dialect: trtllm.Dialect(), Tokenizer: cl100k(t), BlockSize: 16})
+	if err == nil || !strings.Contains(err.Error(), "--max-model-len") {
+		t.Fatalf("New: %v", err)
+	}
+}
+
+// Engines that stream no token ids still work: logprob token ids where the engine
+// names tokens by id, else the text tokenized here.
+func TestTokenModes(t *testing.T) {
+	tok := cl100k(t)
+	words := tok.Encode(" Once upon a time, a little fox")
+	for _, c := range []struct {
+		name                 string
+		tokenIDs, logprobIDs bool
+		want                 openaihttp.TokenMode
+	}{
+		{"return_token_ids", true, true, openaihttp.TokenIDs},
+		{"logprobs", false, true, openaihttp.LogprobTokens},
+		{"text", false, false, openaihttp.TextTokens},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: c.tokenIDs, LogprobIDs: c.logprobIDs, Output: words,
+				Text: func(id uint32) string { return tok.Decode([]uint32{id}) }}).Start(t)
+			e := connect(t, f, openaihttp.TokenAuto)
+			if e.TokenMode() != c.want {
+				t.Fatalf("token mode %s, want %s", e.TokenMode(), c.want)
+			}
+			s, err := e.Generate(t.Context(), engine.Request{ID: "r", Prompt: []uint32{1}, MaxTokens: len(words)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := drain(t, s); !slices.Equal(got, words) {
+				t.Errorf("tokens %v, want %v", got, words)
+			}
+		})
+	}
+}
+
+// A stop token ends the stream and is not returned, whether or not the engine
+// put it in its token ids.
+func TestStopToken(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, Output: []uint32{11, 12, 99, 13}}).Start(t)
+	e := connect(t, f, openaihttp.TokenIDs)
+	s, err := e.Generate(t.Context(), engine.Request{ID: "r", Prompt: []uint32{1}, MaxTokens: 8, StopTokens: []uint32{99}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, s); !slices.Equal(got, []uint32{11, 12}) || s.Finish() != engine.FinishStop {
+		t.Errorf("tokens %v finish %v", got, s.Finish())
+	}
+}
+
+// Logprobs asked for come back, the alternatives named by id.
+func TestLogprobs(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, LogprobIDs: true}).Start(t)
+	e := connect(t, f, openaihttp.TokenIDs)
+	s, err := e.Generate(t.Context(), engine.Request{ID: "r", Prompt: []uint32{1}, MaxTokens: 2, Logprobs: true, TopLogprobs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Next(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lp := s.Logprobs()
+	if lp == nil || lp.Logprob != -0.5 || len(lp.Top) != 2 || lp.Top[0].Token != 11 || lp.Top[1].Token != 12 {
+		t.Errorf("logprobs %+v", lp)
+	}
+	var body struct {
+		Logprobs               *int `json:"logprobs"`
+		ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+	}
+	_ = json.Unmarshal(f.Completions()[0].Body, &body)
+	if body.Logprobs == nil || *body.Logprobs != 2 || !body.ReturnTokensAsTokenIDs {
+		t.Errorf("body %s", f.Completions()[0].Body)
+	}
+}
+
+// Closing a stream, or cancelling its context, cancels the engine's HTTP request.
+func TestCancelReachesEngine(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, TokenDelay: 20 * time.Millisecond}).Start(t)
+	e := connect(t, f, openaihttp.TokenIDs)
+	ctx, cancel := context.WithCancel(t.Context())
+	s, err := e.Generate(ctx, engine.Request{ID: "req-cancel", Prompt: []uint32{1}, MaxTokens: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := s.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Next after cancel: %v", err)
+	}
+	select {
+	case id := <-f.Cancelled():
+		if id != "req-cancel" {
+			t.Errorf("engine saw %q cancelled", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the engine never saw the request cancelled")
+	}
+}
+
+// Load comes from each engine's own metric names.
+func TestLoad(t *testing.T) {
+	for _, k := range []fakeengine.Kind{fakeengine.VLLM, fakeengine.TRTLLM, fakeengine.SGLang} {
+		t.Run(string(k), func(t *testing.T) {
+			f := (&fakeengine.Server{Kind: k, TokenIDs: true, Running: 3, Waiting: 2, KVUsage: 0.25, TotalBlocks: 1000}).Start(t)
+			e, err := openaihttp.New(t.Context(), openaihttp.Config{URL: f.URL(), Dialect: dialect(k), Tokenizer: cl100k(t), BlockSize: 16,
+				MetricsInterval: 10 * time.Millisecond, ContextLength: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			want := engine.Stats{TotalBlocks: 1000, ActiveBlocks: 250, FreeBlocks: 750, Running: 3, Waiting: 2}
+			if k == fakeengine.SGLang { // reports no pool size
+				want = engine.Stats{TotalBlocks: openaihttp.DefaultTotalBlocks, ActiveBlocks: openaihttp.DefaultTotalBlocks / 4,
+					FreeBlocks: openaihttp.DefaultTotalBlocks * 3 / 4, Running: 3, Waiting: 2}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for e.Stats() != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("stats %+v, want %+v", e.Stats(), want)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}

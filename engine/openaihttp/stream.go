@@ -1,0 +1,202 @@
+package openaihttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/tandem-serve/tandem/engine"
+)
+
+// stream is one streamed completion, token by token.
+type stream struct {
+	e      *Engine
+	req    engine.Request
+	ctx    context.Context // the HTTP request's
+	cancel context.CancelFunc
+	body   io.ReadCloser
+	ev     *events
+	text   *textTokens // text mode
+
+	pending   []uint32
+	pendingLP []*engine.TokenLogprobs
+	lastLP    *engine.TokenLogprobs
+	finish    engine.FinishReason
+	finished  bool // the engine sent a finish reason
+	done      bool
+	returned  int
+	usage     engine.Usage
+	closeOnce sync.Once
+}
+
+func newStream(e *Engine, req engine.Request, ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *stream {
+	s := &stream{e: e, req: req, ctx: ctx, cancel: cancel, body: body, ev: newEvents(body),
+		usage: engine.Usage{PromptTokens: len(req.Prompt)}}
+	if e.mode == TextTokens {
+		s.text = &textTokens{tok: e.cfg.Tokenizer}
+	}
+	return s
+}
+
+// Next returns the next token; io.EOF after the last. A stop token ends the
+// stream and is not returned, as engine.Stream requires, whether or not the
+// engine included it in its token ids.
+func (s *stream) Next(ctx context.Context) (uint32, error) {
+	// The caller's context may differ from the one the request was started
+	// with: either ending aborts the engine's request.
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	for len(s.pending) == 0 {
+		if s.done {
+			return 0, io.EOF
+		}
+		if err := s.read(); err != nil {
+			s.Close()
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			if s.ctx.Err() != nil {
+				return 0, s.ctx.Err()
+			}
+			return 0, err
+		}
+	}
+	tok := s.pending[0]
+	s.pending = s.pending[1:]
+	s.lastLP = nil
+	if len(s.pendingLP) > 0 {
+		s.lastLP, s.pendingLP = s.pendingLP[0], s.pendingLP[1:]
+	}
+	if slices.Contains(s.req.StopTokens, tok) {
+		s.end(engine.FinishStop)
+		return 0, io.EOF
+	}
+	s.returned++
+	if s.req.MaxTokens > 0 && s.returned >= s.req.MaxTokens {
+		// The engine stops there too; what it sent beyond is not the client's.
+		s.pending, s.pendingLP = nil, nil
+		if !s.finished {
+			s.finish, s.finished = engine.FinishLength, true
+		}
+		s.done = true
+	}
+	return tok, nil
+}
+
+func (s *stream) end(f engine.FinishReason) {
+	s.finish, s.finished, s.done = f, true, true
+	s.pending, s.pendingLP = nil, nil
+}
+
+// read takes the next event off the wire into pending.
+func (s *stream) read() error {
+	data, err := s.ev.next()
+	switch {
+	case errors.Is(err, errDone), errors.Is(err, io.EOF) && s.finished:
+		s.flushText()
+		if !s.finished {
+			// A stream that ends with [DONE] but no finish reason ended on its own.
+			s.finish, s.finished = engine.FinishStop, true
+		}
+		s.done = true
+		return nil
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("%s: stream ended without a finish reason after %d tokens: %w", s.e.d.Name, s.returned, io.ErrUnexpectedEOF)
+	case err != nil:
+		return fmt.Errorf("%s: reading the stream: %w", s.e.d.Name, err)
+	}
+	chunk, err := ParseCompletion(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.e.d.Name, err)
+	}
+	if u := chunk.Usage; u != nil {
+		s.usage.PromptTokens = u.PromptTokens
+		if d := u.PromptTokensDetails; d != nil {
+			s.usage.CachedTokens = d.CachedTokens
+		}
+	}
+	for _, c := range chunk.Choices {
+		if c.Index != 0 {
+			continue // tandem asks for one choice
+		}
+		toks, err := s.tokens(c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.e.d.Name, err)
+		}
+		if s.req.Logprobs {
+			lps := logprobsOf(c.Logprobs, len(toks), s.req.TopLogprobs)
+			s.pendingLP = append(s.pendingLP, lps...)
+		}
+		s.pending = append(s.pending, toks...)
+		if c.FinishReason != nil && *c.FinishReason != "" {
+			switch *c.FinishReason {
+			case "length":
+				s.finish = engine.FinishLength
+			case "abort":
+				return fmt.Errorf("%w: %s aborted the request", engine.ErrUnavailable, s.e.d.Name)
+			default: // "stop", and reasons OpenAI added since ("content_filter")
+				s.finish = engine.FinishStop
+			}
+			s.finished = true
+			s.flushText()
+		}
+	}
+	return nil
+}
+
+// tokens are a choice's new token ids, read as the engine's token mode says.
+func (s *stream) tokens(c Choice) ([]uint32, error) {
+	var toks []uint32
+	switch s.e.mode {
+	case TokenIDs:
+		toks = c.TokenIDs
+	case LogprobTokens:
+		if c.Logprobs != nil {
+			for _, t := range c.Logprobs.Tokens {
+				id, ok := tokenIDOf(t)
+				if !ok {
+					return nil, fmt.Errorf("logprobs token %q is not token_id:N (is return_tokens_as_token_ids honoured?)", t)
+				}
+				toks = append(toks, id)
+			}
+		}
+	case TextTokens:
+		toks = s.text.add(c.Text)
+	}
+	vocab := uint32(s.e.cfg.Tokenizer.VocabSize())
+	for _, t := range toks {
+		if t >= vocab {
+			return nil, fmt.Errorf("token id %d is outside the tokenizer's vocabulary of %d: is --tokenizer the model's?", t, vocab)
+		}
+	}
+	return toks, nil
+}
+
+func (s *stream) flushText() {
+	if s.text != nil {
+		s.pending = append(s.pending, s.text.flush()...)
+	}
+}
+
+func (s *stream) Logprobs() *engine.TokenLogprobs { return s.lastLP }
+func (s *stream) Finish() engine.FinishReason     { return s.finish }
+
+// Usage counts the tokens this stream returned, which is what the client was
+// sent (in text mode, tokenized here), and the prompt and cache as the engine
+// reported them.
+func (s *stream) Usage() engine.Usage {
+	u := s.usage
+	u.CompletionTokens = s.returned
+	return u
+}
+
+// Close cancels the engine's request, which aborts it there and frees its KV.
+func (s *stream) Close() {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		_ = s.body.Close()
+	})
+}

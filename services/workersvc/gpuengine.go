@@ -1,0 +1,196 @@
+package workersvc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/kvevents"
+	"github.com/tandem-serve/tandem/engine/openaihttp"
+	"github.com/tandem-serve/tandem/engine/sglang"
+	"github.com/tandem-serve/tandem/engine/trtllm"
+	"github.com/tandem-serve/tandem/engine/vllm"
+	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/tokenizer"
+)
+
+// GPUEngines are the engine servers a worker can front (--engine).
+var GPUEngines = []string{"vllm", "trtllm", "sglang"}
+
+// GPUEngine is how a worker reaches a GPU engine server.
+type GPUEngine struct {
+	URL             string
+	TokenMode       string
+	MetricsInterval time.Duration
+	Wait            time.Duration
+	// Bootstrap is an SGLang prefill server's bootstrap server as decode servers
+	// reach it, host:port.
+	Bootstrap string
+	// KVEvents is the engine's KV event publisher (vLLM's --kv-events-config).
+	KVEvents kvevents.SubscriberConfig
+}
+
+// RegisterFlags registers the GPU engine flags.
+func (g *GPUEngine) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&g.URL, "engine-url", "", "vllm, trtllm, sglang: the engine server's HTTP address, e.g. http://gpu-host:8000")
+	fs.StringVar(&g.TokenMode, "engine-token-ids", string(openaihttp.TokenAuto),
+		"vllm, trtllm, sglang: how generated token ids come back: auto (ask the engine at start), token_ids, logprobs (vLLM's "+
+			"return_tokens_as_token_ids) or text (tokenize the streamed text with --tokenizer)")
+	fs.DurationVar(&g.MetricsInterval, "engine-metrics-interval", time.Second, "vllm, trtllm, sglang: how often the engine's load is scraped")
+	fs.DurationVar(&g.Wait, "engine-wait", 10*time.Minute, "vllm, trtllm, sglang: how long to wait at start for the engine to serve its model")
+	fs.StringVar(&g.Bootstrap, "engine-bootstrap", "", "sglang prefill workers: the engine's bootstrap server as decode engines reach it, "+
+		"host:port (default: --engine-url's host and port "+strconv.Itoa(sglang.DefaultBootstrapPort)+")")
+	fs.StringVar(&g.KVEvents.Endpoint, "kv-events-endpoint", "", "vllm (and engines that publish vLLM's KV events): the engine's ZMQ "+
+		"publisher, e.g. tcp://gpu-host:5557 (dialled), or tcp://*:5557 to listen for a publisher that dials (empty: no events; routing uses load alone)")
+	fs.StringVar(&g.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "the engine's KV event replay socket, e.g. tcp://gpu-host:5558 "+
+		"(empty: a lost event resynchronises instead of replaying)")
+	fs.StringVar(&g.KVEvents.Topic, "kv-events-topic", "", "the KV events' ZMQ topic (vLLM's kv-events-config topic)")
+}
+
+func isGPU(name string) bool { return slices.Contains(GPUEngines, name) }
+
+// validateGPU checks the flags of a worker fronting an engine server.
+func (c *Config) validateGPU() error {
+	g := c.GPU
+	u, err := url.Parse(g.URL)
+	if g.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--engine %s needs --engine-url http://host:port (got %q)", c.Engine, g.URL)
+	}
+	if c.Tokenizer == "" {
+		return fmt.Errorf("--engine %s needs --tokenizer: the model's tokenizer.json or a GGUF file", c.Engine)
+	}
+	if !slices.Contains(openaihttp.TokenModes, openaihttp.TokenMode(g.TokenMode)) {
+		return fmt.Errorf("--engine-token-ids %q: want one of %v", g.TokenMode, openaihttp.TokenModes)
+	}
+	if g.MetricsInterval <= 0 || g.Wait < 0 {
+		return errors.New("--engine-metrics-interval must be positive and --engine-wait not negative")
+	}
+	if g.Bootstrap != "" {
+		if c.Engine != "sglang" {
+			return fmt.Errorf("--engine-bootstrap is for --engine sglang, not %s", c.Engine)
+		}
+		if _, _, err := bootstrapAddr(g.Bootstrap); err != nil {
+			return fmt.Errorf("--engine-bootstrap %q: %v", g.Bootstrap, err)
+		}
+	}
+	if c.ContextLength < 0 {
+		return fmt.Errorf("--max-model-len %d must not be negative", c.ContextLength)
+	}
+	return g.KVEvents.Validate()
+}
+
+func bootstrapAddr(hp string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 || host == "" {
+		return "", 0, errors.New("want host:port")
+	}
+	return host, port, nil
+}
+
+// dialect is the engine's, with an SGLang prefill worker's bootstrap server.
+func (c *Config) dialect() (openaihttp.Dialect, error) {
+	switch c.Engine {
+	case "vllm":
+		return vllm.Dialect(), nil
+	case "trtllm":
+		return trtllm.Dialect(), nil
+	case "sglang":
+		b := sglang.Bootstrap{}
+		if hp := c.GPU.Bootstrap; hp != "" {
+			b.Host, b.Port, _ = bootstrapAddr(hp)
+		} else if u, err := url.Parse(c.GPU.URL); err == nil {
+			b.Host, b.Port = u.Hostname(), sglang.DefaultBootstrapPort
+		}
+		return sglang.Dialect(b), nil
+	}
+	return openaihttp.Dialect{}, fmt.Errorf("--engine %q is not a GPU engine", c.Engine)
+}
+
+// loadTokenizer reads --tokenizer: a GGUF file (its tokenizer metadata) or a
+// Hugging Face tokenizer.json.
+func loadTokenizer(path string) (tokenizer.Tokenizer, []byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if bytes.HasPrefix(b, []byte("GGUF")) {
+		f, err := gguf.Parse(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		tok, err := tokenizer.FromGGUF(f)
+		return tok, b, err
+	}
+	tok, err := tokenizer.FromHuggingFace(b)
+	return tok, b, err
+}
+
+// gpuEngine connects to the engine server, waiting for it to serve, and starts
+// following its KV events when it publishes them.
+func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine, error) {
+	tok, _, err := loadTokenizer(c.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
+	}
+	d, err := c.dialect()
+	if err != nil {
+		return nil, err
+	}
+	var mirror *kvevents.Mirror
+	if c.GPU.KVEvents.Endpoint != "" {
+		mirror = kvevents.NewMirror(c.BlockSize, 4096)
+	}
+	eng, err := openaihttp.New(ctx, openaihttp.Config{
+		URL: c.GPU.URL, Dialect: d, Tokenizer: tok, Model: c.EngineModel(), ContextLength: c.ContextLength, BlockSize: c.BlockSize,
+		TotalBlocks: c.NumBlocks, TokenMode: openaihttp.TokenMode(c.GPU.TokenMode), MetricsInterval: c.GPU.MetricsInterval,
+		Wait: c.GPU.Wait, Cache: mirror, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if mirror == nil {
+		return eng, nil
+	}
+	sub, err := kvevents.Subscribe(c.GPU.KVEvents, mirror, log.With("engine", c.Engine))
+	if err != nil {
+		_ = eng.Close()
+		return nil, fmt.Errorf("KV events: %w", err)
+	}
+	return &withEvents{Engine: eng, sub: sub}, nil
+}
+
+// EngineModel is the served model id to ask the engine server for: --model when
+// it was given, else whatever the engine serves.
+func (c *Config) EngineModel() string {
+	if c.Model == DefaultModel {
+		return ""
+	}
+	return strings.TrimSpace(c.Model)
+}
+
+// withEvents is an engine server whose KV events a subscriber follows; closing
+// it stops the subscriber.
+type withEvents struct {
+	*openaihttp.Engine
+	sub *kvevents.Subscriber
+}
+
+func (w *withEvents) Close() error {
+	w.sub.Close()
+	return w.Engine.Close()
+}
