@@ -93,6 +93,7 @@ func fleetOf(m *routerv1.WatchFleetResponse) Fleet {
 			Draining: w.GetDraining(), Reported: l != nil,
 			Running: l.GetRunningSequences(), Waiting: l.GetWaitingSequences(), WaitingTokens: l.GetWaitingTokens(),
 			KVTotalBlocks: l.GetTotalBlocks(), CachedBlocks: fw.GetIndexedBlocks(), Synced: fw.GetSynced(), Routed: fw.GetRouted(),
+			NoKVEvents: fw.GetNoKvEvents(),
 		}
 		if total, free := l.GetTotalBlocks(), l.GetFreeBlocks(); total > 0 {
 			// Free counts evictable cached blocks too: used is what requests hold.

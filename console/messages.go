@@ -55,6 +55,9 @@ type Worker struct {
 	// false while the index waits for a fresh snapshot of it.
 	CachedBlocks uint32 `json:"cached_blocks"`
 	Synced       bool   `json:"synced"`
+	// NoKVEvents: its engine reports no KV events (some GPU engine servers), so
+	// its cache is unknown and the router scores it on load alone.
+	NoKVEvents bool `json:"no_kv_events"`
 	// Routed counts the requests the router sent it since the router started.
 	Routed uint64 `json:"routed"`
 	// PrefillPolicy is a decode worker's; nil for prefill workers.

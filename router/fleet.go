@@ -72,7 +72,7 @@ func (r *Router) fleetView() (*routerv1.WatchFleetResponse, <-chan struct{}) {
 	for _, st := range r.order {
 		view.Workers = append(view.Workers, &routerv1.FleetWorker{
 			Worker: workerProto(st.w), Load: st.load, IndexedBlocks: uint32(r.ix.Held(st.ref)), Synced: st.synced,
-			Routed: st.routedTotal, PrefillPolicy: st.policy,
+			Routed: st.routedTotal, PrefillPolicy: st.policy, NoKvEvents: st.w.NoKVEvents,
 		})
 	}
 	if r.fleetChanged == nil {

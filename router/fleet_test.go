@@ -90,14 +90,19 @@ func TestWatchFleetFollowsTheWorkers(t *testing.T) {
 				t.Fatal(err)
 			}
 			join(t, r, prefillP, &workerv1.Load{WaitingTokens: 300, TotalBlocks: 50, FreeBlocks: 50}, 7)
+			blind := router.Worker{ID: "gpu-z", Address: "10.0.0.9:7001", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED, NoKVEvents: true}
+			join(t, r, blind, &workerv1.Load{TotalBlocks: 10, FreeBlocks: 10})
 			recv := watchFleet(t, r, kind)
 
 			first, err := recv()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := len(first.GetWorkers()); n != 2 || first.GetBlockSize() != 16 || first.GetIndexBlocks() != 4 {
-				t.Fatalf("first message: %d workers, block size %d, %d index blocks; want 2, 16, 4", n, first.GetBlockSize(), first.GetIndexBlocks())
+			if n := len(first.GetWorkers()); n != 3 || first.GetBlockSize() != 16 || first.GetIndexBlocks() != 4 {
+				t.Fatalf("first message: %d workers, block size %d, %d index blocks; want 3, 16, 4", n, first.GetBlockSize(), first.GetIndexBlocks())
+			}
+			if z := fleetWorker(first, blind.ID); !z.GetNoKvEvents() || fleetWorker(first, decodeA.ID).GetNoKvEvents() {
+				t.Errorf("an engine without KV events: %v; want it said, and only of it", z)
 			}
 			a := fleetWorker(first, decodeA.ID)
 			if a == nil || a.GetWorker().GetAddress() != decodeA.Address || a.GetIndexedBlocks() != 3 || !a.GetSynced() ||
@@ -124,7 +129,7 @@ func TestWatchFleetFollowsTheWorkers(t *testing.T) {
 			})
 
 			r.Leave(prefillP)
-			nextUntil(t, recv, "the prefill worker leaving", func(m *routerv1.WatchFleetResponse) bool { return len(m.GetWorkers()) == 1 })
+			nextUntil(t, recv, "the prefill worker leaving", func(m *routerv1.WatchFleetResponse) bool { return len(m.GetWorkers()) == 2 })
 
 			r.Stop()
 			for {

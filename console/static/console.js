@@ -117,7 +117,9 @@ function renderFleet() {
       el("td", { class: "num", text: fmtNum(w.waiting) }),
       el("td", { class: "num", text: fmtNum(w.waiting_tokens) }),
       el("td", { class: "kv", "data-used": w.kv_used_blocks }, kv),
-      el("td", { class: "num", text: fmtNum(w.cached_blocks) }),
+      w.no_kv_events
+        ? el("td", { class: "num empty", text: "unknown", title: "The engine reports no KV events: the router scores this worker on load alone." })
+        : el("td", { class: "num", text: fmtNum(w.cached_blocks) }),
       el("td", { class: "num", text: fmtNum(w.routed) }),
       el("td", { text: w.mode === "prefill" ? "–" : policyText(w.prefill_policy) })));
   }

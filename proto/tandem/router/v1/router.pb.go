@@ -683,6 +683,9 @@ type FleetWorker struct {
 	Routed uint64 `protobuf:"varint,5,opt,name=routed,proto3" json:"routed,omitempty"`
 	// A decode worker's prefill policy as it last reported it.
 	PrefillPolicy *v1.PrefillPolicy `protobuf:"bytes,6,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
+	// Its engine reports no KV events: its cache is unknown to the router, which
+	// scores it on load alone.
+	NoKvEvents    bool `protobuf:"varint,7,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -757,6 +760,13 @@ func (x *FleetWorker) GetPrefillPolicy() *v1.PrefillPolicy {
 		return x.PrefillPolicy
 	}
 	return nil
+}
+
+func (x *FleetWorker) GetNoKvEvents() bool {
+	if x != nil {
+		return x.NoKvEvents
+	}
+	return false
 }
 
 // RoutingParams are the router's parameters in force (router.Params).
@@ -998,14 +1008,16 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x12ListWorkersRequest\"I\n" +
 	"\x13ListWorkersResponse\x122\n" +
 	"\aworkers\x18\x01 \x03(\v2\x18.tandem.router.v1.WorkerR\aworkers\"\x13\n" +
-	"\x11WatchFleetRequest\"\x8a\x02\n" +
+	"\x11WatchFleetRequest\"\xac\x02\n" +
 	"\vFleetWorker\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12%\n" +
 	"\x0eindexed_blocks\x18\x03 \x01(\rR\rindexedBlocks\x12\x16\n" +
 	"\x06synced\x18\x04 \x01(\bR\x06synced\x12\x16\n" +
 	"\x06routed\x18\x05 \x01(\x04R\x06routed\x12F\n" +
-	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\"\xc5\x02\n" +
+	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\x12 \n" +
+	"\fno_kv_events\x18\a \x01(\bR\n" +
+	"noKvEvents\"\xc5\x02\n" +
 	"\rRoutingParams\x12%\n" +
 	"\x0eprefill_weight\x18\x01 \x01(\x01R\rprefillWeight\x12!\n" +
 	"\fqueue_weight\x18\x02 \x01(\x01R\vqueueWeight\x12 \n" +
