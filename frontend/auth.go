@@ -7,8 +7,11 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/tandem-serve/tandem/internal/requestid"
 )
 
 // apiKeys checks bearer tokens. Keys are kept only as SHA-256 digests and compared
@@ -82,4 +85,20 @@ func (f *Frontend) requireKey(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		return false
 	}
 	return true
+}
+
+// RequireKey wraps h so that, when the frontend has API keys, a request without a
+// valid one gets the API's own 401: the console's data is no more open than the
+// model.
+func (f *Frontend) RequireKey(h http.Handler) http.Handler {
+	if f.keys == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := requestid.Keep(r.Header.Get(requestid.Header))
+		rc := &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", "console"), start: time.Now(), endpoint: "console"}
+		if f.requireKey(w, r, rc) {
+			h.ServeHTTP(w, r)
+		}
+	})
 }

@@ -67,6 +67,7 @@ func (b *fakeBackend) Generate(ctx context.Context, req *decodev1.GenerateReques
 	msgs[0].Prefill = &decodev1.PrefillDecision{
 		Path: b.path, Reason: "above_threshold", Detail: "effective 40 tokens > threshold 16",
 		PrefillWorkerId: "prefill-7", CachedTokens: b.cached, PromptTokens: uint32(len(req.GetPromptTokenIds())),
+		Policy: "threshold", EffectiveTokens: uint32(len(req.GetPromptTokenIds())) - b.cached,
 	}
 	completion := uint32(len(out))
 	if b.reportCompletion != 0 {
@@ -75,7 +76,8 @@ func (b *fakeBackend) Generate(ctx context.Context, req *decodev1.GenerateReques
 	last := msgs[len(msgs)-1]
 	last.FinishReason = finish
 	last.Usage = &decodev1.Usage{PromptTokens: uint32(len(req.GetPromptTokenIds())), CompletionTokens: completion, CachedTokens: b.cached}
-	route := &routerv1.RouteResponse{DecodeWorker: &routerv1.Worker{Id: "decode-1"}, Reason: "least cost 3.0 of 2 candidates"}
+	route := &routerv1.RouteResponse{DecodeWorker: &routerv1.Worker{Id: "decode-1"}, Reason: "least cost 3.0 of 2 candidates",
+		DecodeCachedBlocks: b.cached / 16}
 	return &fakeStream{b: b, ctx: ctx, msgs: msgs}, route, nil
 }
 

@@ -44,6 +44,8 @@ type Frontend struct {
 	metrics *metrics
 	created int64
 	keys    *apiKeys // nil: no authentication
+	// outcomes hears every request's Outcome (OnOutcome); nil: nobody.
+	outcomes atomic.Pointer[func(Outcome)]
 }
 
 var _ frontendv1connect.FrontendServiceHandler = (*Frontend)(nil)

@@ -15,6 +15,7 @@ type metrics struct {
 	// one thing.
 	requests         *prometheus.CounterVec
 	ttft             *prometheus.HistogramVec
+	itl              *prometheus.HistogramVec
 	e2e              *prometheus.HistogramVec
 	promptTokens     prometheus.Counter
 	generationTokens prometheus.Counter
@@ -35,6 +36,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		ttft: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tandem_frontend_time_to_first_token_seconds",
 			Help:    "Time from receiving a request to the first generated token.",
+			Buckets: latencyBuckets,
+		}, []string{"endpoint"}),
+		itl: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tandem_frontend_inter_token_latency_seconds",
+			Help:    "Mean time between a request's tokens after the first, one observation per request of at least two tokens.",
 			Buckets: latencyBuckets,
 		}, []string{"endpoint"}),
 		e2e: f.NewHistogramVec(prometheus.HistogramOpts{

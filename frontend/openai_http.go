@@ -312,6 +312,12 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 		return
 	}
 	gen, err := f.start(r.Context(), p, rc.log, rc.start)
+	if err != nil && r.Context().Err() != nil {
+		// Gone before the first token (start logged it): as routine as going
+		// away after it, and recorded as 499 too.
+		w.WriteHeader(statusClientClosed)
+		return
+	}
 	if err != nil {
 		f.writeError(w, rc, err)
 		return

@@ -201,12 +201,17 @@ type usage struct {
 
 // generation is one request in flight on the backend.
 type generation struct {
-	f       *Frontend
-	tok     tokenizer.Tokenizer
-	stream  TokenStream
-	info    prefillInfo
-	log     *slog.Logger
-	started time.Time
+	f         *Frontend
+	requestID string
+	tok       tokenizer.Tokenizer
+	stream    TokenStream
+	info      prefillInfo
+	// decision is the decode worker's, and routeCachedBlocks the prefix the
+	// router believed it held, for the request's Outcome.
+	decision          *decodev1.PrefillDecision
+	routeCachedBlocks int
+	log               *slog.Logger
+	started           time.Time
 
 	promptLen int
 	maxTokens int
@@ -218,6 +223,7 @@ type generation struct {
 	cached       int
 	backendUsage *decodev1.Usage
 	firstToken   time.Time
+	lastToken    time.Time
 	finish       string
 	released     bool
 	// lps are the logprobs of tokens consumed since the last takeLogprobs, when
@@ -240,12 +246,21 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 	if p.user != "" {
 		log = log.With("user", logSafe(p.user, maxLoggedUser))
 	}
+	// A client gone before the first token is routine, not a failure; it is said
+	// before the backend stream closes, which is what tests wait for.
+	wentAway := func(err error) {
+		if ctx.Err() != nil {
+			log.Info("client went away before the answer", "err", err)
+		}
+	}
 	stream, route, err := f.backend.Generate(ctx, p.req)
 	if err != nil {
+		wentAway(err)
 		return nil, backendError(err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
+		wentAway(err)
 		_ = stream.Close()
 		if errors.Is(err, io.EOF) {
 			return nil, &apiError{code: connect.CodeInternal, upstream: true, msg: "backend: stream ended before its first response"}
@@ -259,7 +274,8 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 		detok.StartOfText()
 	}
 	g := &generation{
-		f: f, tok: p.served.Tokenizer, stream: stream, log: log, started: started,
+		f: f, requestID: p.req.GetRequestId(), tok: p.served.Tokenizer, stream: stream, log: log, started: started,
+		decision: first.GetPrefill(), routeCachedBlocks: int(route.GetDecodeCachedBlocks()),
 		promptLen: p.promptLen, maxTokens: p.maxTokens,
 		detok:   detok,
 		wantLP:  p.req.GetSampling().GetLogprobs(),
@@ -332,8 +348,11 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 	}
 	var sb strings.Builder
 	for i, id := range resp.GetTokenIds() {
-		if g.firstToken.IsZero() {
-			g.firstToken = time.Now()
+		if i == 0 {
+			g.lastToken = time.Now()
+			if g.firstToken.IsZero() {
+				g.firstToken = g.lastToken
+			}
 		}
 		g.generated++
 		// The backend should not emit its stop tokens, but if it does they end
@@ -415,8 +434,15 @@ func (g *generation) close(endpoint string) {
 	m := g.f.metrics
 	m.promptTokens.Add(float64(u.prompt))
 	m.generationTokens.Add(float64(u.completion))
-	if !g.firstToken.IsZero() {
-		m.ttft.WithLabelValues(endpoint).Observe(g.firstToken.Sub(g.started).Seconds())
+	o := g.outcome(endpoint, time.Now())
+	if o.TTFT > 0 {
+		m.ttft.WithLabelValues(endpoint).Observe(o.TTFT.Seconds())
+	}
+	if o.ITL > 0 {
+		m.itl.WithLabelValues(endpoint).Observe(o.ITL.Seconds())
+	}
+	if fn := g.f.outcomes.Load(); fn != nil {
+		(*fn)(o)
 	}
 	g.log.Info("generation ended", "finish_reason", g.finish, "prompt_tokens", u.prompt,
 		"completion_tokens", u.completion, "cached_tokens", u.cached, "duration", time.Since(g.started))

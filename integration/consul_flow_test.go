@@ -2,10 +2,14 @@ package integration
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandem-serve/tandem/console"
 )
 
 // The suite registers itself in a real Consul agent, finds its members there, and
@@ -82,6 +86,26 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	if out, err := exec.Command(tandemBin, "config", "--consul", a.Addr, "set", "decode", `{"short_prefill_threshold": 32}`).CombinedOutput(); err != nil {
 		t.Fatalf("tandem config set: %v %s", err, out)
 	}
+	// The console's policy form writes through the same check, and its events show
+	// the router applying what it wrote.
+	status, events := consoleEvents(t, http.DefaultClient, "http://"+fe.addr, "")
+	if status != http.StatusOK {
+		t.Fatalf("console events: %d", status)
+	}
+	if h := nextEvent[console.Hello](t, events, "hello", 10*time.Second, "the greeting", nil); !h.PolicyWritable {
+		t.Errorf("with Consul the console's policy is read-only: %+v", h)
+	}
+	if code, body := postPolicy(t, fe.addr, `{"target":"decode","value":{"short_prefill_threshhold":1}}`); code != http.StatusBadRequest ||
+		!strings.Contains(body, "short_prefill_threshhold") {
+		t.Errorf("the console's form took a misspelt field: %d %s", code, body)
+	}
+	if code, body := postPolicy(t, fe.addr, `{"target":"router","value":{"queue_weight":3}}`); code != http.StatusOK {
+		t.Fatalf("the console's form: %d %s", code, body)
+	}
+	nextEvent(t, events, "fleet", 15*time.Second, "the router's new queue weight", func(f console.Fleet) bool {
+		return f.Router != nil && f.Router.QueueWeight == 3
+	})
+
 	// (A fresh prompt: the earlier one is now cached on the decode worker, so its
 	// effective length is short.)
 	attempt := 0
@@ -174,4 +198,16 @@ func metricAtLeast(t *testing.T, addr, sample string, min float64) bool {
 		}
 	}
 	return false
+}
+
+// postPolicy posts to the console's policy endpoint of the frontend at addr.
+func postPolicy(t *testing.T, addr, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/console/policy", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -27,6 +27,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-serve/tandem/console"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
@@ -118,6 +119,25 @@ func TestMutualTLS(t *testing.T) {
 	if resp, err := http.Post("http://"+fe+"/v1/chat/completions", "application/json", strings.NewReader(body)); err == nil && resp.StatusCode == 200 {
 		t.Fatalf("plaintext HTTP to a TLS frontend succeeded")
 	}
+
+	// The console works over HTTPS, and the frontend's fleet stream from the
+	// router over mutual TLS.
+	page, err := client.Get("https://" + fe + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page.Body.Close()
+	if page.StatusCode != 200 || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("the console over HTTPS: %d %q", page.StatusCode, page.Header.Get("Content-Type"))
+	}
+	streaming := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	code, events := consoleEvents(t, streaming, "https://"+fe, "")
+	if code != http.StatusOK {
+		t.Fatalf("console events over HTTPS: %d", code)
+	}
+	nextEvent(t, events, "fleet", 20*time.Second, "both workers, from the router over mTLS", func(f console.Fleet) bool {
+		return f.Connected && len(f.Workers) == 2 && f.Workers[0].ID == "decode-t" && f.Workers[1].ID == "prefill-t"
+	})
 
 	// A caller without a client certificate cannot use a worker.
 	cc, err := grpc.NewClient(dec, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))

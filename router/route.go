@@ -204,6 +204,7 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		win.st.routed = r.metrics.routed.WithLabelValues(win.st.w.ID)
 	}
 	win.st.routed.Inc()
+	win.st.routedTotal++
 	r.gateCounter(class).Inc()
 	r.metrics.cachedBlocks.Observe(float64(win.cached))
 	r.metrics.latency.Observe(time.Since(start).Seconds())

@@ -85,6 +85,9 @@ type state struct {
 	synced      bool               // a snapshot has been applied
 	routed      prometheus.Counter // once it has been chosen
 	skipped     prometheus.Counter // once it has been passed over for serving other weights
+	routedTotal uint64             // requests routed here, for the fleet view
+	// policy is a decode worker's prefill policy as its stream last said.
+	policy *workerv1.PrefillPolicy
 }
 
 type workerKind uint8
@@ -141,6 +144,10 @@ type Router struct {
 	prefills []candidate
 	weights  []float64
 	reason   []byte
+	// fleetChanged is closed at the next change of the fleet view (fleet.go).
+	fleetChanged chan struct{}
+	stopping     chan struct{}
+	stopOnce     sync.Once
 }
 
 var _ routerv1connect.RouterServiceHandler = (*Router)(nil)
@@ -157,6 +164,7 @@ func New(cfg Config, rng *rand.Rand, reg prometheus.Registerer) (*Router, error)
 	r := &Router{
 		cfg: cfg, metrics: newMetrics(reg), params: cfg.Params, rng: rng,
 		ix: NewIndex(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
+		stopping: make(chan struct{}),
 	}
 	r.metrics.threshold.Set(float64(r.threshold))
 	return r, nil
@@ -178,6 +186,7 @@ func (r *Router) SetParams(p Params) error {
 	defer r.mu.Unlock()
 	r.params, r.threshold, r.evidence = p, p.ISLThreshold, 0
 	r.metrics.threshold.Set(float64(r.threshold))
+	r.fleetChange()
 	return nil
 }
 
@@ -205,7 +214,9 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		r.byRef[st.ref] = st
 		i, _ := slices.BinarySearchFunc(r.order, w.ID, func(s *state, id string) int { return strings.Compare(s.w.ID, id) })
 		r.order = slices.Insert(r.order, i, st)
+		r.fleetChange()
 	}
+	defer r.noteFleet(st, msg, st.w, st.load)
 	st.w, st.kind = w, kindOf(w)
 	if msg.GetDraining() {
 		// A draining worker keeps its index entries (it may be undrained) but is
@@ -266,6 +277,7 @@ func (r *Router) Leave(w Worker) {
 		delete(r.workers, w.ID)
 		r.order = slices.DeleteFunc(r.order, func(s *state) bool { return s == st })
 		r.metrics.indexBlocks.Set(float64(r.ix.Blocks()))
+		r.fleetChange()
 	}
 }
 

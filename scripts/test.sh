@@ -32,6 +32,18 @@ TANDEM_CONSUL_BIN=$(./scripts/install-consul.sh | tail -n 1)
 export TANDEM_CONSUL_BIN
 "$TANDEM_CONSUL_BIN" version | head -n 1 || true
 
+step "Chromium for the console's browser tests (installed once with apt-get when missing)"
+TANDEM_CHROMIUM=$(./scripts/install-chromium.sh | tail -n 1)
+export TANDEM_ARTIFACTS="${TANDEM_ARTIFACTS:-${TMPDIR:-/tmp}/tandem-artifacts}"
+if [ -n "$TANDEM_CHROMIUM" ]; then
+  export TANDEM_CHROMIUM
+  "$TANDEM_CHROMIUM" --version 2>/dev/null || true
+  echo "the browser tests run; their screenshots go to $TANDEM_ARTIFACTS"
+else
+  # Like the compose test's, this skip is silent inside go test ./...: say it here.
+  echo "SKIPPED: the browser tests (TestConsoleInBrowser*): no Chromium, and apt-get could not install one"
+fi
+
 step "go test"
 # The compose smoke test (integration/TestComposeSmoke) needs a Docker engine and
 # docker compose; without them it skips, and a skip inside `go test ./...` is silent,
@@ -66,6 +78,7 @@ fuzz ./handoff FuzzHandoff
 fuzz ./handoff FuzzParseChunk
 fuzz ./chattemplate FuzzRender
 fuzz ./services/consul FuzzOverlay
+fuzz ./console FuzzPolicyRequest
 fuzz ./gguf FuzzParse
 fuzz ./engine/quant FuzzMulAdd
 fuzz ./engine/kvevents FuzzDecodeBatch

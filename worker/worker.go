@@ -26,7 +26,7 @@ type Service struct {
 	version     string
 	eng         engine.Engine
 	// policy reports a decode worker's prefill policy now; nil for other modes.
-	policy     func() string
+	policy     func() *workerv1.PrefillPolicy
 	setServing func(bool)
 	kvPort     int
 	card       *workerv1.ModelCard
@@ -100,8 +100,9 @@ func (s *Service) ModelCard(context.Context, *connect.Request[workerv1.ModelCard
 	return connect.NewResponse(&workerv1.ModelCardResponse{Card: s.card}), nil
 }
 
-// SetPolicy makes Info report a decode worker's prefill policy.
-func (s *Service) SetPolicy(policy func() string) { s.policy = policy }
+// SetPolicy makes Info and the event stream report a decode worker's prefill
+// policy, which may change at run time.
+func (s *Service) SetPolicy(policy func() *workerv1.PrefillPolicy) { s.policy = policy }
 
 // WorkerInfo is this worker's identity as the protos carry it.
 func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
@@ -112,7 +113,7 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 		KvTransferPort: uint32(s.kvPort),
 	}
 	if s.policy != nil {
-		wi.PrefillPolicy = s.policy()
+		wi.PrefillPolicy = s.policy().GetPolicy()
 	}
 	if r, ok := s.eng.(EventReporter); ok && !r.ReportsKVEvents() {
 		wi.NoKvEvents = true
@@ -163,6 +164,9 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 			after = ev.ID
 		}
 		msg.Load = loadProto(s.eng.Stats())
+		if s.policy != nil {
+			msg.PrefillPolicy = s.policy()
+		}
 		var drainChanged <-chan struct{}
 		msg.Draining, drainChanged = s.drainState()
 		if err := stream.Send(msg); err != nil {

@@ -60,18 +60,34 @@ func GetPolicy(ctx context.Context, addr, which string, w io.Writer) error {
 	return nil
 }
 
-// SetPolicy writes value, a JSON object, as the runtime policy of which, after
-// checking it the way the services will; it says what it wrote on w.
-func SetPolicy(ctx context.Context, addr, which string, value []byte, w io.Writer) error {
+// CheckPolicy checks value, a JSON object, as the runtime policy of which
+// ("router" or "decode") exactly as the services watching its key will, and says
+// what is wrong with it.
+func CheckPolicy(which string, value []byte) error {
+	_, err := checkPolicy(which, value)
+	return err
+}
+
+func checkPolicy(which string, value []byte) (policy, error) {
 	p, err := policyOf(which)
 	if err != nil {
-		return err
+		return p, err
 	}
 	if !json.Valid(value) {
-		return errors.New("config set: the value is not valid JSON")
+		return p, errors.New("config set: the value is not valid JSON")
 	}
 	if err := p.check(value); err != nil {
-		return fmt.Errorf("config set %s: %w", p.key, err)
+		return p, fmt.Errorf("config set %s: %w", p.key, err)
+	}
+	return p, nil
+}
+
+// SetPolicy writes value, a JSON object, as the runtime policy of which, after
+// checking it the way the services will (CheckPolicy); it says what it wrote on w.
+func SetPolicy(ctx context.Context, addr, which string, value []byte, w io.Writer) error {
+	p, err := checkPolicy(which, value)
+	if err != nil {
+		return err
 	}
 	kv, err := consulKV(addr)
 	if err != nil {

@@ -168,6 +168,13 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 			t.setDraining(addr, w.Draining)
 			t.log.Info("worker draining changed", "peer_addr", addr, "peer_id", w.ID, "draining", w.Draining)
 		}
+		if p := msg.GetPrefillPolicy().GetPolicy(); p != "" && p != w.Policy {
+			// A policy changed at run time (Consul KV) moves the worker between
+			// gating classes: always-remote no longer prefills locally.
+			t.log.Info("worker prefill policy changed", "peer_addr", addr, "peer_id", w.ID, "from", w.Policy, "to", p)
+			w.Policy = p
+			t.setPolicy(addr, p)
+		}
 		if t.observer != nil {
 			if err := t.observer.Update(w, msg); err != nil {
 				// The observer lost sync: a new subscription starts with a snapshot.
@@ -203,6 +210,15 @@ func (t *Tracker) setDraining(addr string, draining bool) {
 	defer t.mu.Unlock()
 	if m, ok := t.members[addr]; ok {
 		m.Draining = draining
+		t.members[addr] = m
+	}
+}
+
+func (t *Tracker) setPolicy(addr, policy string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m, ok := t.members[addr]; ok {
+		m.Policy = policy
 		t.members[addr] = m
 	}
 }

@@ -233,3 +233,31 @@ func TestTrackerDraining(t *testing.T) {
 		})
 	}
 }
+
+// A decode worker's prefill policy changed at run time (Consul KV) reaches the
+// tracker through the event stream, so the router's gating classes follow it.
+func TestTrackerFollowsPrefillPolicy(t *testing.T) {
+	dec := startWorker(t, "decode-p", workerv1.WorkerMode_WORKER_MODE_DECODE)
+	var mu sync.Mutex
+	policy := "threshold"
+	dec.worker.SetPolicy(func() *workerv1.PrefillPolicy {
+		mu.Lock()
+		defer mu.Unlock()
+		return &workerv1.PrefillPolicy{Policy: policy}
+	})
+	tr := discovery.NewTracker(dial, nil, logger)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	tr.Set(ctx, []string{dec.addr})
+	eventually(t, "decode-p joined with policy threshold", func() bool {
+		w, ok := tr.ByID("decode-p")
+		return ok && w.Policy == "threshold"
+	})
+	mu.Lock()
+	policy = "always-remote"
+	mu.Unlock()
+	eventually(t, "the new policy seen", func() bool {
+		w, ok := tr.ByID("decode-p")
+		return ok && w.Policy == "always-remote" && !w.PrefillsLocally()
+	})
+}

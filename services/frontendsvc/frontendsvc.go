@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
+	"github.com/tandem-serve/tandem/console"
 	"github.com/tandem-serve/tandem/frontend"
 	"github.com/tandem-serve/tandem/internal/requestid"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
@@ -35,6 +36,8 @@ type Config struct {
 	Consul   consul.Config
 	// APIKeysFile holds one accepted API key per line ('#' starts a comment).
 	APIKeysFile string
+	// Console serves the live console at / (package console).
+	Console bool
 }
 
 // RegisterFlags registers the frontend's flags.
@@ -67,6 +70,8 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Frontend.MaxInFlight, "max-in-flight", d.MaxInFlight, "requests generating at once (0: unbounded); more wait in a queue")
 	fs.IntVar(&c.Frontend.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more get 429 with Retry-After")
 	fs.DurationVar(&c.Frontend.QueueTimeout, "queue-timeout", d.QueueTimeout, "longest wait for a slot; then 503 with Retry-After")
+	fs.BoolVar(&c.Console, "console", true,
+		"serve the live console at / (chat, fleet, prefill decisions, policy); its data needs an API key when --api-keys-file is set")
 }
 
 // Validate checks the flags.
@@ -90,6 +95,7 @@ type Service struct {
 	routers *manual.Resolver
 	ready   *readiness
 	loader  *modelLoader
+	console *console.Console // nil with --console=false
 }
 
 // Start opens the listener. The frontend reports SERVING once the router does.
@@ -134,12 +140,23 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		rc.Close()
 		return nil, err
 	}
+	var con *console.Console
+	api := f.HTTPHandler()
+	if cfg.Console {
+		con = newConsole(cfg, f, env)
+		api = con.Handler(api)
+	}
 	srv, err := env.NewServer(cfg.Serve, []server.Handler{
 		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.HandlerOptions()...)),
-	}, f.HTTPHandler())
+	}, api)
 	if err != nil {
 		rc.Close()
 		return nil, err
+	}
+	if con != nil {
+		// The console's event streams never end on their own: they end when
+		// shutdown begins, not after the grace period.
+		srv.OnDrain(con.Close)
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.FrontendService, "frontend-"+requestid.New()[:8], srv.Addr(),
@@ -152,7 +169,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if member != nil {
 		srv.OnDrain(member.Deregister)
 	}
-	s := &Service{srv: srv, workers: workers, router: rc, member: member, routers: routers}
+	s := &Service{srv: srv, workers: workers, router: rc, member: member, routers: routers, console: con}
 	s.ready = &readiness{setServing: srv.SetServing}
 	s.loader = &modelLoader{router: routerv1.NewRouterServiceClient(rc), conns: workers, fe: f, backend: b, ready: s.ready, log: env.Logger,
 		told: map[string]bool{}}
@@ -179,6 +196,10 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	go s.loader.run(ctx)
+	if s.console != nil {
+		go s.console.Run(ctx)
+		go s.console.FollowFleet(ctx, routerv1.NewRouterServiceClient(s.router))
+	}
 	go func() {
 		// Serving only once the router is (and a model is loaded), so that a load
 		// balancer in front never sends a request this frontend cannot place.

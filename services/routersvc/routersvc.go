@@ -111,6 +111,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if member != nil {
 		srv.OnDrain(member.Deregister)
 	}
+	srv.OnDrain(r.Stop)
 	return &Service{cfg: cfg, srv: srv, tracker: tracker, member: member, Router: r}, nil
 }
 

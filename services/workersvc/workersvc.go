@@ -106,7 +106,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err
 		}
-		s.worker.SetPolicy(func() string { return string(s.decode.Params().Policy) })
+		s.worker.SetPolicy(func() *workerv1.PrefillPolicy { return policyProto(s.decode.Params()) })
 		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(s.decode, opts...)))
 	}
 	registerPoolMetrics(env.Registry, eng)
@@ -212,4 +212,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	_ = s.eng.Close()
 	return err
+}
+
+// policyProto is a decode worker's prefill policy as its event stream carries it.
+func policyProto(p decode.Params) *workerv1.PrefillPolicy {
+	return &workerv1.PrefillPolicy{
+		Policy: string(p.Policy), ShortPrefillThreshold: uint32(p.ShortPrefillThreshold), ItlWeight: p.ITLWeight,
+		EnforceDisagg: p.EnforceDisagg, MaxPrefillQueueTokens: uint64(p.MaxPrefillQueueTokens),
+	}
 }

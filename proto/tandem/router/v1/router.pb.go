@@ -633,6 +633,324 @@ func (x *ListWorkersResponse) GetWorkers() []*Worker {
 	return nil
 }
 
+type WatchFleetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchFleetRequest) Reset() {
+	*x = WatchFleetRequest{}
+	mi := &file_tandem_router_v1_router_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchFleetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchFleetRequest) ProtoMessage() {}
+
+func (x *WatchFleetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_router_v1_router_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchFleetRequest.ProtoReflect.Descriptor instead.
+func (*WatchFleetRequest) Descriptor() ([]byte, []int) {
+	return file_tandem_router_v1_router_proto_rawDescGZIP(), []int{8}
+}
+
+// FleetWorker is one worker as the router sees it now.
+type FleetWorker struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker *Worker                `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Its last load report; absent before the first.
+	Load *v1.Load `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
+	// Blocks of its prefix cache the router's index holds for it.
+	IndexedBlocks uint32 `protobuf:"varint,3,opt,name=indexed_blocks,json=indexedBlocks,proto3" json:"indexed_blocks,omitempty"`
+	// False while the index waits for a snapshot of its cache (after a gap).
+	Synced bool `protobuf:"varint,4,opt,name=synced,proto3" json:"synced,omitempty"`
+	// Requests the router has sent it since the router started.
+	Routed uint64 `protobuf:"varint,5,opt,name=routed,proto3" json:"routed,omitempty"`
+	// A decode worker's prefill policy as it last reported it.
+	PrefillPolicy *v1.PrefillPolicy `protobuf:"bytes,6,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
+	// Its engine reports no KV events: its cache is unknown to the router, which
+	// scores it on load alone.
+	NoKvEvents    bool `protobuf:"varint,7,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetWorker) Reset() {
+	*x = FleetWorker{}
+	mi := &file_tandem_router_v1_router_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetWorker) ProtoMessage() {}
+
+func (x *FleetWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_router_v1_router_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetWorker.ProtoReflect.Descriptor instead.
+func (*FleetWorker) Descriptor() ([]byte, []int) {
+	return file_tandem_router_v1_router_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FleetWorker) GetWorker() *Worker {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *FleetWorker) GetLoad() *v1.Load {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+func (x *FleetWorker) GetIndexedBlocks() uint32 {
+	if x != nil {
+		return x.IndexedBlocks
+	}
+	return 0
+}
+
+func (x *FleetWorker) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *FleetWorker) GetRouted() uint64 {
+	if x != nil {
+		return x.Routed
+	}
+	return 0
+}
+
+func (x *FleetWorker) GetPrefillPolicy() *v1.PrefillPolicy {
+	if x != nil {
+		return x.PrefillPolicy
+	}
+	return nil
+}
+
+func (x *FleetWorker) GetNoKvEvents() bool {
+	if x != nil {
+		return x.NoKvEvents
+	}
+	return false
+}
+
+// RoutingParams are the router's parameters in force (router.Params).
+type RoutingParams struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PrefillWeight float64                `protobuf:"fixed64,1,opt,name=prefill_weight,json=prefillWeight,proto3" json:"prefill_weight,omitempty"`
+	QueueWeight   float64                `protobuf:"fixed64,2,opt,name=queue_weight,json=queueWeight,proto3" json:"queue_weight,omitempty"`
+	Temperature   float64                `protobuf:"fixed64,3,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	IslGate       bool                   `protobuf:"varint,4,opt,name=isl_gate,json=islGate,proto3" json:"isl_gate,omitempty"`
+	// The threshold configured, and the one in force: they differ while the
+	// adaptive threshold has moved it.
+	IslThreshold        uint32 `protobuf:"varint,5,opt,name=isl_threshold,json=islThreshold,proto3" json:"isl_threshold,omitempty"`
+	IslThresholdInForce uint32 `protobuf:"varint,6,opt,name=isl_threshold_in_force,json=islThresholdInForce,proto3" json:"isl_threshold_in_force,omitempty"`
+	IslAdaptive         bool   `protobuf:"varint,7,opt,name=isl_adaptive,json=islAdaptive,proto3" json:"isl_adaptive,omitempty"`
+	IslMin              uint32 `protobuf:"varint,8,opt,name=isl_min,json=islMin,proto3" json:"isl_min,omitempty"`
+	IslMax              uint32 `protobuf:"varint,9,opt,name=isl_max,json=islMax,proto3" json:"isl_max,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *RoutingParams) Reset() {
+	*x = RoutingParams{}
+	mi := &file_tandem_router_v1_router_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoutingParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoutingParams) ProtoMessage() {}
+
+func (x *RoutingParams) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_router_v1_router_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoutingParams.ProtoReflect.Descriptor instead.
+func (*RoutingParams) Descriptor() ([]byte, []int) {
+	return file_tandem_router_v1_router_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RoutingParams) GetPrefillWeight() float64 {
+	if x != nil {
+		return x.PrefillWeight
+	}
+	return 0
+}
+
+func (x *RoutingParams) GetQueueWeight() float64 {
+	if x != nil {
+		return x.QueueWeight
+	}
+	return 0
+}
+
+func (x *RoutingParams) GetTemperature() float64 {
+	if x != nil {
+		return x.Temperature
+	}
+	return 0
+}
+
+func (x *RoutingParams) GetIslGate() bool {
+	if x != nil {
+		return x.IslGate
+	}
+	return false
+}
+
+func (x *RoutingParams) GetIslThreshold() uint32 {
+	if x != nil {
+		return x.IslThreshold
+	}
+	return 0
+}
+
+func (x *RoutingParams) GetIslThresholdInForce() uint32 {
+	if x != nil {
+		return x.IslThresholdInForce
+	}
+	return 0
+}
+
+func (x *RoutingParams) GetIslAdaptive() bool {
+	if x != nil {
+		return x.IslAdaptive
+	}
+	return false
+}
+
+func (x *RoutingParams) GetIslMin() uint32 {
+	if x != nil {
+		return x.IslMin
+	}
+	return 0
+}
+
+func (x *RoutingParams) GetIslMax() uint32 {
+	if x != nil {
+		return x.IslMax
+	}
+	return 0
+}
+
+// WatchFleetResponse is the whole fleet view; each message replaces the last.
+type WatchFleetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sorted by id.
+	Workers   []*FleetWorker `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	Params    *RoutingParams `protobuf:"bytes,2,opt,name=params,proto3" json:"params,omitempty"`
+	BlockSize uint32         `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// (block, worker) entries in the KV index.
+	IndexBlocks   uint64 `protobuf:"varint,4,opt,name=index_blocks,json=indexBlocks,proto3" json:"index_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchFleetResponse) Reset() {
+	*x = WatchFleetResponse{}
+	mi := &file_tandem_router_v1_router_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchFleetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchFleetResponse) ProtoMessage() {}
+
+func (x *WatchFleetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_router_v1_router_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchFleetResponse.ProtoReflect.Descriptor instead.
+func (*WatchFleetResponse) Descriptor() ([]byte, []int) {
+	return file_tandem_router_v1_router_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WatchFleetResponse) GetWorkers() []*FleetWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *WatchFleetResponse) GetParams() *RoutingParams {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *WatchFleetResponse) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *WatchFleetResponse) GetIndexBlocks() uint64 {
+	if x != nil {
+		return x.IndexBlocks
+	}
+	return 0
+}
+
 var File_tandem_router_v1_router_proto protoreflect.FileDescriptor
 
 const file_tandem_router_v1_router_proto_rawDesc = "" +
@@ -689,10 +1007,38 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\vexplanation\x18\x05 \x01(\v2\x1d.tandem.router.v1.ExplanationR\vexplanation\"\x14\n" +
 	"\x12ListWorkersRequest\"I\n" +
 	"\x13ListWorkersResponse\x122\n" +
-	"\aworkers\x18\x01 \x03(\v2\x18.tandem.router.v1.WorkerR\aworkers2\xbf\x01\n" +
+	"\aworkers\x18\x01 \x03(\v2\x18.tandem.router.v1.WorkerR\aworkers\"\x13\n" +
+	"\x11WatchFleetRequest\"\xac\x02\n" +
+	"\vFleetWorker\x120\n" +
+	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12*\n" +
+	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12%\n" +
+	"\x0eindexed_blocks\x18\x03 \x01(\rR\rindexedBlocks\x12\x16\n" +
+	"\x06synced\x18\x04 \x01(\bR\x06synced\x12\x16\n" +
+	"\x06routed\x18\x05 \x01(\x04R\x06routed\x12F\n" +
+	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\x12 \n" +
+	"\fno_kv_events\x18\a \x01(\bR\n" +
+	"noKvEvents\"\xc5\x02\n" +
+	"\rRoutingParams\x12%\n" +
+	"\x0eprefill_weight\x18\x01 \x01(\x01R\rprefillWeight\x12!\n" +
+	"\fqueue_weight\x18\x02 \x01(\x01R\vqueueWeight\x12 \n" +
+	"\vtemperature\x18\x03 \x01(\x01R\vtemperature\x12\x19\n" +
+	"\bisl_gate\x18\x04 \x01(\bR\aislGate\x12#\n" +
+	"\risl_threshold\x18\x05 \x01(\rR\fislThreshold\x123\n" +
+	"\x16isl_threshold_in_force\x18\x06 \x01(\rR\x13islThresholdInForce\x12!\n" +
+	"\fisl_adaptive\x18\a \x01(\bR\vislAdaptive\x12\x17\n" +
+	"\aisl_min\x18\b \x01(\rR\x06islMin\x12\x17\n" +
+	"\aisl_max\x18\t \x01(\rR\x06islMax\"\xc8\x01\n" +
+	"\x12WatchFleetResponse\x127\n" +
+	"\aworkers\x18\x01 \x03(\v2\x1d.tandem.router.v1.FleetWorkerR\aworkers\x127\n" +
+	"\x06params\x18\x02 \x01(\v2\x1f.tandem.router.v1.RoutingParamsR\x06params\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x03 \x01(\rR\tblockSize\x12!\n" +
+	"\findex_blocks\x18\x04 \x01(\x04R\vindexBlocks2\x9f\x02\n" +
 	"\rRouterService\x12M\n" +
 	"\x05Route\x12\x1e.tandem.router.v1.RouteRequest\x1a\x1f.tandem.router.v1.RouteResponse\"\x03\x90\x02\x01\x12_\n" +
-	"\vListWorkers\x12$.tandem.router.v1.ListWorkersRequest\x1a%.tandem.router.v1.ListWorkersResponse\"\x03\x90\x02\x01B\xc5\x01\n" +
+	"\vListWorkers\x12$.tandem.router.v1.ListWorkersRequest\x1a%.tandem.router.v1.ListWorkersResponse\"\x03\x90\x02\x01\x12^\n" +
+	"\n" +
+	"WatchFleet\x12#.tandem.router.v1.WatchFleetRequest\x1a$.tandem.router.v1.WatchFleetResponse\"\x03\x90\x02\x010\x01B\xc5\x01\n" +
 	"\x14com.tandem.router.v1B\vRouterProtoP\x01Z>github.com/tandem-serve/tandem/proto/tandem/router/v1;routerv1\xa2\x02\x03TRX\xaa\x02\x10Tandem.Router.V1\xca\x02\x10Tandem\\Router\\V1\xe2\x02\x1cTandem\\Router\\V1\\GPBMetadata\xea\x02\x12Tandem::Router::V1b\x06proto3"
 
 var (
@@ -707,7 +1053,7 @@ func file_tandem_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_tandem_router_v1_router_proto_rawDescData
 }
 
-var file_tandem_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_tandem_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_tandem_router_v1_router_proto_goTypes = []any{
 	(*RouteRequest)(nil),        // 0: tandem.router.v1.RouteRequest
 	(*Worker)(nil),              // 1: tandem.router.v1.Worker
@@ -717,10 +1063,16 @@ var file_tandem_router_v1_router_proto_goTypes = []any{
 	(*RouteResponse)(nil),       // 5: tandem.router.v1.RouteResponse
 	(*ListWorkersRequest)(nil),  // 6: tandem.router.v1.ListWorkersRequest
 	(*ListWorkersResponse)(nil), // 7: tandem.router.v1.ListWorkersResponse
-	(v1.WorkerMode)(0),          // 8: tandem.worker.v1.WorkerMode
+	(*WatchFleetRequest)(nil),   // 8: tandem.router.v1.WatchFleetRequest
+	(*FleetWorker)(nil),         // 9: tandem.router.v1.FleetWorker
+	(*RoutingParams)(nil),       // 10: tandem.router.v1.RoutingParams
+	(*WatchFleetResponse)(nil),  // 11: tandem.router.v1.WatchFleetResponse
+	(v1.WorkerMode)(0),          // 12: tandem.worker.v1.WorkerMode
+	(*v1.Load)(nil),             // 13: tandem.worker.v1.Load
+	(*v1.PrefillPolicy)(nil),    // 14: tandem.worker.v1.PrefillPolicy
 }
 var file_tandem_router_v1_router_proto_depIdxs = []int32{
-	8,  // 0: tandem.router.v1.Worker.mode:type_name -> tandem.worker.v1.WorkerMode
+	12, // 0: tandem.router.v1.Worker.mode:type_name -> tandem.worker.v1.WorkerMode
 	1,  // 1: tandem.router.v1.RankedWorker.worker:type_name -> tandem.router.v1.Worker
 	1,  // 2: tandem.router.v1.CandidateCost.worker:type_name -> tandem.router.v1.Worker
 	3,  // 3: tandem.router.v1.Explanation.candidates:type_name -> tandem.router.v1.CandidateCost
@@ -728,15 +1080,22 @@ var file_tandem_router_v1_router_proto_depIdxs = []int32{
 	2,  // 5: tandem.router.v1.RouteResponse.prefill_workers:type_name -> tandem.router.v1.RankedWorker
 	4,  // 6: tandem.router.v1.RouteResponse.explanation:type_name -> tandem.router.v1.Explanation
 	1,  // 7: tandem.router.v1.ListWorkersResponse.workers:type_name -> tandem.router.v1.Worker
-	0,  // 8: tandem.router.v1.RouterService.Route:input_type -> tandem.router.v1.RouteRequest
-	6,  // 9: tandem.router.v1.RouterService.ListWorkers:input_type -> tandem.router.v1.ListWorkersRequest
-	5,  // 10: tandem.router.v1.RouterService.Route:output_type -> tandem.router.v1.RouteResponse
-	7,  // 11: tandem.router.v1.RouterService.ListWorkers:output_type -> tandem.router.v1.ListWorkersResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	1,  // 8: tandem.router.v1.FleetWorker.worker:type_name -> tandem.router.v1.Worker
+	13, // 9: tandem.router.v1.FleetWorker.load:type_name -> tandem.worker.v1.Load
+	14, // 10: tandem.router.v1.FleetWorker.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
+	9,  // 11: tandem.router.v1.WatchFleetResponse.workers:type_name -> tandem.router.v1.FleetWorker
+	10, // 12: tandem.router.v1.WatchFleetResponse.params:type_name -> tandem.router.v1.RoutingParams
+	0,  // 13: tandem.router.v1.RouterService.Route:input_type -> tandem.router.v1.RouteRequest
+	6,  // 14: tandem.router.v1.RouterService.ListWorkers:input_type -> tandem.router.v1.ListWorkersRequest
+	8,  // 15: tandem.router.v1.RouterService.WatchFleet:input_type -> tandem.router.v1.WatchFleetRequest
+	5,  // 16: tandem.router.v1.RouterService.Route:output_type -> tandem.router.v1.RouteResponse
+	7,  // 17: tandem.router.v1.RouterService.ListWorkers:output_type -> tandem.router.v1.ListWorkersResponse
+	11, // 18: tandem.router.v1.RouterService.WatchFleet:output_type -> tandem.router.v1.WatchFleetResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_tandem_router_v1_router_proto_init() }
@@ -750,7 +1109,7 @@ func file_tandem_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_router_v1_router_proto_rawDesc), len(file_tandem_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

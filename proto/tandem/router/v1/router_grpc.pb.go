@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RouterService_Route_FullMethodName       = "/tandem.router.v1.RouterService/Route"
 	RouterService_ListWorkers_FullMethodName = "/tandem.router.v1.RouterService/ListWorkers"
+	RouterService_WatchFleet_FullMethodName  = "/tandem.router.v1.RouterService/WatchFleet"
 )
 
 // RouterServiceClient is the client API for RouterService service.
@@ -34,6 +35,10 @@ type RouterServiceClient interface {
 	Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteResponse, error)
 	// ListWorkers returns the workers the router can route to now.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// WatchFleet streams the router's view of its workers (load, cache, draining,
+	// policy) and its own parameters: a message when something changes, at most a
+	// few a second, and at least one a second.
+	WatchFleet(ctx context.Context, in *WatchFleetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchFleetResponse], error)
 }
 
 type routerServiceClient struct {
@@ -64,6 +69,25 @@ func (c *routerServiceClient) ListWorkers(ctx context.Context, in *ListWorkersRe
 	return out, nil
 }
 
+func (c *routerServiceClient) WatchFleet(ctx context.Context, in *WatchFleetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchFleetResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RouterService_ServiceDesc.Streams[0], RouterService_WatchFleet_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchFleetRequest, WatchFleetResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_WatchFleetClient = grpc.ServerStreamingClient[WatchFleetResponse]
+
 // RouterServiceServer is the server API for RouterService service.
 // All implementations must embed UnimplementedRouterServiceServer
 // for forward compatibility.
@@ -72,6 +96,10 @@ type RouterServiceServer interface {
 	Route(context.Context, *RouteRequest) (*RouteResponse, error)
 	// ListWorkers returns the workers the router can route to now.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// WatchFleet streams the router's view of its workers (load, cache, draining,
+	// policy) and its own parameters: a message when something changes, at most a
+	// few a second, and at least one a second.
+	WatchFleet(*WatchFleetRequest, grpc.ServerStreamingServer[WatchFleetResponse]) error
 	mustEmbedUnimplementedRouterServiceServer()
 }
 
@@ -87,6 +115,9 @@ func (UnimplementedRouterServiceServer) Route(context.Context, *RouteRequest) (*
 }
 func (UnimplementedRouterServiceServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedRouterServiceServer) WatchFleet(*WatchFleetRequest, grpc.ServerStreamingServer[WatchFleetResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchFleet not implemented")
 }
 func (UnimplementedRouterServiceServer) mustEmbedUnimplementedRouterServiceServer() {}
 func (UnimplementedRouterServiceServer) testEmbeddedByValue()                       {}
@@ -145,6 +176,17 @@ func _RouterService_ListWorkers_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RouterService_WatchFleet_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchFleetRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RouterServiceServer).WatchFleet(m, &grpc.GenericServerStream[WatchFleetRequest, WatchFleetResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RouterService_WatchFleetServer = grpc.ServerStreamingServer[WatchFleetResponse]
+
 // RouterService_ServiceDesc is the grpc.ServiceDesc for RouterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -161,6 +203,12 @@ var RouterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RouterService_ListWorkers_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchFleet",
+			Handler:       _RouterService_WatchFleet_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "tandem/router/v1/router.proto",
 }

@@ -641,6 +641,86 @@ func (x *Load) GetActiveBlocks() uint32 {
 	return 0
 }
 
+// PrefillPolicy is a decode worker's local-or-remote prefill policy in force, as
+// Consul KV or its flags set it (decode.Params).
+type PrefillPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "threshold", "cost", "always-local" or "always-remote".
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The largest effective prompt prefilled locally under the threshold policy.
+	ShortPrefillThreshold uint32  `protobuf:"varint,2,opt,name=short_prefill_threshold,json=shortPrefillThreshold,proto3" json:"short_prefill_threshold,omitempty"`
+	ItlWeight             float64 `protobuf:"fixed64,3,opt,name=itl_weight,json=itlWeight,proto3" json:"itl_weight,omitempty"`
+	EnforceDisagg         bool    `protobuf:"varint,4,opt,name=enforce_disagg,json=enforceDisagg,proto3" json:"enforce_disagg,omitempty"`
+	MaxPrefillQueueTokens uint64  `protobuf:"varint,5,opt,name=max_prefill_queue_tokens,json=maxPrefillQueueTokens,proto3" json:"max_prefill_queue_tokens,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *PrefillPolicy) Reset() {
+	*x = PrefillPolicy{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefillPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefillPolicy) ProtoMessage() {}
+
+func (x *PrefillPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefillPolicy.ProtoReflect.Descriptor instead.
+func (*PrefillPolicy) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PrefillPolicy) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PrefillPolicy) GetShortPrefillThreshold() uint32 {
+	if x != nil {
+		return x.ShortPrefillThreshold
+	}
+	return 0
+}
+
+func (x *PrefillPolicy) GetItlWeight() float64 {
+	if x != nil {
+		return x.ItlWeight
+	}
+	return 0
+}
+
+func (x *PrefillPolicy) GetEnforceDisagg() bool {
+	if x != nil {
+		return x.EnforceDisagg
+	}
+	return false
+}
+
+func (x *PrefillPolicy) GetMaxPrefillQueueTokens() uint64 {
+	if x != nil {
+		return x.MaxPrefillQueueTokens
+	}
+	return 0
+}
+
 // BlockStored says these full blocks are now in the worker's prefix cache.
 type BlockStored struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -653,7 +733,7 @@ type BlockStored struct {
 
 func (x *BlockStored) Reset() {
 	*x = BlockStored{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +745,7 @@ func (x *BlockStored) String() string {
 func (*BlockStored) ProtoMessage() {}
 
 func (x *BlockStored) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +758,7 @@ func (x *BlockStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStored.ProtoReflect.Descriptor instead.
 func (*BlockStored) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BlockStored) GetParentHash() uint64 {
@@ -705,7 +785,7 @@ type BlockRemoved struct {
 
 func (x *BlockRemoved) Reset() {
 	*x = BlockRemoved{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +797,7 @@ func (x *BlockRemoved) String() string {
 func (*BlockRemoved) ProtoMessage() {}
 
 func (x *BlockRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +810,7 @@ func (x *BlockRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRemoved.ProtoReflect.Descriptor instead.
 func (*BlockRemoved) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BlockRemoved) GetBlockHashes() []uint64 {
@@ -749,7 +829,7 @@ type AllBlocksCleared struct {
 
 func (x *AllBlocksCleared) Reset() {
 	*x = AllBlocksCleared{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +841,7 @@ func (x *AllBlocksCleared) String() string {
 func (*AllBlocksCleared) ProtoMessage() {}
 
 func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +854,7 @@ func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllBlocksCleared.ProtoReflect.Descriptor instead.
 func (*AllBlocksCleared) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 // KVEvent is one change to a worker's prefix cache.
@@ -794,7 +874,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +886,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +899,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KVEvent) GetId() uint64 {
@@ -897,7 +977,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +989,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1002,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Snapshot) GetLastEventId() uint64 {
@@ -968,7 +1048,7 @@ type ModelCard struct {
 
 func (x *ModelCard) Reset() {
 	*x = ModelCard{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1060,7 @@ func (x *ModelCard) String() string {
 func (*ModelCard) ProtoMessage() {}
 
 func (x *ModelCard) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1073,7 @@ func (x *ModelCard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCard.ProtoReflect.Descriptor instead.
 func (*ModelCard) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ModelCard) GetModel() string {
@@ -1105,7 +1185,7 @@ type ModelCardRequest struct {
 
 func (x *ModelCardRequest) Reset() {
 	*x = ModelCardRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1197,7 @@ func (x *ModelCardRequest) String() string {
 func (*ModelCardRequest) ProtoMessage() {}
 
 func (x *ModelCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1210,7 @@ func (x *ModelCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCardRequest.ProtoReflect.Descriptor instead.
 func (*ModelCardRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 type ModelCardResponse struct {
@@ -1142,7 +1222,7 @@ type ModelCardResponse struct {
 
 func (x *ModelCardResponse) Reset() {
 	*x = ModelCardResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1234,7 @@ func (x *ModelCardResponse) String() string {
 func (*ModelCardResponse) ProtoMessage() {}
 
 func (x *ModelCardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1247,7 @@ func (x *ModelCardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCardResponse.ProtoReflect.Descriptor instead.
 func (*ModelCardResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ModelCardResponse) GetCard() *ModelCard {
@@ -1185,7 +1265,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1277,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1290,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 type InfoResponse struct {
@@ -1223,7 +1303,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1315,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1328,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InfoResponse) GetInfo() *WorkerInfo {
@@ -1275,7 +1355,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1367,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1380,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchEventsRequest) GetAfterEventId() uint64 {
@@ -1319,14 +1399,17 @@ type WatchEventsResponse struct {
 	Load        *Load      `protobuf:"bytes,4,opt,name=load,proto3" json:"load,omitempty"`
 	// The worker is draining (tandem drain): it finishes what it has and should be
 	// sent nothing new. Subscribers learn it at once, whatever discovery they use.
-	Draining      bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	// A decode worker's prefill policy now; it may change at run time (Consul KV),
+	// and with it the gating classes the router puts the worker in.
+	PrefillPolicy *PrefillPolicy `protobuf:"bytes,6,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchEventsResponse) Reset() {
 	*x = WatchEventsResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1421,7 @@ func (x *WatchEventsResponse) String() string {
 func (*WatchEventsResponse) ProtoMessage() {}
 
 func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1434,7 @@ func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchEventsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchEventsResponse) GetIncarnation() string {
@@ -1389,6 +1472,13 @@ func (x *WatchEventsResponse) GetDraining() bool {
 	return false
 }
 
+func (x *WatchEventsResponse) GetPrefillPolicy() *PrefillPolicy {
+	if x != nil {
+		return x.PrefillPolicy
+	}
+	return nil
+}
+
 type DrainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False drains: health turns NOT_SERVING, so discovery stops sending work here,
@@ -1400,7 +1490,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1502,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1515,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DrainRequest) GetServing() bool {
@@ -1443,7 +1533,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1545,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1558,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 var File_tandem_worker_v1_worker_proto protoreflect.FileDescriptor
@@ -1520,7 +1610,14 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\vfree_blocks\x18\x04 \x01(\rR\n" +
 	"freeBlocks\x12!\n" +
 	"\ftotal_blocks\x18\x05 \x01(\rR\vtotalBlocks\x12#\n" +
-	"\ractive_blocks\x18\x06 \x01(\rR\factiveBlocks\"Q\n" +
+	"\ractive_blocks\x18\x06 \x01(\rR\factiveBlocks\"\xde\x01\n" +
+	"\rPrefillPolicy\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x126\n" +
+	"\x17short_prefill_threshold\x18\x02 \x01(\rR\x15shortPrefillThreshold\x12\x1d\n" +
+	"\n" +
+	"itl_weight\x18\x03 \x01(\x01R\titlWeight\x12%\n" +
+	"\x0eenforce_disagg\x18\x04 \x01(\bR\renforceDisagg\x127\n" +
+	"\x18max_prefill_queue_tokens\x18\x05 \x01(\x04R\x15maxPrefillQueueTokens\"Q\n" +
 	"\vBlockStored\x12\x1f\n" +
 	"\vparent_hash\x18\x01 \x01(\x06R\n" +
 	"parentHash\x12!\n" +
@@ -1558,13 +1655,14 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x1c.tandem.worker.v1.WorkerInfoR\x04info\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\":\n" +
 	"\x12WatchEventsRequest\x12$\n" +
-	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xea\x01\n" +
+	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xb2\x02\n" +
 	"\x13WatchEventsResponse\x12 \n" +
 	"\vincarnation\x18\x01 \x01(\tR\vincarnation\x126\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1a.tandem.worker.v1.SnapshotR\bsnapshot\x121\n" +
 	"\x06events\x18\x03 \x03(\v2\x19.tandem.worker.v1.KVEventR\x06events\x12*\n" +
 	"\x04load\x18\x04 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12\x1a\n" +
-	"\bdraining\x18\x05 \x01(\bR\bdraining\"(\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\x12F\n" +
+	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\"(\n" +
 	"\fDrainRequest\x12\x18\n" +
 	"\aserving\x18\x01 \x01(\bR\aserving\"\x0f\n" +
 	"\rDrainResponse*v\n" +
@@ -1599,7 +1697,7 @@ func file_tandem_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(WorkerMode)(0),             // 0: tandem.worker.v1.WorkerMode
 	(KVDtype)(0),                // 1: tandem.worker.v1.KVDtype
@@ -1609,48 +1707,50 @@ var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(*KVLayout)(nil),            // 5: tandem.worker.v1.KVLayout
 	(*WorkerInfo)(nil),          // 6: tandem.worker.v1.WorkerInfo
 	(*Load)(nil),                // 7: tandem.worker.v1.Load
-	(*BlockStored)(nil),         // 8: tandem.worker.v1.BlockStored
-	(*BlockRemoved)(nil),        // 9: tandem.worker.v1.BlockRemoved
-	(*AllBlocksCleared)(nil),    // 10: tandem.worker.v1.AllBlocksCleared
-	(*KVEvent)(nil),             // 11: tandem.worker.v1.KVEvent
-	(*Snapshot)(nil),            // 12: tandem.worker.v1.Snapshot
-	(*ModelCard)(nil),           // 13: tandem.worker.v1.ModelCard
-	(*ModelCardRequest)(nil),    // 14: tandem.worker.v1.ModelCardRequest
-	(*ModelCardResponse)(nil),   // 15: tandem.worker.v1.ModelCardResponse
-	(*InfoRequest)(nil),         // 16: tandem.worker.v1.InfoRequest
-	(*InfoResponse)(nil),        // 17: tandem.worker.v1.InfoResponse
-	(*WatchEventsRequest)(nil),  // 18: tandem.worker.v1.WatchEventsRequest
-	(*WatchEventsResponse)(nil), // 19: tandem.worker.v1.WatchEventsResponse
-	(*DrainRequest)(nil),        // 20: tandem.worker.v1.DrainRequest
-	(*DrainResponse)(nil),       // 21: tandem.worker.v1.DrainResponse
+	(*PrefillPolicy)(nil),       // 8: tandem.worker.v1.PrefillPolicy
+	(*BlockStored)(nil),         // 9: tandem.worker.v1.BlockStored
+	(*BlockRemoved)(nil),        // 10: tandem.worker.v1.BlockRemoved
+	(*AllBlocksCleared)(nil),    // 11: tandem.worker.v1.AllBlocksCleared
+	(*KVEvent)(nil),             // 12: tandem.worker.v1.KVEvent
+	(*Snapshot)(nil),            // 13: tandem.worker.v1.Snapshot
+	(*ModelCard)(nil),           // 14: tandem.worker.v1.ModelCard
+	(*ModelCardRequest)(nil),    // 15: tandem.worker.v1.ModelCardRequest
+	(*ModelCardResponse)(nil),   // 16: tandem.worker.v1.ModelCardResponse
+	(*InfoRequest)(nil),         // 17: tandem.worker.v1.InfoRequest
+	(*InfoResponse)(nil),        // 18: tandem.worker.v1.InfoResponse
+	(*WatchEventsRequest)(nil),  // 19: tandem.worker.v1.WatchEventsRequest
+	(*WatchEventsResponse)(nil), // 20: tandem.worker.v1.WatchEventsResponse
+	(*DrainRequest)(nil),        // 21: tandem.worker.v1.DrainRequest
+	(*DrainResponse)(nil),       // 22: tandem.worker.v1.DrainResponse
 }
 var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
 	3,  // 0: tandem.worker.v1.TokenLogprobs.top:type_name -> tandem.worker.v1.Logprob
 	1,  // 1: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
 	0,  // 2: tandem.worker.v1.WorkerInfo.mode:type_name -> tandem.worker.v1.WorkerMode
 	5,  // 3: tandem.worker.v1.WorkerInfo.layout:type_name -> tandem.worker.v1.KVLayout
-	8,  // 4: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
-	9,  // 5: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
-	10, // 6: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
-	13, // 7: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
+	9,  // 4: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
+	10, // 5: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
+	11, // 6: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
+	14, // 7: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
 	6,  // 8: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
 	7,  // 9: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
-	12, // 10: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
-	11, // 11: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
+	13, // 10: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
+	12, // 11: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
 	7,  // 12: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
-	16, // 13: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
-	18, // 14: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
-	14, // 15: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
-	20, // 16: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
-	17, // 17: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
-	19, // 18: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
-	15, // 19: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
-	21, // 20: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	8,  // 13: tandem.worker.v1.WatchEventsResponse.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
+	17, // 14: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
+	19, // 15: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
+	15, // 16: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
+	21, // 17: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
+	18, // 18: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
+	20, // 19: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
+	16, // 20: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
+	22, // 21: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_tandem_worker_v1_worker_proto_init() }
@@ -1658,12 +1758,12 @@ func file_tandem_worker_v1_worker_proto_init() {
 	if File_tandem_worker_v1_worker_proto != nil {
 		return
 	}
-	file_tandem_worker_v1_worker_proto_msgTypes[9].OneofWrappers = []any{
+	file_tandem_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{
 		(*KVEvent_Stored)(nil),
 		(*KVEvent_Removed)(nil),
 		(*KVEvent_Cleared)(nil),
 	}
-	file_tandem_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{
+	file_tandem_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{
 		(*ModelCard_TokenizerName)(nil),
 		(*ModelCard_TokenizerGguf)(nil),
 		(*ModelCard_TokenizerJson)(nil),
@@ -1674,7 +1774,7 @@ func file_tandem_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_worker_v1_worker_proto_rawDesc), len(file_tandem_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,9 @@ const (
 	// RouterServiceListWorkersProcedure is the fully-qualified name of the RouterService's ListWorkers
 	// RPC.
 	RouterServiceListWorkersProcedure = "/tandem.router.v1.RouterService/ListWorkers"
+	// RouterServiceWatchFleetProcedure is the fully-qualified name of the RouterService's WatchFleet
+	// RPC.
+	RouterServiceWatchFleetProcedure = "/tandem.router.v1.RouterService/WatchFleet"
 )
 
 // RouterServiceClient is a client for the tandem.router.v1.RouterService service.
@@ -48,6 +51,10 @@ type RouterServiceClient interface {
 	Route(context.Context, *connect.Request[v1.RouteRequest]) (*connect.Response[v1.RouteResponse], error)
 	// ListWorkers returns the workers the router can route to now.
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
+	// WatchFleet streams the router's view of its workers (load, cache, draining,
+	// policy) and its own parameters: a message when something changes, at most a
+	// few a second, and at least one a second.
+	WatchFleet(context.Context, *connect.Request[v1.WatchFleetRequest]) (*connect.ServerStreamForClient[v1.WatchFleetResponse], error)
 }
 
 // NewRouterServiceClient constructs a client for the tandem.router.v1.RouterService service. By
@@ -75,6 +82,13 @@ func NewRouterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		watchFleet: connect.NewClient[v1.WatchFleetRequest, v1.WatchFleetResponse](
+			httpClient,
+			baseURL+RouterServiceWatchFleetProcedure,
+			connect.WithSchema(routerServiceMethods.ByName("WatchFleet")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -82,6 +96,7 @@ func NewRouterServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 type routerServiceClient struct {
 	route       *connect.Client[v1.RouteRequest, v1.RouteResponse]
 	listWorkers *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	watchFleet  *connect.Client[v1.WatchFleetRequest, v1.WatchFleetResponse]
 }
 
 // Route calls tandem.router.v1.RouterService.Route.
@@ -94,12 +109,21 @@ func (c *routerServiceClient) ListWorkers(ctx context.Context, req *connect.Requ
 	return c.listWorkers.CallUnary(ctx, req)
 }
 
+// WatchFleet calls tandem.router.v1.RouterService.WatchFleet.
+func (c *routerServiceClient) WatchFleet(ctx context.Context, req *connect.Request[v1.WatchFleetRequest]) (*connect.ServerStreamForClient[v1.WatchFleetResponse], error) {
+	return c.watchFleet.CallServerStream(ctx, req)
+}
+
 // RouterServiceHandler is an implementation of the tandem.router.v1.RouterService service.
 type RouterServiceHandler interface {
 	// Route picks a decode worker and ranks prefill workers for one request.
 	Route(context.Context, *connect.Request[v1.RouteRequest]) (*connect.Response[v1.RouteResponse], error)
 	// ListWorkers returns the workers the router can route to now.
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
+	// WatchFleet streams the router's view of its workers (load, cache, draining,
+	// policy) and its own parameters: a message when something changes, at most a
+	// few a second, and at least one a second.
+	WatchFleet(context.Context, *connect.Request[v1.WatchFleetRequest], *connect.ServerStream[v1.WatchFleetResponse]) error
 }
 
 // NewRouterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -123,12 +147,21 @@ func NewRouterServiceHandler(svc RouterServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	routerServiceWatchFleetHandler := connect.NewServerStreamHandler(
+		RouterServiceWatchFleetProcedure,
+		svc.WatchFleet,
+		connect.WithSchema(routerServiceMethods.ByName("WatchFleet")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tandem.router.v1.RouterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RouterServiceRouteProcedure:
 			routerServiceRouteHandler.ServeHTTP(w, r)
 		case RouterServiceListWorkersProcedure:
 			routerServiceListWorkersHandler.ServeHTTP(w, r)
+		case RouterServiceWatchFleetProcedure:
+			routerServiceWatchFleetHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -144,4 +177,8 @@ func (UnimplementedRouterServiceHandler) Route(context.Context, *connect.Request
 
 func (UnimplementedRouterServiceHandler) ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tandem.router.v1.RouterService.ListWorkers is not implemented"))
+}
+
+func (UnimplementedRouterServiceHandler) WatchFleet(context.Context, *connect.Request[v1.WatchFleetRequest], *connect.ServerStream[v1.WatchFleetResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tandem.router.v1.RouterService.WatchFleet is not implemented"))
 }

@@ -1,0 +1,13 @@
+package console
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine they started outlives them
+// and their cleanups.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
