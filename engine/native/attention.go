@@ -85,9 +85,8 @@ func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float
 				newMax := max(sc.mx[i], bm)
 				corr := expf(sc.mx[i] - newMax)
 				var sum float32
-				for j, v := range srow {
-					e := expf(v - newMax)
-					prow[j] = e
+				expSub(prow, srow, newMax, 1)
+				for _, e := range prow[:valid] {
 					sum += e
 				}
 				clear(prow[valid:])
