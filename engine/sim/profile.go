@@ -73,6 +73,44 @@ func Profiles() []Profile {
 			KVBytesPerToken: llama8BKVBytes, KVTokens: 16384 * 64,
 			MaxNumSeqs: 256, MaxBatchedTokens: 8192,
 		},
+		h100Llama8B(),
+	}
+}
+
+// H100 SXM (NVIDIA's datasheet: 989 TFLOPS dense BF16, 3.35 TB/s HBM3) running
+// Llama-3.1-8B in bf16 (8.03e9 parameters, 32 layers of 32 query heads of 128).
+const (
+	h100FLOPS, h100Bandwidth = 989e12, 3.35e12
+	llama8BParams            = 8.03e9
+	llama8BLayers, llama8BQ  = 32, 32 * 128
+	// The fractions of peak a serving engine attains: compute in a prefill (MFU)
+	// and memory bandwidth in a decode step (MBU). Assumed, not measured here;
+	// docs/SIM.md says where they come from and what they change.
+	h100MFU, h100MBU = 0.6, 0.7
+	// KV pool: 90 % of 80 GB (vLLM's gpu_memory_utilization), less the weights
+	// and about 4 GB of activations and graphs, in whole 64-token blocks.
+	h100KVBytes = 52e9
+)
+
+// h100Llama8B is a roofline of one H100 running Llama-3.1-8B: a decode step
+// reads the weights once and the KV in use; a prefill token costs the weights'
+// two FLOPs per parameter, and each causal (query, key) pair attention's four
+// FLOPs per head dimension per layer (QK^T and PV), at the attained fraction of peak.
+func h100Llama8B() Profile {
+	weightsMS := 2 * llama8BParams / (h100Bandwidth * h100MBU) * 1e3
+	pool := h100KVBytes // a variable: the quotient is no whole constant
+	kvTokens := int(pool/llama8BKVBytes) / 64 * 64
+	return Profile{
+		Name:     "h100-llama8b",
+		PrefillA: 4 * llama8BLayers * llama8BQ / 2 / (h100FLOPS * h100MFU) * 1e3,
+		PrefillB: 2 * llama8BParams / (h100FLOPS * h100MFU) * 1e3,
+		PrefillC: weightsMS,
+		// At u = 1 the step reads the whole pool's KV besides the weights.
+		DecodeB:         float64(kvTokens) * llama8BKVBytes / (h100Bandwidth * h100MBU) * 1e3,
+		DecodeC:         weightsMS,
+		KVBytesPerToken: llama8BKVBytes, KVTokens: kvTokens,
+		// vLLM's defaults for an OpenAI server.
+		MaxNumSeqs: 256, MaxBatchedTokens: 8192,
 	}
 }
 
@@ -124,10 +162,12 @@ func (l Link) TransferMS(tokens, kvBytesPerToken int) float64 {
 // the sources of their figures.
 func Links() []Link {
 	return []Link{
-		// NIXL over RDMA (UCX, one 400 Gb/s ConnectX-7 NIC per GPU).
-		{Name: "rdma", LatencyMS: 0.5, Bandwidth: 40e9},
-		// NIXL's UCX over TCP on a 100 Gb/s Ethernet NIC.
-		{Name: "tcp", LatencyMS: 2, Bandwidth: 5e9},
+		// GPUDirect RDMA over RoCE, one 400 Gb/s NIC per GPU: Mooncake's published
+		// transfer-engine figure (190 GB/s over 8 x 400 Gb/s) per GPU, and the
+		// intercept of its vLLM 1P1D transfer times.
+		{Name: "rdma", LatencyMS: 0.5, Bandwidth: 190e9 / 8},
+		// TCP over the same NICs: the same source's ~41 GB/s over 8, per GPU.
+		{Name: "tcp", LatencyMS: 0.5, Bandwidth: 41e9 / 8},
 		// No transfer time: the comparison of the step model alone.
 		{Name: "none"},
 	}
