@@ -31,7 +31,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return runBenchCompare(ctx, args[1:], getenv, stdout, stderr)
 	}
 	fs := newFlagSet("bench", "bench --url URL [--workload fixed|mixed|shared-prefix|jsonl] [--concurrency N | --rate R[,R...]] "+
-		"[--requests N | --duration D] [flags]\n       tandem bench compare [flags]  (run 'tandem bench compare --help')", stderr)
+		"[--requests N | --duration D] [flags]\n       tandem bench --url URL --trace FILE [--trace-speedup X] [--trace-token-scale S] "+
+		"[--trace-start I] [--trace-limit N] [flags]\n       tandem bench compare [flags]  (run 'tandem bench compare --help')", stderr)
 	var o bench.Options
 	o.RegisterFlags(fs)
 	given, err := parseBench(fs, args, getenv)
