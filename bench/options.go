@@ -33,6 +33,8 @@ type Options struct {
 	// and how.
 	Trace       string
 	TraceWindow TraceWindow
+	// TraceIgnoreEOS sends ignore_eos with each request of a trace.
+	TraceIgnoreEOS bool
 }
 
 // RegisterFlags registers the options' flags, with their defaults.
@@ -71,6 +73,9 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.TraceWindow.TokenScale, "trace-token-scale", 1,
 		"trace: multiply the block size and every length by this (0.0625: blocks of 32 tokens) for engines that cannot take the trace's lengths; "+
 			"the blocks each prompt shares stay shared")
+	fs.BoolVar(&o.TraceIgnoreEOS, "trace-ignore-eos", true,
+		"trace: send ignore_eos so each answer is exactly output_length tokens; false leaves only max_tokens (for a server without it), "+
+			"and the report counts the answers that ended early")
 	fs.IntVar(&o.TraceWindow.Start, "trace-start", 0, "trace: index of the first request to replay (0-based, blank lines not counted)")
 	fs.IntVar(&o.TraceWindow.Limit, "trace-limit", 0, "trace: replay at most this many requests (0: to the end; --requests caps it too)")
 }
@@ -211,7 +216,13 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 		return nil, err
 	}
 	name := traceName(filepath.Base(o.Trace), w, len(reqs))
-	p.NewLoad = func() (Workload, error) { return NewTraceReplay(name, reqs, w.ScaledBlockSize(), o.Seed) }
+	p.NewLoad = func() (Workload, error) {
+		t, err := NewTraceReplay(name, reqs, w.ScaledBlockSize(), o.Seed)
+		if t != nil {
+			t.IgnoreEOS = o.TraceIgnoreEOS
+		}
+		return t, err
+	}
 	return p, nil
 }
 

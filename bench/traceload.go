@@ -37,6 +37,8 @@ type TraceReplay struct {
 	blockSize int
 	seed      uint64
 	reuse     float64
+	// IgnoreEOS is sent with every request (NewTraceReplay sets it).
+	IgnoreEOS bool
 
 	synth *Synth
 	// ctxLen is the served model's context length (0: unknown, nothing cut).
@@ -54,7 +56,7 @@ func NewTraceReplay(name string, reqs []TraceRequest, blockSize int, seed uint64
 	if len(reqs) == 0 {
 		return nil, errors.New("bench: the trace window holds no requests")
 	}
-	return &TraceReplay{name: name, reqs: reqs, blockSize: blockSize, seed: seed, reuse: PrefixReuse(reqs, blockSize)}, nil
+	return &TraceReplay{name: name, reqs: reqs, blockSize: blockSize, seed: seed, reuse: PrefixReuse(reqs, blockSize), IgnoreEOS: true}, nil
 }
 
 // Name implements Workload.
@@ -113,7 +115,7 @@ func (t *TraceReplay) Next(*rand.Rand) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("trace line %d: %w", r.Line, err)
 	}
-	return Request{Class: "trace", PromptIDs: ids, PromptTokens: in, MaxTokens: out, IgnoreEOS: true, At: r.At}, nil
+	return Request{Class: "trace", PromptIDs: ids, PromptTokens: in, MaxTokens: out, IgnoreEOS: t.IgnoreEOS, WantTokens: out, At: r.At}, nil
 }
 
 // fitContext shortens a request that does not fit a context of ctxLen tokens
