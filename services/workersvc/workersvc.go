@@ -110,6 +110,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(s.decode, opts...)))
 	}
 	registerPoolMetrics(env.Registry, eng)
+	registerEventMetrics(env.Registry, eng)
 	if s.srv, err = env.NewServer(cfg.Serve, handlers, nil); err != nil {
 		return nil, err
 	}
