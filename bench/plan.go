@@ -25,6 +25,11 @@ func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer)
 		if err != nil {
 			return runs, err
 		}
+		if pr, ok := wl.(Preparer); ok {
+			if err := pr.Prepare(ctx, p.Client); err != nil {
+				return runs, err
+			}
+		}
 		label := prefix + p.Labels[i]
 		if len(p.Configs) == 1 && prefix != "" {
 			label = strings.TrimSuffix(prefix, " ")
