@@ -96,8 +96,8 @@ func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) 
 func (p *prefillers) IDs() []string {
 	var ids []string
 	for _, w := range p.dir.Workers() {
-		// A draining worker still answers a router that suggests it; it is just not
-		// picked here.
+		// A draining worker refuses new prefills (the ladder then moves on); it
+		// is not offered here when the directory already knows it drains.
 		if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL && !w.Draining {
 			ids = append(ids, w.ID)
 		}

@@ -45,6 +45,8 @@ type Service struct {
 	decode  *decode.Service
 	dir     *discovery.Directory
 	prefill *prefillers
+	// prefillSvc is a prefill worker's service, refusing new prefills while drained.
+	prefillSvc *prefill.Service
 	// drained is what the last drain (or undo) asked; a decode worker serves once
 	// it knows its prefill workers and is not drained.
 	drained atomic.Bool
@@ -94,6 +96,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		if err != nil {
 			return nil, err
 		}
+		s.prefillSvc = ps
 		handlers = append(handlers, server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, opts...)))
 		if s.kv, err = env.NewKVPort(cfg.Serve, cfg.KVListen, func(r grpc.ServiceRegistrar) { prefillv1.RegisterPrefillServiceServer(r, ps.GRPC()) }); err != nil {
 			return nil, err
@@ -154,6 +157,9 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	s.srv.OnDrain(s.worker.Stop)
 	s.worker.SetServingHook(func(serving bool) {
 		s.drained.Store(!serving)
+		if s.prefillSvc != nil {
+			s.prefillSvc.SetDraining(!serving)
+		}
 		s.srv.SetServing(serving && s.peersKnown())
 		if s.kv != nil {
 			s.kv.SetServing(serving) // a drained worker's KV port says so too
