@@ -96,6 +96,10 @@ type Result struct {
 	Test    string // pp512, tg128, tg128x8
 	Mean    float64
 	Std     float64
+	// CPU is the process's CPU time over the tests' wall time times the threads: near
+	// 1 when the engine had its cores, lower when other processes took them (then the
+	// rates understate what the engine does on an idle machine).
+	CPU float64
 }
 
 // Run measures the model and writes llama-bench's table to out, one row per test
@@ -126,7 +130,7 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 			o.Prompt, o.Gen, info.ContextLength)
 	}
 	label, size, params := describe(file, info.Model)
-	fmt.Fprintf(out, "| model | size | params | threads | test | t/s |\n| --- | ---: | ---: | ---: | --- | ---: |\n")
+	fmt.Fprintf(out, "| model | size | params | threads | test | t/s | cpu |\n| --- | ---: | ---: | ---: | --- | ---: | ---: |\n")
 	b := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	var results []Result
@@ -154,6 +158,7 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 				continue
 			}
 			var rates []float64
+			cpu0, wall0 := cpuTime(), time.Now()
 			for range o.Reps {
 				r, err := tc.run()
 				if err != nil {
@@ -162,9 +167,10 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 				rates = append(rates, r)
 			}
 			mean, std := meanStd(rates)
-			res := Result{Threads: t, Test: tc.name, Mean: mean, Std: std}
+			cpu := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds() / float64(t)
+			res := Result{Threads: t, Test: tc.name, Mean: mean, Std: std, CPU: cpu}
 			results = append(results, res)
-			fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %.2f ± %.2f |\n", label, size, params, t, tc.name, mean, std)
+			fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %.2f ± %.2f | %.0f%% |\n", label, size, params, t, tc.name, mean, std, 100*cpu)
 		}
 	}
 	return results, nil
