@@ -142,6 +142,7 @@ type Router struct {
 	hits     []int
 	decoders []candidate
 	prefills []candidate
+	ranked   []ranked
 	weights  []float64
 	reason   []byte
 	// fleetChanged is closed at the next change of the fleet view (fleet.go).

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tandem-serve/tandem/services/admin"
+	"github.com/tandem-serve/tandem/services/discovery"
 	"github.com/tandem-serve/tandem/services/frontendsvc"
 	"github.com/tandem-serve/tandem/services/modules"
 	"github.com/tandem-serve/tandem/services/process"
@@ -84,7 +85,8 @@ type app struct {
 	stdout, stderr io.Writer
 
 	// peers is the one cache of connections to peers of the process's services.
-	peers *rpc.Conns
+	peers    *rpc.Conns
+	peerInfo *discovery.InfoCache
 
 	prefillAddrs, decodeAddrs []string
 	router                    *routersvc.Service
@@ -127,7 +129,7 @@ func (a *app) logger(service string) *slog.Logger {
 
 // env is a service's process environment: with its own TLS settings when it runs
 // alone, in cleartext on loopback under tandem up. Under tandem up the services
-// share the first one's peer connections, as one process should: 900 decode
+// share the first one's peer connections (and answers to who is where), as one process should: 900 decode
 // workers that each kept their own to 100 prefill workers would need 90,000.
 // Those connections' client metrics are then on that first service's /metrics.
 func (a *app) env(service string, t tlsconf.Config) (*process.Env, error) {
@@ -139,9 +141,9 @@ func (a *app) env(service string, t tlsconf.Config) (*process.Env, error) {
 		return nil, err
 	}
 	if a.peers == nil {
-		a.peers = env.Peers
+		a.peers, a.peerInfo = env.Peers, env.PeerInfo
 	}
-	env.Peers = a.peers
+	env.Peers, env.PeerInfo = a.peers, a.peerInfo
 	return env, nil
 }
 

@@ -145,3 +145,58 @@ func TestDirectoryEmpty(t *testing.T) {
 		t.Fatal("an empty directory is not Ready")
 	}
 }
+
+// Questions about one address asked while one is out share its answer, as the
+// directories of tandem up's decode workers do; a failure is not kept.
+func TestInfoCacheShares(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	fail := false
+	c := discovery.NewInfoCache(func(_ context.Context, addr string) (*workerv1.WorkerInfo, error) {
+		mu.Lock()
+		calls++
+		f := fail
+		mu.Unlock()
+		<-release
+		if f {
+			return nil, errors.New("refused")
+		}
+		return prefillInfo("p-"+addr, 0), nil
+	}, time.Hour)
+	var wg sync.WaitGroup
+	ids := make([]string, 20)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if info, err := c.Info(context.Background(), "a"); err == nil {
+				ids[i] = info.GetId()
+			}
+		}()
+	}
+	eventually(t, "the first question is out", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 })
+	time.Sleep(50 * time.Millisecond) // the others queue behind it
+	close(release)
+	wg.Wait()
+	for i, id := range ids {
+		if id != "p-a" {
+			t.Fatalf("asker %d got %q", i, id)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("%d calls for 20 questions at once; want them shared", calls)
+	}
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	if _, err := c.Info(context.Background(), "b"); err == nil {
+		t.Fatal("a failed answer reported as success")
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	if info, err := c.Info(context.Background(), "b"); err != nil || info.GetId() != "p-b" {
+		t.Errorf("after a failure, Info = %v, %v; want it asked again", info, err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/tandem-serve/tandem/services/discovery"
 	"github.com/tandem-serve/tandem/services/kvport"
 	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
@@ -76,8 +77,11 @@ type Env struct {
 	// worker's prefill workers): dialled on first use, closed when idle. Services
 	// in one process share one (tandem up), so that a connection to a worker serves
 	// every service that calls it.
-	Peers   *rpc.Conns
-	metrics *rpc.ServerMetrics
+	Peers *rpc.Conns
+	// PeerInfo asks peers who they are over Peers, sharing answers among the
+	// services of the process (discovery.InfoCache).
+	PeerInfo *discovery.InfoCache
+	metrics  *rpc.ServerMetrics
 }
 
 // PeerIdle is how long a connection to a peer may carry no call before its socket
@@ -99,11 +103,13 @@ func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	clients := rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS}, reg)
+	peers := rpc.NewPeerConns(clients.DialWith, PeerIdle)
 	return &Env{
 		Logger:   logger,
 		Registry: reg,
 		Clients:  clients,
-		Peers:    rpc.NewPeerConns(clients.DialWith, PeerIdle),
+		Peers:    peers,
+		PeerInfo: discovery.NewInfoCache(discovery.InfoVia(peers.Get), time.Second),
 		metrics:  rpc.NewServerMetrics(reg),
 	}, nil
 }

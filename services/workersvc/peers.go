@@ -7,7 +7,6 @@ import (
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/services/consul"
 	"github.com/tandem-serve/tandem/services/discovery"
-	"github.com/tandem-serve/tandem/services/rpc"
 )
 
 // peersKnown reports whether the worker has its first view of the prefill
@@ -44,20 +43,11 @@ func (s *Service) serveOncePeersKnown(ctx context.Context) {
 			s.log.Info("prefill workers known; serving", "prefill_workers", len(s.dir.Workers()))
 			return
 		case <-tick.C:
+			if s.peersKnown() {
+				continue // Ready too: the other case says so
+			}
 			s.log.Warn("not serving yet: waiting for the first view of the prefill workers", "awaiting", s.dir.Awaiting())
 		}
-	}
-}
-
-// peerInfo asks a worker who it is over the process's peer connections.
-func peerInfo(conns *rpc.Conns) discovery.InfoFunc {
-	return func(ctx context.Context, addr string) (*workerv1.WorkerInfo, error) {
-		cc, err := conns.Get(addr)
-		if err != nil {
-			return nil, err
-		}
-		r, err := workerv1.NewWorkerServiceClient(cc).Info(ctx, &workerv1.InfoRequest{})
-		return r.GetInfo(), err
 	}
 }
 

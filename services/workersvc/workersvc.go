@@ -111,7 +111,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	default:
 		// An aggregated worker never calls a prefill worker, so it waits for none.
 		await := mode == workerv1.WorkerMode_WORKER_MODE_DECODE && cfg.Consul.Enabled()
-		s.dir = discovery.NewDirectory(workerv1.WorkerMode_WORKER_MODE_PREFILL, peerInfo(env.Peers), await, env.Logger)
+		s.dir = discovery.NewDirectory(workerv1.WorkerMode_WORKER_MODE_PREFILL, env.PeerInfo.Info, await, env.Logger)
 		s.prefill = newPrefillers(s.dir, env.Peers, env.Logger)
 		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err
