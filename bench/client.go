@@ -243,7 +243,7 @@ func (c *chunk) content() string {
 // a failure is recorded in the Result.
 func (c *Client) Do(ctx context.Context, r Request) Result {
 	res := Result{Class: r.Class, PromptTokens: r.PromptTokens}
-	if r.IgnoreEOS {
+	if res.WantTokens = r.WantTokens; res.WantTokens == 0 && r.IgnoreEOS {
 		res.WantTokens = r.MaxTokens
 	}
 	if c.Timeout > 0 {

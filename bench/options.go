@@ -33,6 +33,8 @@ type Options struct {
 	// and how.
 	Trace       string
 	TraceWindow TraceWindow
+	// TraceIgnoreEOS sends ignore_eos with each request of a trace.
+	TraceIgnoreEOS bool
 }
 
 // RegisterFlags registers the options' flags, with their defaults.
@@ -71,6 +73,9 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.TraceWindow.TokenScale, "trace-token-scale", 1,
 		"trace: multiply the block size and every length by this (0.0625: blocks of 32 tokens) for engines that cannot take the trace's lengths; "+
 			"the blocks each prompt shares stay shared")
+	fs.BoolVar(&o.TraceIgnoreEOS, "trace-ignore-eos", true,
+		"trace: send ignore_eos so each answer is exactly output_length tokens; false leaves only max_tokens (for a server without it), "+
+			"and the report counts the answers that ended early")
 	fs.IntVar(&o.TraceWindow.Start, "trace-start", 0, "trace: index of the first request to replay (0-based, blank lines not counted)")
 	fs.IntVar(&o.TraceWindow.Limit, "trace-limit", 0, "trace: replay at most this many requests (0: to the end; --requests caps it too)")
 }
@@ -83,6 +88,11 @@ type Plan struct {
 	// NewLoad makes a fresh workload, so each run of a sweep or comparison starts
 	// from the same state.
 	NewLoad func() (Workload, error)
+
+	// base builds prompts in cl100k tokens; prompts is what NewLoad builds with:
+	// base until Run sizes them in the served model's tokens. base is nil for
+	// workloads whose prompts are not built here (a file, a trace).
+	base, prompts *Prompts
 }
 
 // Plan checks the options and resolves them. concurrencyGiven says whether
@@ -144,7 +154,8 @@ func (o *Options) Plan(concurrencyGiven bool) (*Plan, error) {
 	if p.Client, err = o.client(prompts); err != nil {
 		return nil, err
 	}
-	if p.NewLoad, err = o.workloadFactory(prompts); err != nil {
+	p.base, p.prompts = prompts, prompts
+	if p.NewLoad, err = o.workloadFactory(p); err != nil {
 		return nil, err
 	}
 	_, err = p.NewLoad() // reject a bad workload before any request is sent
@@ -211,35 +222,44 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 		return nil, err
 	}
 	name := traceName(filepath.Base(o.Trace), w, len(reqs))
-	p.NewLoad = func() (Workload, error) { return NewTraceReplay(name, reqs, w.ScaledBlockSize(), o.Seed) }
+	p.NewLoad = func() (Workload, error) {
+		t, err := NewTraceReplay(name, reqs, w.ScaledBlockSize(), o.Seed)
+		if t != nil {
+			t.IgnoreEOS = o.TraceIgnoreEOS
+		}
+		return t, err
+	}
 	return p, nil
 }
 
-// workloadFactory returns a function that makes a fresh workload.
-func (o *Options) workloadFactory(p *Prompts) (func() (Workload, error), error) {
+// workloadFactory returns a function that makes a fresh workload, with its
+// prompts from pl (the served model's once Run has sized them).
+func (o *Options) workloadFactory(pl *Plan) (func() (Workload, error), error) {
 	switch o.Workload {
 	case "fixed":
-		return func() (Workload, error) { return NewFixed(p, o.ISL, o.OSL) }, nil
+		return func() (Workload, error) { return NewFixed(pl.prompts, o.ISL, o.OSL) }, nil
 	case "mixed":
 		classes, err := ParseMix(o.Mix)
 		if err != nil {
 			return nil, err
 		}
-		return func() (Workload, error) { return NewMixed(p, classes) }, nil
+		return func() (Workload, error) { return NewMixed(pl.prompts, classes) }, nil
 	case "shared-prefix":
 		cfg := SharedPrefixConfig{PrefixTokens: o.PrefixLen, TurnTokens: o.ISL, OutputTokens: o.OSL, Turns: o.Turns, Conversations: o.Convs}
-		return func() (Workload, error) { return NewSharedPrefix(p, cfg) }, nil
+		return func() (Workload, error) { return NewSharedPrefix(pl.prompts, cfg) }, nil
 	case "jsonl":
 		if o.File == "" {
 			return nil, errors.New("bench: --workload jsonl needs --file")
 		}
+		// The file's prompts are what they are; only their counting uses prompts.
+		pl.base = nil
 		return func() (Workload, error) {
 			f, err := os.Open(o.File)
 			if err != nil {
 				return nil, err
 			}
 			defer f.Close()
-			return ReadJSONL(f, p)
+			return ReadJSONL(f, pl.prompts)
 		}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown --workload %q (fixed, mixed, shared-prefix or jsonl)", o.Workload)

@@ -227,7 +227,7 @@ func (r *Report) writeNotes(w io.Writer) {
 		fmt.Fprintf(w, "%d requests of the trace were cut to fit the model's context (prompt tail first)\n", r.TraceCut)
 	}
 	if o.ShortOutputs > 0 {
-		fmt.Fprintf(w, "output length not met: %d requests ended early, %d tokens short in all (the server ignored ignore_eos?)\n",
+		fmt.Fprintf(w, "output length not met: %d requests ended early, %d tokens short in all (sent without ignore_eos, or the server ignored it)\n",
 			o.ShortOutputs, o.ShortTokens)
 	}
 }

@@ -42,6 +42,10 @@ type Request struct {
 	// which tandem's frontend implements too); a request that gets fewer is
 	// counted as a shortfall.
 	IgnoreEOS bool
+	// WantTokens, when set, is the output length the workload expects (a
+	// trace's output_length): a request that gets fewer is a shortfall, whether
+	// or not IgnoreEOS was sent. 0 means MaxTokens when IgnoreEOS is set.
+	WantTokens int
 	// PromptTokens is the prompt's length in tokens as built (cl100k for text,
 	// the served model's for PromptIDs), or 0 when the workload did not count it
 	// (the server's usage is recorded separately).

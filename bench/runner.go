@@ -274,6 +274,9 @@ func poissonGap(rng *rand.Rand, rate float64) time.Duration {
 
 // classOrder returns the workload's classes in its own order, if it has one.
 func classOrder(wl Workload) []string {
+	if _, ok := wl.(*TraceReplay); ok {
+		return []string{ClassFresh, ClassReuse}
+	}
 	m, ok := wl.(*Mixed)
 	if !ok {
 		return nil

@@ -41,40 +41,52 @@ func (c *Client) ModelInfo(ctx context.Context) (ModelInfo, error) {
 // Tokenize asks the server's /tokenize (vLLM's and tandem's) for the token ids
 // of text in the served model's tokenizer, with no special tokens added.
 func (c *Client) Tokenize(ctx context.Context, model, text string) ([]uint32, error) {
+	ids, _, err := c.tokenize(ctx, model, text, false, false)
+	return ids, err
+}
+
+// tokenize is Tokenize with the special tokens a generation adds (BOS) when
+// special is set, and the tokens' pieces when strs is.
+func (c *Client) tokenize(ctx context.Context, model, text string, special, strs bool) ([]uint32, []string, error) {
 	body, err := json.Marshal(struct {
 		Model            string `json:"model,omitempty"`
 		Prompt           string `json:"prompt"`
 		AddSpecialTokens bool   `json:"add_special_tokens"`
-	}{model, text, false})
+		ReturnTokenStrs  bool   `json:"return_token_strs,omitempty"`
+	}{model, text, special, strs})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// /tokenize is beside /v1, not under it.
 	u := strings.TrimSuffix(c.base(), "/v1") + "/tokenize"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	c.authorize(req)
 	resp, err := c.http().Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("POST /tokenize: %s", httpError(resp))
+		return nil, nil, fmt.Errorf("POST /tokenize: %s", httpError(resp))
 	}
 	var out struct {
-		Tokens []uint32 `json:"tokens"`
+		Tokens    []uint32 `json:"tokens"`
+		TokenStrs []string `json:"token_strs"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("POST /tokenize: %w", err)
+		return nil, nil, fmt.Errorf("POST /tokenize: %w", err)
 	}
-	if len(out.Tokens) == 0 {
-		return nil, errors.New("POST /tokenize: no tokens in the answer")
+	switch {
+	case len(out.Tokens) == 0:
+		return nil, nil, errors.New("POST /tokenize: no tokens in the answer")
+	case strs && len(out.TokenStrs) != len(out.Tokens):
+		return nil, nil, fmt.Errorf("POST /tokenize: %d token_strs for %d tokens", len(out.TokenStrs), len(out.Tokens))
 	}
-	return out.Tokens, nil
+	return out.Tokens, out.TokenStrs, nil
 }
 
 func (c *Client) getJSON(ctx context.Context, url string, v any) error {

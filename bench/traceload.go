@@ -37,12 +37,16 @@ type TraceReplay struct {
 	blockSize int
 	seed      uint64
 	reuse     float64
+	// IgnoreEOS is sent with every request (NewTraceReplay sets it).
+	IgnoreEOS bool
 
 	synth *Synth
 	// ctxLen is the served model's context length (0: unknown, nothing cut).
 	ctxLen int
 	// Cut counts the requests shortened to fit the context.
 	Cut int
+
+	classes []string
 
 	mu   sync.Mutex
 	next int
@@ -54,8 +58,29 @@ func NewTraceReplay(name string, reqs []TraceRequest, blockSize int, seed uint64
 	if len(reqs) == 0 {
 		return nil, errors.New("bench: the trace window holds no requests")
 	}
-	return &TraceReplay{name: name, reqs: reqs, blockSize: blockSize, seed: seed, reuse: PrefixReuse(reqs, blockSize)}, nil
+	t := &TraceReplay{name: name, reqs: reqs, blockSize: blockSize, seed: seed, reuse: PrefixReuse(reqs, blockSize), IgnoreEOS: true}
+	seen := map[int64]bool{}
+	for _, r := range reqs {
+		class := ClassFresh
+		if seen[r.HashIDs[0]] {
+			class = ClassReuse
+		}
+		t.classes = append(t.classes, class)
+		for _, h := range r.HashIDs {
+			seen[h] = true
+		}
+	}
+	return t, nil
 }
+
+// A replay's requests are classed by what the trace says of their prompt: one
+// whose first block an earlier request of the window had (a later turn of a
+// conversation, a shared system prompt) is reuse, the others are fresh. The
+// report then shows the two apart; a server's cache can only help the first.
+const (
+	ClassFresh = "fresh"
+	ClassReuse = "reuse"
+)
 
 // Name implements Workload.
 func (t *TraceReplay) Name() string { return t.name }
@@ -104,7 +129,7 @@ func (t *TraceReplay) Next(*rand.Rand) (Request, error) {
 		t.mu.Unlock()
 		return Request{}, ErrWorkloadDone
 	}
-	r := t.reqs[t.next]
+	r, class := t.reqs[t.next], t.classes[t.next]
 	t.next++
 	t.mu.Unlock()
 	in, out := fitContext(r.InputLength, r.OutputLength, t.ctxLen)
@@ -113,7 +138,7 @@ func (t *TraceReplay) Next(*rand.Rand) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("trace line %d: %w", r.Line, err)
 	}
-	return Request{Class: "trace", PromptIDs: ids, PromptTokens: in, MaxTokens: out, IgnoreEOS: true, At: r.At}, nil
+	return Request{Class: class, PromptIDs: ids, PromptTokens: in, MaxTokens: out, IgnoreEOS: t.IgnoreEOS, WantTokens: out, At: r.At}, nil
 }
 
 // fitContext shortens a request that does not fit a context of ctxLen tokens

@@ -202,6 +202,9 @@ func TestTraceReplayPreparesAgainstTheServer(t *testing.T) {
 		t.Fatalf("%d requests, want 3", len(got))
 	}
 	for i, r := range got {
+		if want := []string{ClassFresh, ClassReuse, ClassFresh}[i]; r.Class != want {
+			t.Errorf("request %d is class %s, want %s", i, r.Class, want)
+		}
 		if !r.IgnoreEOS || r.At != reqs[i].At || len(r.PromptIDs) != r.PromptTokens {
 			t.Errorf("request %d = %+v", i, r)
 		}

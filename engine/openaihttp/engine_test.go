@@ -243,3 +243,27 @@ func TestLoad(t *testing.T) {
 		})
 	}
 }
+
+// A request with no stop tokens (the frontend's ignore_eos) tells the engine
+// server so; otherwise it would stop at its model's EOS by itself.
+func TestNoStopTokensIgnoresEOS(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true}).Start(t)
+	e := connect(t, f, openaihttp.TokenAuto)
+	for _, stops := range [][]uint32{nil, {99}} {
+		s, err := e.Generate(t.Context(), engine.Request{ID: "r", Prompt: []uint32{1, 2}, MaxTokens: 2, StopTokens: stops})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(t, s)
+	}
+	reqs := f.Completions()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests sent, want 2", len(reqs))
+	}
+	if b := string(reqs[0].Body); !strings.Contains(b, `"ignore_eos":true`) || strings.Contains(b, "stop_token_ids") {
+		t.Errorf("no stop tokens sent %s; want ignore_eos", b)
+	}
+	if b := string(reqs[1].Body); strings.Contains(b, "ignore_eos") || !strings.Contains(b, `"stop_token_ids":[99]`) {
+		t.Errorf("stop tokens sent %s; want them and no ignore_eos", b)
+	}
+}
