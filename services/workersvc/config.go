@@ -40,6 +40,8 @@ type Config struct {
 	NumBlocks      int
 	BlockSize      int
 	SimTimeScale   float64
+	SimProfile     string
+	SimLink        string
 	PrefillWorkers services.List
 
 	// Decode is the decode service's config (decode and aggregated modes); its
@@ -98,6 +100,9 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default; a GPU engine's from its metrics)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's, and a GPU engine's own")
 	fs.Float64Var(&c.SimTimeScale, "sim-time-scale", 1, "sim engine: multiply every modelled time by this (0: no waiting)")
+	fs.StringVar(&c.SimProfile, "sim-profile", "mocker", "sim engine: the device's timing, one of "+strings.Join(sim.ProfileNames(), ", ")+
+		" (docs/SIM.md gives their sources)")
+	fs.StringVar(&c.SimLink, "sim-link", "rdma", "sim engine: the KV transfer a remote prefill's KV takes to arrive: rdma, tcp or none (docs/SIM.md)")
 	c.Decode = decode.DefaultConfig()
 	d := &c.Decode
 	fs.StringVar((*string)(&d.Params.Policy), "policy", string(d.Params.Policy),
@@ -197,6 +202,9 @@ func (c *Config) Validate() error {
 	case "vllm", "trtllm", "sglang":
 		return c.validateGPU()
 	case "sim":
+		if _, err := sim.ConfigFor(c.SimProfile, c.SimLink); err != nil {
+			return fmt.Errorf("--sim-profile / --sim-link: %w", err)
+		}
 	case "native":
 		if c.Model == "" {
 			return errors.New("--model must not be empty")
@@ -220,8 +228,13 @@ func (c *Config) NewEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		return native.New(native.Config{Model: c.Model, ContextLength: c.ContextLength, Seed: c.Seed,
 			NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log})
 	case "sim":
-		sc := sim.DefaultConfig()
+		sc, err := sim.ConfigFor(c.SimProfile, c.SimLink)
+		if err != nil {
+			return nil, err
+		}
 		sc.Seed, sc.BlockSize, sc.TimeScale = c.Seed, c.BlockSize, c.SimTimeScale
+		// The pool holds the profile's KV tokens unless --kv-blocks says otherwise.
+		sc.NumBlocks = max(1, sc.Profile.KVTokens/max(1, c.BlockSize))
 		if c.NumBlocks > 0 {
 			sc.NumBlocks = c.NumBlocks
 		}
