@@ -81,9 +81,15 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	if m.GetPromptTokens() == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_tokens: must be positive"))
 	}
+	// The block size is the model card's, which the frontend sends: the router
+	// needs no flag of its own to agree with the workers (a GPU engine's may be
+	// 32 or 64).
 	bs := r.cfg.BlockSize
-	if b := m.GetBlockSize(); b != 0 && int(b) != bs {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d, the workers use %d", b, bs))
+	if b := m.GetBlockSize(); b != 0 {
+		if b > maxBlockSize {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d tokens, more than %d", b, maxBlockSize))
+		}
+		bs = int(b)
 	}
 	if full := int(m.GetPromptTokens()) / bs; len(m.GetBlockHashes()) > full {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_hashes: %d hashes for %d prompt tokens (%d full blocks)",
@@ -95,6 +101,7 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	defer r.mu.Unlock()
 	p := r.params
 	r.requests++
+	r.blockSize = bs
 	for _, id := range m.GetExcludeWorkerIds() {
 		if st := r.workers[id]; st != nil {
 			st.excluded = r.requests
@@ -190,13 +197,13 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	win := &decoders[chosen]
 	resp := &routerv1.RouteResponse{
 		DecodeWorker:       workerProto(win.st.w),
-		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks),
+		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks, bs),
 		DecodeCachedBlocks: uint32(win.cached),
 		Reason:             r.reasonFor(win, promptBlocks, scored, classNames[class], effective),
 	}
 	if m.GetExplain() {
 		// Before the winner's pending blocks grow: the terms shown are those it won with.
-		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks)
+		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks, bs)
 	}
 	win.st.pendingBlocks += promptBlocks - int(win.cached)
 	if win.st.routed == nil {
@@ -356,6 +363,9 @@ func (r *Router) pick(p Params, cs []candidate, need candFlags, lo float64) int 
 // the decision's time and most of its garbage.
 const MaxRankedPrefill = 8
 
+// maxBlockSize bounds a request's block size: engines use 16 to 256 tokens.
+const maxBlockSize = 1 << 12
+
 // ranked is a prefill candidate's cost and its index among the candidates.
 type ranked struct {
 	cost float64
@@ -367,8 +377,8 @@ type ranked struct {
 // orders only those: the cheapest few are kept in a short sorted buffer as the
 // costs are worked out, and the workers that tie with the last one kept are then
 // drawn from fairly (shuffleTies), as if the whole pool had been sorted.
-func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*routerv1.RankedWorker {
-	bs := float64(r.cfg.BlockSize)
+func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize int) []*routerv1.RankedWorker {
+	bs := float64(blockSize)
 	cost := func(c candidate) float64 {
 		return p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(float64(c.st.waiting)/bs+float64(c.st.pendingBlocks))
 	}
@@ -460,12 +470,12 @@ func (r *Router) reasonFor(win *candidate, promptBlocks, scored int, class strin
 
 // explain lists every decode candidate with its terms and why it was or was not
 // scored: gateClass is the class the prompt length chose, class the one used.
-func (r *Router) explain(p Params, effective, gateClass, class int, need candFlags, cs []candidate, chosen, promptBlocks int) *routerv1.Explanation {
+func (r *Router) explain(p Params, effective, gateClass, class int, need candFlags, cs []candidate, chosen, promptBlocks, bs int) *routerv1.Explanation {
 	e := &routerv1.Explanation{
 		EffectiveTokens: uint32(effective), IslThreshold: uint32(r.threshold), GateClass: classNames[class], Temperature: p.Temperature,
 	}
 	for i, c := range cs {
-		pre, dec, q := terms(p, c.st, int(c.cached), promptBlocks, r.cfg.BlockSize)
+		pre, dec, q := terms(p, c.st, int(c.cached), promptBlocks, bs)
 		var note string
 		switch {
 		case class == classFallback:
