@@ -30,6 +30,20 @@ func TestDecide(t *testing.T) {
 			prefillQueued: 5000}, false, "prefill_queue_full"},
 		{"queue below the limit", Params{Policy: PolicyThreshold, MaxPrefillQueueTokens: 4096}, situation{prompt: 500, prefillQueued: 100}, true,
 			"above_threshold"},
+		{"load: short stays local", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4, LocalMaxKVUsage: 0.5},
+			situation{prompt: 60, running: 100, kvUsage: 0.9}, false, "below_threshold"},
+		{"load: long prefilled here while the batch is small", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
+			LocalMaxKVUsage: 0.5}, situation{prompt: 5000, running: 4, kvUsage: 0.3}, false, "load_decode_idle"},
+		{"load: long goes remote once the batch is big", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
+			LocalMaxKVUsage: 0.5}, situation{prompt: 5000, running: 5, kvUsage: 0.3}, true, "load_decode_busy"},
+		{"load: long goes remote when KV is full, whatever the batch", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64,
+			LocalMaxRunning: 4, LocalMaxKVUsage: 0.5}, situation{prompt: 5000, running: 1, kvUsage: 0.6}, true, "load_decode_busy"},
+		{"load: a long prefill queue keeps it here", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
+			LocalMaxKVUsage: 0.5, MaxPrefillQueueTokens: 8192}, situation{prompt: 5000, running: 30, kvUsage: 0.4, prefillQueued: 9000}, false,
+			"load_prefill_busy"},
+		{"load: ... unless KV here is full", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
+			LocalMaxKVUsage: 0.5, MaxPrefillQueueTokens: 8192}, situation{prompt: 5000, running: 30, kvUsage: 0.7, prefillQueued: 9000}, true,
+			"load_decode_busy"},
 		{"always-remote ignores the queue limit", Params{Policy: PolicyAlwaysRemote, MaxPrefillQueueTokens: 10}, situation{prompt: 500,
 			prefillQueued: 5000}, true, "always_remote"},
 	} {
@@ -46,6 +60,8 @@ func TestParamsValidate(t *testing.T) {
 		{Policy: PolicyThreshold, ShortPrefillThreshold: -1},
 		{Policy: PolicyCost, ITLWeight: -0.5},
 		{Policy: PolicyThreshold, MaxPrefillQueueTokens: -1},
+		{Policy: PolicyLoad, LocalMaxRunning: -1},
+		{Policy: PolicyLoad, LocalMaxKVUsage: 1.5},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)

@@ -15,10 +15,17 @@ import (
 )
 
 // BenchmarkRoute times whole routing decisions for 8k-token prompts against a
-// router whose index holds about a million blocks, reporting p50 and p99.
+// router whose index holds about a million blocks, reporting p50 and p99. The
+// fleets are decode workers only, and issue 14's 1,000 workers: 100 prefill (every
+// tenth) and 900 decode, whose prefill workers are ranked too.
 func BenchmarkRoute(b *testing.B) {
-	for _, workers := range []int{16, 256, 1024} {
-		b.Run(sizeName(workers), func(b *testing.B) {
+	for _, fleet := range []struct{ workers, prefillEvery int }{{16, 0}, {256, 0}, {1024, 0}, {1000, 10}} {
+		workers := fleet.workers
+		name := sizeName(workers)
+		if fleet.prefillEvery > 0 {
+			name += ",prefill=" + itoa(workers/fleet.prefillEvery)
+		}
+		b.Run(name, func(b *testing.B) {
 			src, queries := benchIndex(b, workers, 1_000_000)
 			r, err := New(Config{BlockSize: 16, Params: DefaultParams()}, rand.New(rand.NewPCG(1, 1)), prometheus.NewRegistry())
 			if err != nil {
@@ -30,6 +37,9 @@ func BenchmarkRoute(b *testing.B) {
 					hashes = append(hashes, h)
 				}
 				w := Worker{ID: fmt.Sprintf("w%04d", ref), Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Policy: "threshold", TotalBlocks: len(hashes) + 1}
+				if fleet.prefillEvery > 0 && int(ref)%fleet.prefillEvery == 0 {
+					w.Mode, w.Policy = workerv1.WorkerMode_WORKER_MODE_PREFILL, ""
+				}
 				load := &workerv1.Load{TotalBlocks: uint32(len(hashes) + 4096), FreeBlocks: 4096, ActiveBlocks: uint32(ref % 50)}
 				if err := r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: hashes}, Load: load}); err != nil {
 					b.Fatal(err)

@@ -59,6 +59,8 @@ func (w Worker) decodes() bool {
 
 // Config is the router's fixed configuration.
 type Config struct {
+	// BlockSize is the KV block size of a request that does not say its own;
+	// requests carry the model card's (RouteRequest.block_size).
 	BlockSize int
 	Params    Params
 }
@@ -142,12 +144,15 @@ type Router struct {
 	hits     []int
 	decoders []candidate
 	prefills []candidate
+	ranked   []ranked
 	weights  []float64
 	reason   []byte
 	// fleetChanged is closed at the next change of the fleet view (fleet.go).
 	fleetChanged chan struct{}
 	stopping     chan struct{}
 	stopOnce     sync.Once
+	// blockSize is the last routed request's (the model card's), for WatchFleet.
+	blockSize int
 }
 
 var _ routerv1connect.RouterServiceHandler = (*Router)(nil)
@@ -164,7 +169,7 @@ func New(cfg Config, rng *rand.Rand, reg prometheus.Registerer) (*Router, error)
 	r := &Router{
 		cfg: cfg, metrics: newMetrics(reg), params: cfg.Params, rng: rng,
 		ix: NewIndex(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
-		stopping: make(chan struct{}),
+		stopping: make(chan struct{}), blockSize: cfg.BlockSize,
 	}
 	r.metrics.threshold.Set(float64(r.threshold))
 	return r, nil

@@ -199,6 +199,13 @@ func phi3RStrip(f *gguf.File, s Spec) []int32 {
 // llama.cpp's vocab files use; SpecFromGGUF reads it back to an equal Spec.
 func (s Spec) MarshalGGUF() ([]byte, error) {
 	var w ggufwrite.File
+	s.WriteGGUF(&w)
+	return w.Bytes()
+}
+
+// WriteGGUF adds s's metadata keys to w: a model file written with them carries its
+// own tokenizer, as converted models do.
+func (s Spec) WriteGGUF(w *ggufwrite.File) {
 	w.Set(keyModel, s.Model)
 	if s.Pre != "" {
 		w.Set(keyPre, s.Pre)
@@ -231,5 +238,4 @@ func (s Spec) MarshalGGUF() ([]byte, error) {
 	}
 	// Always written, so that reading back does not apply the Phi-3 rule again.
 	w.Set(keyRStrip, append([]int32{}, s.RStrip...))
-	return w.Bytes()
 }

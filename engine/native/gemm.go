@@ -22,7 +22,7 @@ func gemm(m int, a []float32, lda int, w *packed, c []float32, ldc int) {
 		return
 	}
 	k := w.K
-	parallelFor(w.panels, m*k*panelWidth, func(lo, hi int) {
+	parallelForOver(w.panels, m*k*panelWidth, minSplitProduct, func(lo, hi int) {
 		for r0 := 0; r0 < m; r0 += rowsBlock {
 			r1 := min(m, r0+rowsBlock)
 			for p := lo; p < hi; p++ {

@@ -4,10 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 	"unsafe"
 
+	"github.com/tandem-serve/tandem/internal/parallel"
 	"github.com/zeebo/xxh3"
 )
 
@@ -160,22 +159,17 @@ func fingerprint(mc ModelConfig, w *weights, mats []*packed) string {
 // about a multiply-add per unit) is big enough to repay waking a goroutine, which
 // on a busy machine can take longer than a small matrix product.
 func parallelFor(n, cost int, fn func(lo, hi int)) {
-	workers := runtime.GOMAXPROCS(0)
-	if workers > n {
-		workers = n
-	}
-	if workers <= 1 || n*cost < 1<<20 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := n*w/workers, n*(w+1)/workers
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
+	parallelForOver(n, cost, 1<<20, fn)
+}
+
+// minSplitProduct is the work above which a matrix product is split among the cores.
+// A decode step's products (one row) are bound by reading the weights, not by the
+// multiply-adds: a 576 x 576 matrix is 1.3 MB of f32 read in some 60 µs, far more
+// than waking a goroutine, and under parallelFor's 2^20 rule only the largest of
+// them were split, so two threads decoded hardly faster than one.
+const minSplitProduct = 1 << 16
+
+// parallelForOver is parallelFor with the threshold given.
+func parallelForOver(n, cost, minWork int, fn func(lo, hi int)) {
+	parallel.For(n, cost, minWork, fn)
 }

@@ -39,3 +39,35 @@ func BenchmarkMulAdd(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMulAddStream is m=1 over 30 matrices of 576 x 1536 used in turn (107 MB of
+// Q8_0, more than the L3), as a decode step meets its weights: from memory, not cache.
+func BenchmarkMulAddStream(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, typ := range matrixTypes {
+		const k, n, mats = 576, 1536, 30
+		if k%typ.BlockElems() != 0 {
+			continue
+		}
+		b.Run(fmt.Sprintf("%v/K%d_N%d/x%d", typ, k, n, mats), func(b *testing.B) {
+			ws := make([]*Matrix, mats)
+			bytes := 0
+			for i := range ws {
+				ws[i], _ = testMatrix(b, typ, k, n, r)
+				bytes += len(ws[i].data)
+			}
+			x := gaussian(r, k, 1)
+			out := make([]float32, n)
+			cpu0 := cpuTime()
+			for b.Loop() {
+				for _, w := range ws {
+					w.MulAdd(1, x, k, out, n)
+				}
+			}
+			b.ReportMetric(float64(bytes*b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			if cpu := cpuTime() - cpu0; cpu > 0 {
+				b.ReportMetric(float64(bytes*b.N)/cpu.Seconds()/1e9, "cpu-GB/s")
+			}
+		})
+	}
+}

@@ -105,7 +105,7 @@ func TestMulAddMatchesDequantizedProduct(t *testing.T) {
 func TestMulAddRowsIndependentOfBatchAndThreads(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, typ := range matrixTypes {
-		const k, n, rows = 512, 40, 512
+		const k, n, rows = 512, 70, 512 // n: more than one chunk of batched decode (batchCols), and a partial tile
 		w, _ := testMatrix(t, typ, k, n, r)
 		x := gaussian(r, rows*k, 1)
 		var alone []float32
@@ -118,7 +118,7 @@ func TestMulAddRowsIndependentOfBatchAndThreads(t *testing.T) {
 							w.MulAdd(1, x[i*k:], k, alone[i*n:], n)
 						}
 					}
-					for _, m := range []int{1, 7, 13, 64, 512} {
+					for _, m := range []int{1, 3, 7, 8, 13, 64, 512} {
 						for _, procs := range []int{1, 2, 5} {
 							if ks == portable && m > 13 {
 								continue // slow under -race; its rows are computed one by one anyway

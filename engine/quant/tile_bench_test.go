@@ -72,7 +72,7 @@ func BenchmarkDirect(b *testing.B) {
 					out := make([]float32, n)
 					c0 := cpuTime()
 					for b.Loop() {
-						mulDirect(ks == avx512Kernels, w, &a, 0, n, out, n)
+						mulDirect(ks == avx512Kernels, w, &a, 0, a.m, 0, n, out, n)
 					}
 					cpu := (cpuTime() - c0).Seconds()
 					b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*n), "cycles/block/col@2.8GHz")

@@ -106,7 +106,7 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	c.Decode = decode.DefaultConfig()
 	d := &c.Decode
 	fs.StringVar((*string)(&d.Params.Policy), "policy", string(d.Params.Policy),
-		"decode mode: local-or-remote prefill policy: threshold, cost, always-local or always-remote")
+		"decode mode: local-or-remote prefill policy: threshold, cost, load, always-local or always-remote")
 	fs.IntVar(&d.Params.ShortPrefillThreshold, "short-prefill-threshold", d.Params.ShortPrefillThreshold,
 		"decode mode: prefill locally when prompt tokens minus cached tokens are at most this (threshold policy, and cost policy until warmed up)")
 	fs.Float64Var(&d.Params.ITLWeight, "itl-weight", d.Params.ITLWeight,
@@ -115,6 +115,10 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
 	fs.IntVar(&d.Params.MaxPrefillQueueTokens, "max-prefill-queue-tokens", d.Params.MaxPrefillQueueTokens,
 		"decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
+	fs.IntVar(&d.Params.LocalMaxRunning, "local-max-running", d.Params.LocalMaxRunning,
+		"decode mode, load policy: prefill a long prompt locally while at most this many sequences decode here")
+	fs.Float64Var(&d.Params.LocalMaxKVUsage, "local-max-kv-usage", d.Params.LocalMaxKVUsage,
+		"decode mode, load policy: ... and while at most this fraction of the KV pool is in use")
 	fs.DurationVar(&d.MinRemoteDeadline, "remote-deadline-min", d.MinRemoteDeadline,
 		"decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
 	fs.DurationVar(&d.MaxRemoteDeadline, "remote-deadline-max", d.MaxRemoteDeadline, "decode mode: most time a remote prefill is given before falling back")
@@ -237,6 +241,11 @@ func (c *Config) NewEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		sc.NumBlocks = max(1, sc.Profile.KVTokens/max(1, c.BlockSize))
 		if c.NumBlocks > 0 {
 			sc.NumBlocks = c.NumBlocks
+		}
+		// A modelled GPU model's context (Llama-3.1-8B's is 131,072) is what a
+		// trace's long prompts need; the sim's own default is 8,192.
+		if c.ContextLength > 0 {
+			sc.ContextLength = c.ContextLength
 		}
 		return sim.New(sc)
 	}

@@ -1,0 +1,290 @@
+package enginebench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/native"
+	"github.com/tandem-serve/tandem/gguf"
+)
+
+// Options are what `tandem bench engine` measures.
+type Options struct {
+	Model   string // a GGUF file, or a name native.New accepts
+	Threads []int  // GOMAXPROCS of each measurement
+	Prompt  int    // prompt tokens of the prompt-processing test (llama-bench -p)
+	Gen     int    // tokens of the generation test (llama-bench -n)
+	Batch   int    // sequences decoding together in the batched generation test (0: none)
+	Reps    int    // repetitions of each test (llama-bench -r)
+	Seed    uint64 // prompt tokens
+}
+
+// DefaultOptions are llama-bench's defaults and issue 13's batch of 8.
+func DefaultOptions() Options {
+	return Options{Threads: []int{runtime.NumCPU()}, Prompt: 512, Gen: 128, Batch: 8, Reps: 3, Seed: 1}
+}
+
+// threadList is a flag.Value of comma-separated thread counts.
+type threadList struct{ p *[]int }
+
+func (t threadList) String() string {
+	if t.p == nil {
+		return ""
+	}
+	s := make([]string, len(*t.p))
+	for i, n := range *t.p {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (t threadList) Set(v string) error {
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("thread count %q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	*t.p = out
+	return nil
+}
+
+// RegisterFlags adds the options' flags, with llama-bench's names where it has them.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Model, "model", o.Model, "GGUF model file (or a random shape: tiny, small; or stories260K)")
+	fs.Var(threadList{&o.Threads}, "threads", "comma-separated thread counts (GOMAXPROCS) to measure")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens of the prompt-processing test (ppN); 0 skips it")
+	fs.IntVar(&o.Gen, "gen", o.Gen, "generated tokens of the generation tests (tgN); 0 skips them")
+	fs.IntVar(&o.Batch, "batch", o.Batch, "sequences generating together in the batched test; 0 or 1 skips it")
+	fs.IntVar(&o.Reps, "reps", o.Reps, "repetitions of each test")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the random prompt tokens")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Model == "" {
+		errs = append(errs, errors.New("--model is required"))
+	}
+	if len(o.Threads) == 0 {
+		errs = append(errs, errors.New("--threads needs at least one thread count"))
+	}
+	if o.Prompt < 0 || o.Gen < 0 || o.Batch < 0 {
+		errs = append(errs, fmt.Errorf("--prompt %d, --gen %d and --batch %d must not be negative", o.Prompt, o.Gen, o.Batch))
+	}
+	if o.Reps < 1 {
+		errs = append(errs, fmt.Errorf("--reps %d must be at least 1", o.Reps))
+	}
+	return errors.Join(errs...)
+}
+
+// Result is one test's figure: tokens per second over the repetitions.
+type Result struct {
+	Threads int
+	Test    string // pp512, tg128, tg128x8
+	Mean    float64
+	Std     float64
+	// CPU is the process's CPU time over the tests' wall time times the threads: near
+	// 1 when the engine had its cores, lower when other processes took them (then the
+	// rates understate what the engine does on an idle machine).
+	CPU float64
+}
+
+// Run measures the model and writes llama-bench's table to out, one row per test
+// and thread count.
+func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := native.Config{Model: o.Model, MaxBatchTokens: max(512, o.Prompt), MaxRunning: max(64, o.Batch)}
+	var file *gguf.File
+	if !native.IsRandom(o.Model) {
+		f, err := native.OpenModelFile(o.Model)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		file, cfg.File = f, f
+	}
+	ctxLen := o.Prompt + o.Gen + 1
+	e, err := native.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	info := e.Info()
+	if info.ContextLength > 0 && ctxLen > info.ContextLength {
+		return nil, fmt.Errorf("enginebench: %d prompt and %d generated tokens exceed the model's context of %d",
+			o.Prompt, o.Gen, info.ContextLength)
+	}
+	label, size, params := describe(file, info.Model)
+	fmt.Fprintf(out, "| model | size | params | threads | test | t/s | cpu |\n| --- | ---: | ---: | ---: | --- | ---: | ---: |\n")
+	b := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	var results []Result
+	for _, t := range o.Threads {
+		runtime.GOMAXPROCS(t)
+		// Warm up: pages of the mapped weights in, scratch buffers grown, one pass of
+		// each kind, untimed (llama-bench does the same).
+		if _, err := b.prefill(ctx, min(o.Prompt, 64)+1); err != nil {
+			return results, err
+		}
+		if _, err := b.generate(ctx, 1, 2); err != nil {
+			return results, err
+		}
+		tests := []struct {
+			name string
+			run  func() (float64, error)
+			skip bool
+		}{
+			{fmt.Sprintf("pp%d", o.Prompt), func() (float64, error) { return b.prefill(ctx, o.Prompt) }, o.Prompt == 0},
+			{fmt.Sprintf("tg%d", o.Gen), func() (float64, error) { return b.generate(ctx, 1, o.Gen) }, o.Gen == 0},
+			{fmt.Sprintf("tg%d x%d", o.Gen, o.Batch), func() (float64, error) { return b.generate(ctx, o.Batch, o.Gen) }, o.Gen == 0 || o.Batch < 2},
+		}
+		for _, tc := range tests {
+			if tc.skip {
+				continue
+			}
+			var rates []float64
+			cpu0, wall0 := cpuTime(), time.Now()
+			for range o.Reps {
+				r, err := tc.run()
+				if err != nil {
+					return results, fmt.Errorf("enginebench: %s at %d threads: %w", tc.name, t, err)
+				}
+				rates = append(rates, r)
+			}
+			mean, std := meanStd(rates)
+			cpu := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds() / float64(t)
+			res := Result{Threads: t, Test: tc.name, Mean: mean, Std: std, CPU: cpu}
+			results = append(results, res)
+			fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %.2f ± %.2f | %.0f%% |\n", label, size, params, t, tc.name, mean, std, 100*cpu)
+		}
+	}
+	return results, nil
+}
+
+// describe names the model as llama-bench does: its name and main tensor type, the
+// bytes of its tensors and its parameter count.
+func describe(f *gguf.File, name string) (label, size, params string) {
+	if f == nil {
+		return name, "-", "-"
+	}
+	var bytes, elems uint64
+	byType := map[gguf.Type]uint64{}
+	for _, t := range f.Tensors() {
+		bytes += uint64(len(t.Data))
+		elems += t.Elems()
+		byType[t.Type] += t.Elems()
+	}
+	var main gguf.Type
+	for t, n := range byType {
+		if n > byType[main] || n == byType[main] && t < main {
+			main = t
+		}
+	}
+	if ft, err := f.Uint("general.file_type"); err == nil && ft == 15 {
+		label = name + " Q4_K_M"
+	} else {
+		label = fmt.Sprintf("%s %s", name, main)
+	}
+	return label, fmt.Sprintf("%.2f MiB", float64(bytes)/(1<<20)), fmt.Sprintf("%.2f M", float64(elems)/1e6)
+}
+
+func meanStd(v []float64) (mean, std float64) {
+	for _, x := range v {
+		mean += x
+	}
+	mean /= float64(len(v))
+	if len(v) < 2 {
+		return mean, 0
+	}
+	for _, x := range v {
+		std += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(std / float64(len(v)-1))
+}
+
+// bencher draws prompts that never share a cached prefix, so every test computes
+// every token.
+type bencher struct {
+	e     *native.Engine
+	vocab int
+	seed  uint64
+	n     uint64
+}
+
+func (b *bencher) prompt(n int) []uint32 {
+	p := make([]uint32, n)
+	for i := range p {
+		b.n++
+		p[i] = uint32(splitmix(b.seed^splitmix(b.n)) % uint64(b.vocab))
+	}
+	return p
+}
+
+// prefill is prompt processing: one n-token prompt, timed to its first token.
+func (b *bencher) prefill(ctx context.Context, n int) (float64, error) {
+	p := b.prompt(n)
+	start := time.Now()
+	x, err := b.e.Prefill(ctx, engine.Request{Prompt: p, MaxTokens: 1})
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	x.Release()
+	return float64(n) / d.Seconds(), nil
+}
+
+// generate is text generation as llama-bench's tgN: each of seqs sequences starts
+// from one token and runs n forward passes of one token each (the first pass is its
+// one-token prompt), all sequences in the same passes.
+func (b *bencher) generate(ctx context.Context, seqs, n int) (float64, error) {
+	streams := make([]engine.Stream, seqs)
+	start := time.Now()
+	for i := range streams {
+		st, err := b.e.Generate(ctx, engine.Request{Prompt: b.prompt(1), MaxTokens: n})
+		if err != nil {
+			return 0, err
+		}
+		streams[i] = st
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, seqs)
+	for i, st := range streams {
+		wg.Go(func() {
+			got := 0
+			for {
+				_, err := st.Next(ctx)
+				if errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					errs[i] = err
+					return
+				}
+				got++
+			}
+			if got != n {
+				errs[i] = fmt.Errorf("sequence %d ended after %d of %d tokens (%v)", i, got, n, st.Finish())
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return float64(seqs*n) / d.Seconds(), nil
+}
