@@ -22,7 +22,7 @@ func TestRankPrefillEqualsSortingAll(t *testing.T) {
 		var refs []refCandidate
 		for i := range n {
 			waiting := uint64(16 * rng.IntN(3))
-			st := &state{w: Worker{ID: fmt.Sprintf("p%02d", i)}, waiting: waiting, pendingBlocks: rng.IntN(2),
+			st := &state{w: Worker{ID: fmt.Sprintf("p%02d", i)}, waiting: waiting, waitingBlocks: float64(waiting) / 16, pendingBlocks: rng.IntN(2),
 				load: &workerv1.Load{WaitingTokens: waiting}}
 			cached := rng.IntN(3)
 			cs = append(cs, candidate{st: st, cached: int32(cached)})

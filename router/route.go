@@ -244,7 +244,7 @@ func (r *Router) match(hashes []uint64) ([]int32, int) {
 func terms(p Params, st *state, cached, promptBlocks, bs int) (prefill, decode, queue float64) {
 	prefill = p.PrefillWeight * float64(promptBlocks-cached)
 	decode = float64(st.active)
-	queue = p.QueueWeight * (float64(st.waiting)/float64(bs) + float64(st.pendingBlocks))
+	queue = p.QueueWeight * (st.waitingBlocks + float64(st.pendingBlocks))
 	return prefill, decode, queue
 }
 
@@ -380,7 +380,7 @@ type ranked struct {
 func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize int) []*routerv1.RankedWorker {
 	bs := float64(blockSize)
 	cost := func(c candidate) float64 {
-		return p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(float64(c.st.waiting)/bs+float64(c.st.pendingBlocks))
+		return p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(c.st.waitingBlocks+float64(c.st.pendingBlocks))
 	}
 	// The candidates come in id order, and a cost enters the buffer only below
 	// the last kept: equal costs stay in id order, as a stable sort leaves them.

@@ -77,8 +77,9 @@ type state struct {
 	// pendingBlocks were routed here since the worker's last load report, so a
 	// burst between reports does not all land on one worker.
 	pendingBlocks       int
-	waiting             uint64 // tokens; this and the next from load, zero without a report
-	active, free, total uint32 // blocks
+	waiting             uint64  // tokens; this and the next from load, zero without a report
+	waitingBlocks       float64 // waiting / block size
+	active, free, total uint32  // blocks
 
 	w           Worker
 	load        *workerv1.Load
@@ -118,9 +119,12 @@ func kindOf(w Worker) workerKind {
 	return k
 }
 
-func (st *state) setLoad(l *workerv1.Load) {
+func (st *state) setLoad(l *workerv1.Load, blockSize int) {
 	st.load, st.pendingBlocks = l, 0
 	st.active, st.waiting, st.free, st.total = l.GetActiveBlocks(), l.GetWaitingTokens(), l.GetFreeBlocks(), l.GetTotalBlocks()
+	// Divided once here rather than for every candidate of every request (a
+	// sixth of the scoring pass at 1,000 workers); the same division, so the same cost.
+	st.waitingBlocks = float64(st.waiting) / float64(blockSize)
 }
 
 // Router implements RouterService.
@@ -229,7 +233,7 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		st.w.Draining, st.kind = true, 0
 	}
 	if l := msg.GetLoad(); l != nil {
-		st.setLoad(l)
+		st.setLoad(l, r.cfg.BlockSize)
 	}
 	resync := func(reason string) error {
 		r.ix.Clear(st.ref)
