@@ -82,6 +82,11 @@ func load(p Params, s situation, threshold func(string) choice) choice {
 		return c
 	}
 	eff := s.effective()
+	if p.LocalMaxTokens > 0 && eff > p.LocalMaxTokens {
+		return choice{remote: true, reason: "load_too_long",
+			detail: fmt.Sprintf("effective %d tokens > threshold %d and > %d, the longest prefilled here for load's sake", eff,
+				p.ShortPrefillThreshold, p.LocalMaxTokens)}
+	}
 	if s.running <= p.LocalMaxRunning && s.kvUsage <= p.LocalMaxKVUsage {
 		return choice{reason: "load_decode_idle",
 			detail: fmt.Sprintf("effective %d tokens > threshold %d, but only %d sequences decode here (<= %d) and KV is %.0f%% used (<= %.0f%%)",

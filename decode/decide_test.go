@@ -44,6 +44,10 @@ func TestDecide(t *testing.T) {
 		{"load: ... unless KV here is full", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
 			LocalMaxKVUsage: 0.5, MaxPrefillQueueTokens: 8192}, situation{prompt: 5000, running: 30, kvUsage: 0.7, prefillQueued: 9000}, true,
 			"load_decode_busy"},
+		{"load: too long for a local prefill, however idle", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
+			LocalMaxKVUsage: 0.5, LocalMaxTokens: 4096}, situation{prompt: 5000}, true, "load_too_long"},
+		{"load: within the cap", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
+			LocalMaxKVUsage: 0.5, LocalMaxTokens: 4096}, situation{prompt: 5000, cached: 1000}, false, "load_decode_idle"},
 		{"always-remote ignores the queue limit", Params{Policy: PolicyAlwaysRemote, MaxPrefillQueueTokens: 10}, situation{prompt: 500,
 			prefillQueued: 5000}, true, "always_remote"},
 	} {
@@ -61,6 +65,7 @@ func TestParamsValidate(t *testing.T) {
 		{Policy: PolicyCost, ITLWeight: -0.5},
 		{Policy: PolicyThreshold, MaxPrefillQueueTokens: -1},
 		{Policy: PolicyLoad, LocalMaxRunning: -1},
+		{Policy: PolicyLoad, LocalMaxTokens: -1},
 		{Policy: PolicyLoad, LocalMaxKVUsage: 1.5},
 	} {
 		if bad.Validate() == nil {

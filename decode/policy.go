@@ -55,13 +55,18 @@ type Params struct {
 	// worker's KV pool is fuller than this fraction, whatever its batch: a full
 	// pool means long contexts decoding, whose steps a prefill stretches most.
 	LocalMaxKVUsage float64 `json:"local_max_kv_usage"`
+	// LocalMaxTokens, under the load policy, is the longest effective prompt it
+	// prefills locally for load's sake (0: no cap): a prompt of more than one
+	// step's token budget stalls the batch for several steps, and the trace's
+	// longest (100k tokens) for seconds.
+	LocalMaxTokens int `json:"local_max_tokens"`
 }
 
 // DefaultParams are the decision's parameters unless flags or Consul KV say
 // otherwise; docs/BENCHMARKS.md ("Short-prefill threshold") says how the
 // threshold's was chosen.
 func DefaultParams() Params {
-	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25, LocalMaxRunning: 4, LocalMaxKVUsage: 0.5}
+	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25, LocalMaxRunning: 4, LocalMaxKVUsage: 0.5, LocalMaxTokens: 8192}
 }
 
 // Validate checks the params.
@@ -81,6 +86,9 @@ func (p Params) Validate() error {
 	}
 	if p.LocalMaxRunning < 0 {
 		return fmt.Errorf("local_max_running %d: must not be negative", p.LocalMaxRunning)
+	}
+	if p.LocalMaxTokens < 0 {
+		return fmt.Errorf("local_max_tokens %d: must not be negative", p.LocalMaxTokens)
 	}
 	if !(p.LocalMaxKVUsage >= 0 && p.LocalMaxKVUsage <= 1) {
 		return fmt.Errorf("local_max_kv_usage %g: want a fraction in [0, 1]", p.LocalMaxKVUsage)

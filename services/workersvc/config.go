@@ -119,6 +119,8 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"decode mode, load policy: prefill a long prompt locally while at most this many sequences decode here")
 	fs.Float64Var(&d.Params.LocalMaxKVUsage, "local-max-kv-usage", d.Params.LocalMaxKVUsage,
 		"decode mode, load policy: ... and while at most this fraction of the KV pool is in use")
+	fs.IntVar(&d.Params.LocalMaxTokens, "local-max-tokens", d.Params.LocalMaxTokens,
+		"decode mode, load policy: ... and only prompts of at most this many effective tokens (0: no cap)")
 	fs.DurationVar(&d.MinRemoteDeadline, "remote-deadline-min", d.MinRemoteDeadline,
 		"decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
 	fs.DurationVar(&d.MaxRemoteDeadline, "remote-deadline-max", d.MaxRemoteDeadline, "decode mode: most time a remote prefill is given before falling back")
