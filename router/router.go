@@ -298,5 +298,12 @@ func (r *Router) ListWorkers(context.Context, *connect.Request[routerv1.ListWork
 }
 
 func workerProto(w Worker) *routerv1.Worker {
-	return &routerv1.Worker{Id: w.ID, Address: w.Address, Mode: w.Mode, Draining: w.Draining, ModelFingerprint: w.Fingerprint}
+	p := &routerv1.Worker{}
+	setWorkerProto(p, w)
+	return p
+}
+
+// setWorkerProto fills a zero Worker message, for callers that allocate many at once.
+func setWorkerProto(p *routerv1.Worker, w Worker) {
+	p.Id, p.Address, p.Mode, p.Draining, p.ModelFingerprint = w.ID, w.Address, w.Mode, w.Draining, w.Fingerprint
 }
