@@ -118,13 +118,14 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf}
 	nIn, nFits, nBoth := 0, 0, 0
 	fp, otherWeights := m.GetModelFingerprint(), 0
+	model := r.fingerprints[fp] // 0, no worker's, when none has reported fp
 	for _, st := range r.order {
 		// A worker waiting for a resync is still a healthy member: it is routable,
 		// with no cache credited until its snapshot arrives.
 		if st.excluded == r.requests {
 			continue
 		}
-		if fp != "" && st.w.Fingerprint != fp {
+		if fp != "" && st.model != model {
 			// Another model's worker: its KV and its tokens mean nothing to this one.
 			otherWeights++
 			r.refuseWeights(st)
