@@ -46,8 +46,12 @@ func BenchmarkRoute(b *testing.B) {
 					hashes = append(hashes, h)
 				}
 				w := Worker{ID: fmt.Sprintf("w%04d", ref), Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Policy: "threshold", TotalBlocks: len(hashes) + 1}
-				if fleet.prefillEvery > 0 && int(ref)%fleet.prefillEvery == 0 {
-					w.Mode, w.Policy = workerv1.WorkerMode_WORKER_MODE_PREFILL, ""
+				if fleet.prefillEvery > 0 {
+					// As served: every worker names its model, and so does every request.
+					w.Fingerprint = "sim/seed=1"
+					if int(ref)%fleet.prefillEvery == 0 {
+						w.Mode, w.Policy = workerv1.WorkerMode_WORKER_MODE_PREFILL, ""
+					}
 				}
 				load := &workerv1.Load{TotalBlocks: uint32(len(hashes) + 4096), FreeBlocks: 4096, ActiveBlocks: uint32(ref % 50)}
 				if err := r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: hashes}, Load: load}); err != nil {
@@ -57,6 +61,9 @@ func BenchmarkRoute(b *testing.B) {
 			reqs := make([]*connect.Request[routerv1.RouteRequest], len(queries))
 			for i, q := range queries {
 				reqs[i] = connect.NewRequest(&routerv1.RouteRequest{PromptTokens: uint32(len(q) * 16), BlockHashes: q, BlockSize: 16})
+				if fleet.prefillEvery > 0 {
+					reqs[i].Msg.ModelFingerprint = "sim/seed=1"
+				}
 			}
 			ctx := context.Background()
 			lat := make([]time.Duration, 0, b.N)

@@ -76,7 +76,10 @@ type state struct {
 	excluded uint64
 	// pendingBlocks were routed here since the worker's last load report, so a
 	// burst between reports does not all land on one worker.
-	pendingBlocks       int
+	pendingBlocks int
+	// model numbers the worker's model fingerprint (Router.modelID), so that the
+	// pass compares a number on this cache line rather than a string elsewhere.
+	model               uint32
 	waiting             uint64  // tokens; this and the next from load, zero without a report
 	waitingBlocks       float64 // waiting / block size
 	active, free, total uint32  // blocks
@@ -151,6 +154,8 @@ type Router struct {
 	ranked   []ranked
 	weights  []float64
 	reason   []byte
+	// fingerprints numbers the model fingerprints workers have reported, from 1.
+	fingerprints map[string]uint32
 	// fleetChanged is closed at the next change of the fleet view (fleet.go).
 	fleetChanged chan struct{}
 	stopping     chan struct{}
@@ -173,7 +178,7 @@ func New(cfg Config, rng *rand.Rand, reg prometheus.Registerer) (*Router, error)
 	r := &Router{
 		cfg: cfg, metrics: newMetrics(reg), params: cfg.Params, rng: rng,
 		ix: NewIndex(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
-		stopping: make(chan struct{}), blockSize: cfg.BlockSize,
+		stopping: make(chan struct{}), blockSize: cfg.BlockSize, fingerprints: map[string]uint32{},
 	}
 	r.metrics.threshold.Set(float64(r.threshold))
 	return r, nil
@@ -204,6 +209,17 @@ func (r *Router) SetParams(p Params) error {
 // which brings a fresh snapshot.
 var ErrResync = errors.New("router: worker's events need a fresh snapshot")
 
+// modelID numbers a model fingerprint, giving a new one the next number. The
+// numbers are never reused: there are as many as models a deployment has served.
+func (r *Router) modelID(fp string) uint32 {
+	id, ok := r.fingerprints[fp]
+	if !ok {
+		id = uint32(len(r.fingerprints) + 1)
+		r.fingerprints[fp] = id
+	}
+	return id
+}
+
 // Update applies one message of a worker's event stream. On ErrResync the worker's
 // entries are already dropped; they return with the next snapshot.
 func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
@@ -226,7 +242,7 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		r.fleetChange()
 	}
 	defer r.noteFleet(st, msg, st.w, st.load)
-	st.w, st.kind = w, kindOf(w)
+	st.w, st.kind, st.model = w, kindOf(w), r.modelID(w.Fingerprint)
 	if msg.GetDraining() {
 		// A draining worker keeps its index entries (it may be undrained) but is
 		// no candidate for anything, as if discovery had dropped it.
@@ -302,5 +318,12 @@ func (r *Router) ListWorkers(context.Context, *connect.Request[routerv1.ListWork
 }
 
 func workerProto(w Worker) *routerv1.Worker {
-	return &routerv1.Worker{Id: w.ID, Address: w.Address, Mode: w.Mode, Draining: w.Draining, ModelFingerprint: w.Fingerprint}
+	p := &routerv1.Worker{}
+	setWorkerProto(p, w)
+	return p
+}
+
+// setWorkerProto fills a zero Worker message, for callers that allocate many at once.
+func setWorkerProto(p *routerv1.Worker, w Worker) {
+	p.Id, p.Address, p.Mode, p.Draining, p.ModelFingerprint = w.ID, w.Address, w.Mode, w.Draining, w.Fingerprint
 }
