@@ -132,9 +132,10 @@ type streamOptions struct {
 
 type requestBody struct {
 	Model         string        `json:"model,omitempty"`
-	Prompt        *string       `json:"prompt,omitempty"`
+	Prompt        promptValue   `json:"prompt,omitzero"`
 	Messages      []Message     `json:"messages,omitempty"`
 	MaxTokens     int           `json:"max_tokens,omitempty"`
+	IgnoreEOS     bool          `json:"ignore_eos,omitempty"`
 	Temperature   *float64      `json:"temperature,omitempty"`
 	Stream        bool          `json:"stream"`
 	StreamOptions streamOptions `json:"stream_options"`
@@ -142,8 +143,15 @@ type requestBody struct {
 
 func (c *Client) body(r Request) ([]byte, error) {
 	b := requestBody{
-		Model: c.Model, MaxTokens: r.MaxTokens, Temperature: c.Temperature,
+		Model: c.Model, MaxTokens: r.MaxTokens, IgnoreEOS: r.IgnoreEOS, Temperature: c.Temperature,
 		Stream: true, StreamOptions: streamOptions{IncludeUsage: true},
+	}
+	if r.PromptIDs != nil {
+		if c.Endpoint == EndpointChat {
+			return nil, errors.New("a prompt of token ids needs the completions endpoint")
+		}
+		b.Prompt.ids = r.PromptIDs
+		return json.Marshal(b)
 	}
 	if c.Endpoint == EndpointChat {
 		b.Messages = r.Messages
@@ -155,9 +163,32 @@ func (c *Client) body(r Request) ([]byte, error) {
 		if p == "" && len(r.Messages) > 0 {
 			p = flatten(r.Messages)
 		}
-		b.Prompt = &p
+		b.Prompt.text = &p
 	}
 	return json.Marshal(b)
+}
+
+// promptValue is /v1/completions' prompt: text, or a list of token ids.
+type promptValue struct {
+	text *string
+	ids  []uint32
+}
+
+func (p promptValue) IsZero() bool { return p.text == nil && p.ids == nil }
+
+func (p promptValue) MarshalJSON() ([]byte, error) {
+	if p.ids != nil {
+		return json.Marshal(p.ids)
+	}
+	return json.Marshal(p.text)
+}
+
+// UnmarshalJSON reads either form back, for tests that check what was sent.
+func (p *promptValue) UnmarshalJSON(b []byte) error {
+	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("[")) {
+		return json.Unmarshal(b, &p.ids)
+	}
+	return json.Unmarshal(b, &p.text)
 }
 
 // flatten renders a conversation as plain text for /v1/completions: the contents
@@ -212,6 +243,9 @@ func (c *chunk) content() string {
 // a failure is recorded in the Result.
 func (c *Client) Do(ctx context.Context, r Request) Result {
 	res := Result{Class: r.Class, PromptTokens: r.PromptTokens}
+	if res.WantTokens = r.WantTokens; res.WantTokens == 0 && r.IgnoreEOS {
+		res.WantTokens = r.MaxTokens
+	}
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
@@ -285,7 +319,7 @@ func (c *Client) readStream(body io.Reader, start time.Time, res *Result) {
 				res.OutputTokens = ch.Usage.CompletionTokens
 				res.PromptTokens = ch.Usage.PromptTokens
 				if d := ch.Usage.PromptTokensDetails; d != nil {
-					res.CachedTokens = d.CachedTokens
+					res.CachedTokens, res.CachedReported = d.CachedTokens, true
 				}
 			}
 			if s := ch.content(); s != "" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestClientMeasuresAChatStream(t *testing.T) {
 	if s.url != "/v1/chat/completions" || s.auth != "Bearer k" {
 		t.Errorf("sent to %q with Authorization %q", s.url, s.auth)
 	}
-	if g := s.got; !g.Stream || !g.StreamOptions.IncludeUsage || g.MaxTokens != 9 || g.Model != "m" || g.Prompt != nil ||
+	if g := s.got; !g.Stream || !g.StreamOptions.IncludeUsage || g.MaxTokens != 9 || g.Model != "m" || !g.Prompt.IsZero() ||
 		len(g.Messages) != 1 || g.Messages[0] != (Message{Role: "user", Content: "hello"}) {
 		t.Errorf("request body = %+v", g)
 	}
@@ -147,7 +148,7 @@ func TestClientCompletionsCountsTokensWithoutUsage(t *testing.T) {
 	if res.Err != "" {
 		t.Fatal(res.Err)
 	}
-	if s.url != "/v1/completions" || s.got.Prompt == nil || *s.got.Prompt != "a\n\nb" || s.got.Model != "" || s.auth != "" {
+	if s.url != "/v1/completions" || s.got.Prompt.text == nil || *s.got.Prompt.text != "a\n\nb" || s.got.Model != "" || s.auth != "" {
 		t.Errorf("sent %+v to %s with auth %q", s.got, s.url, s.auth)
 	}
 	// " apple river stone" is three cl100k tokens in two chunks.
@@ -208,5 +209,27 @@ func TestClientValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("Validate accepted %+v", c)
 		}
+	}
+}
+
+func TestClientSendsTokenIDsAndIgnoreEOS(t *testing.T) {
+	s := &sseServer{pieces: []string{" a", " b"}, noUsage: true}
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	c := &Client{URL: ts.URL, Endpoint: EndpointCompletions}
+	res := c.Do(context.Background(), Request{PromptIDs: []uint32{7, 8, 9}, MaxTokens: 3, IgnoreEOS: true})
+	if res.Err != "" {
+		t.Fatal(res.Err)
+	}
+	if g := s.got; !slices.Equal(g.Prompt.ids, []uint32{7, 8, 9}) || g.Prompt.text != nil || !g.IgnoreEOS || g.MaxTokens != 3 {
+		t.Errorf("request body = %+v", g)
+	}
+	// Two tokens of the three enforced: a shortfall.
+	if res.WantTokens != 3 || res.OutputTokens != 2 || !res.Short() {
+		t.Errorf("want %d, got %d tokens, short %v; want 3, 2, true", res.WantTokens, res.OutputTokens, res.Short())
+	}
+	chat := &Client{URL: ts.URL, Endpoint: EndpointChat}
+	if res := chat.Do(context.Background(), Request{PromptIDs: []uint32{7}, MaxTokens: 1}); res.Err == "" {
+		t.Error("token ids were sent to the chat endpoint")
 	}
 }

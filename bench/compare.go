@@ -9,8 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
+	"time"
 
 	"github.com/tandem-serve/tandem/bench/cluster"
 )
@@ -32,7 +32,8 @@ type CompareOptions struct {
 // RegisterFlags registers the comparison's own flags.
 func (c *CompareOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Deployments, "deployments", "aggregated,"+strings.Join(cluster.Policies, ","),
-		"deployments to compare: aggregated (every worker prefills and decodes) and the decode policies (one prefill worker, the rest decode)")
+		"deployments to compare, each on --workers workers: aggregated (every worker prefills and decodes), a decode policy (one prefill worker, "+
+			"the rest decode), POLICY@P (P prefill workers), POLICY@* (every split), SPEC{--decode-flag v}{router: --router-flag v}")
 	fs.IntVar(&c.Workers, "workers", 2, "workers per deployment, one per CPU when pinned")
 	fs.StringVar(&c.WorkerArgs, "worker-args", "", "flags for every worker, e.g. '--engine sim' (default: the native engine, model tiny)")
 	fs.BoolVar(&c.Pin, "pin", true, "pin each worker to its own CPU with taskset, when taskset is installed")
@@ -58,14 +59,9 @@ func Compare(ctx context.Context, p *Plan, model string, c CompareOptions, stdou
 	if err := c.Validate(); err != nil {
 		return nil, "", err
 	}
-	var deps []cluster.Deployment
-	for name := range strings.SplitSeq(c.Deployments, ",") {
-		std := cluster.Standard(c.Workers)
-		i := slices.IndexFunc(std, func(d cluster.Deployment) bool { return d.Name == strings.TrimSpace(name) })
-		if i < 0 {
-			return nil, "", fmt.Errorf("compare: unknown deployment %q (aggregated, %s)", name, strings.Join(cluster.Policies, ", "))
-		}
-		deps = append(deps, std[i])
+	deps, err := cluster.Parse(c.Deployments, c.Workers)
+	if err != nil {
+		return nil, "", fmt.Errorf("compare: %w", err)
 	}
 	opts := cluster.Options{Binary: c.Binary, WorkerArgs: strings.Fields(c.WorkerArgs), GOMAXPROCS: c.GOMAXPROCS}
 	if opts.Binary == "" {
@@ -105,7 +101,18 @@ func Compare(ctx context.Context, p *Plan, model string, c CompareOptions, stdou
 		if p.Client.Model == "" {
 			p.Client.Model, _ = p.Client.DiscoverModel(ctx)
 		}
+		// The router's gating figures, sampled through the run: the adaptive
+		// threshold's moves are seen here or nowhere.
+		wctx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		if f, ferr := os.Create(filepath.Join(opts.LogDir, cluster.LogName(d.Name)+"-router-gating.txt")); ferr == nil {
+			go func() { defer close(watched); defer f.Close(); watchRouter(wctx, cl.RouterURL, time.Second, f) }()
+		} else {
+			close(watched)
+		}
 		rs, err := p.Run(ctx, d.Name+" ", stdout, stderr)
+		stopWatch()
+		<-watched
 		for _, r := range rs {
 			r.Group = d.Name
 		}

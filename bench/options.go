@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,12 @@ type Options struct {
 	Temperature        float64
 	JSONPath, PlotsDir string
 	PerRequest         bool
+	// Trace is a Mooncake-format trace to replay; TraceWindow says which part
+	// and how.
+	Trace       string
+	TraceWindow TraceWindow
+	// TraceIgnoreEOS sends ignore_eos with each request of a trace.
+	TraceIgnoreEOS bool
 }
 
 // RegisterFlags registers the options' flags, with their defaults.
@@ -37,7 +44,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Endpoint, "endpoint", EndpointCompletions,
 		"completions (/v1/completions, exact prompt lengths) or chat (/v1/chat/completions; the chat template adds a few tokens)")
 	fs.StringVar(&o.APIKey, "api-key", "", "sent as Authorization: Bearer")
-	fs.StringVar(&o.Workload, "workload", "fixed", "fixed, mixed, shared-prefix or jsonl")
+	fs.StringVar(&o.Workload, "workload", "fixed", "fixed, mixed, shared-prefix, jsonl or trace (--trace FILE sets it)")
 	fs.IntVar(&o.ISL, "isl", 256, "fixed: prompt tokens; shared-prefix: tokens of each new user message")
 	fs.IntVar(&o.OSL, "osl", 64, "fixed and shared-prefix: output tokens asked for (max_tokens; no ignore_eos)")
 	fs.StringVar(&o.Mix, "mix", "0.8:64/32,0.2:2048/64", "mixed: weight:ISL/OSL classes, comma-separated, optionally name=weight:ISL/OSL")
@@ -57,6 +64,20 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.JSONPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&o.PlotsDir, "plots", "", "write PNG charts to this directory: CDFs of TTFT and ITL, throughput against rate")
 	fs.BoolVar(&o.PerRequest, "per-request", true, "include every request in the JSON")
+	fs.StringVar(&o.Trace, "trace", "",
+		"replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace): "+
+			"each request at its timestamp, prompts of the served model's tokens with equal hash_ids as identical blocks, "+
+			"output_length enforced with ignore_eos (completions endpoint only)")
+	fs.IntVar(&o.TraceWindow.BlockSize, "trace-block-size", DefaultTraceBlockSize, "trace: tokens per hash_ids block (512 in Mooncake's traces)")
+	fs.Float64Var(&o.TraceWindow.Speedup, "trace-speedup", 1, "trace: divide the gaps between arrivals by this (2 replays twice as fast)")
+	fs.Float64Var(&o.TraceWindow.TokenScale, "trace-token-scale", 1,
+		"trace: multiply the block size and every length by this (0.0625: blocks of 32 tokens) for engines that cannot take the trace's lengths; "+
+			"the blocks each prompt shares stay shared")
+	fs.BoolVar(&o.TraceIgnoreEOS, "trace-ignore-eos", true,
+		"trace: send ignore_eos so each answer is exactly output_length tokens; false leaves only max_tokens (for a server without it), "+
+			"and the report counts the answers that ended early")
+	fs.IntVar(&o.TraceWindow.Start, "trace-start", 0, "trace: index of the first request to replay (0-based, blank lines not counted)")
+	fs.IntVar(&o.TraceWindow.Limit, "trace-limit", 0, "trace: replay at most this many requests (0: to the end; --requests caps it too)")
 }
 
 // Plan is what the options resolve to: a client, and one run per rate of a sweep.
@@ -67,6 +88,11 @@ type Plan struct {
 	// NewLoad makes a fresh workload, so each run of a sweep or comparison starts
 	// from the same state.
 	NewLoad func() (Workload, error)
+
+	// base builds prompts in cl100k tokens; prompts is what NewLoad builds with:
+	// base until Run sizes them in the served model's tokens. base is nil for
+	// workloads whose prompts are not built here (a file, a trace).
+	base, prompts *Prompts
 }
 
 // Plan checks the options and resolves them. concurrencyGiven says whether
@@ -75,6 +101,12 @@ func (o *Options) Plan(concurrencyGiven bool) (*Plan, error) {
 	slo, err := ParseSLO(o.SLO)
 	if err != nil {
 		return nil, err
+	}
+	if o.Trace != "" {
+		return o.tracePlan(slo)
+	}
+	if o.Workload == "trace" {
+		return nil, errors.New("bench: --workload trace needs --trace FILE")
 	}
 	base := Config{Concurrency: o.Concurrency, Seed: o.Seed, Requests: o.Requests, Duration: o.Duration, Warmup: o.Warmup, SLO: slo}
 	if base.Requests == 0 && base.Duration == 0 {
@@ -119,49 +151,115 @@ func (o *Options) Plan(concurrencyGiven bool) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Client = &Client{
-		URL: o.URL, Endpoint: o.Endpoint, Model: o.Model, APIKey: o.APIKey, Timeout: o.Timeout,
-		Tokenizer: prompts.Tokenizer(), HTTP: NewHTTPClient(max(o.Concurrency, 64)),
-	}
-	if o.Temperature >= 0 {
-		t := o.Temperature
-		p.Client.Temperature = &t
-	}
-	if err := p.Client.Validate(); err != nil {
+	if p.Client, err = o.client(prompts); err != nil {
 		return nil, err
 	}
-	if p.NewLoad, err = o.workloadFactory(prompts); err != nil {
+	p.base, p.prompts = prompts, prompts
+	if p.NewLoad, err = o.workloadFactory(p); err != nil {
 		return nil, err
 	}
 	_, err = p.NewLoad() // reject a bad workload before any request is sent
 	return p, err
 }
 
-// workloadFactory returns a function that makes a fresh workload.
-func (o *Options) workloadFactory(p *Prompts) (func() (Workload, error), error) {
+// client makes the plan's client.
+func (o *Options) client(prompts *Prompts) (*Client, error) {
+	c := &Client{
+		URL: o.URL, Endpoint: o.Endpoint, Model: o.Model, APIKey: o.APIKey, Timeout: o.Timeout,
+		Tokenizer: prompts.Tokenizer(), HTTP: NewHTTPClient(max(o.Concurrency, 64)),
+	}
+	if o.Temperature >= 0 {
+		t := o.Temperature
+		c.Temperature = &t
+	}
+	return c, c.Validate()
+}
+
+// tracePlan is the plan of a trace replay: one run, arrivals at the trace's
+// timestamps, every request of the window.
+func (o *Options) tracePlan(slo SLO) (*Plan, error) {
+	switch {
+	case o.Workload != "fixed" && o.Workload != "trace" && o.Workload != "mixed":
+		// fixed and mixed are the commands' defaults, so only another choice is a conflict.
+		return nil, fmt.Errorf("bench: --trace replays a trace; it cannot be combined with --workload %s", o.Workload)
+	case strings.TrimSpace(o.Rates) != "":
+		return nil, errors.New("bench: --trace sends each request at its timestamp; use --trace-speedup instead of --rate")
+	case o.Endpoint != EndpointCompletions:
+		return nil, errors.New("bench: --trace sends prompts as token ids, which only --endpoint completions takes")
+	case o.Concurrency < 0:
+		return nil, errors.New("bench: --concurrency must not be negative")
+	}
+	if err := o.TraceWindow.Validate(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(o.Trace)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --trace: %w", err)
+	}
+	defer f.Close()
+	recs, err := ParseTrace(f, o.TraceWindow.BlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, o.Trace)
+	}
+	w := o.TraceWindow
+	if o.Requests > 0 && (w.Limit == 0 || o.Requests < w.Limit) {
+		w.Limit = o.Requests
+	}
+	reqs, err := w.Apply(recs)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{Concurrency: o.Concurrency, Scheduled: true, Seed: o.Seed, Duration: o.Duration, Warmup: o.Warmup, SLO: slo}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	prompts, err := CL100KPrompts()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Configs: []Config{cfg}, Labels: []string{"trace"}}
+	if p.Client, err = o.client(prompts); err != nil {
+		return nil, err
+	}
+	name := traceName(filepath.Base(o.Trace), w, len(reqs))
+	p.NewLoad = func() (Workload, error) {
+		t, err := NewTraceReplay(name, reqs, w.ScaledBlockSize(), o.Seed)
+		if t != nil {
+			t.IgnoreEOS = o.TraceIgnoreEOS
+		}
+		return t, err
+	}
+	return p, nil
+}
+
+// workloadFactory returns a function that makes a fresh workload, with its
+// prompts from pl (the served model's once Run has sized them).
+func (o *Options) workloadFactory(pl *Plan) (func() (Workload, error), error) {
 	switch o.Workload {
 	case "fixed":
-		return func() (Workload, error) { return NewFixed(p, o.ISL, o.OSL) }, nil
+		return func() (Workload, error) { return NewFixed(pl.prompts, o.ISL, o.OSL) }, nil
 	case "mixed":
 		classes, err := ParseMix(o.Mix)
 		if err != nil {
 			return nil, err
 		}
-		return func() (Workload, error) { return NewMixed(p, classes) }, nil
+		return func() (Workload, error) { return NewMixed(pl.prompts, classes) }, nil
 	case "shared-prefix":
 		cfg := SharedPrefixConfig{PrefixTokens: o.PrefixLen, TurnTokens: o.ISL, OutputTokens: o.OSL, Turns: o.Turns, Conversations: o.Convs}
-		return func() (Workload, error) { return NewSharedPrefix(p, cfg) }, nil
+		return func() (Workload, error) { return NewSharedPrefix(pl.prompts, cfg) }, nil
 	case "jsonl":
 		if o.File == "" {
 			return nil, errors.New("bench: --workload jsonl needs --file")
 		}
+		// The file's prompts are what they are; only their counting uses prompts.
+		pl.base = nil
 		return func() (Workload, error) {
 			f, err := os.Open(o.File)
 			if err != nil {
 				return nil, err
 			}
 			defer f.Close()
-			return ReadJSONL(f, p)
+			return ReadJSONL(f, pl.prompts)
 		}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown --workload %q (fixed, mixed, shared-prefix or jsonl)", o.Workload)

@@ -17,6 +17,9 @@ import (
 // has.
 func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer) ([]*Report, error) {
 	var runs []*Report
+	if err := p.sizePrompts(ctx, stderr); err != nil {
+		return nil, err
+	}
 	for i, cfg := range p.Configs {
 		if ctx.Err() != nil {
 			break
@@ -24,6 +27,11 @@ func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer)
 		wl, err := p.NewLoad()
 		if err != nil {
 			return runs, err
+		}
+		if pr, ok := wl.(Preparer); ok {
+			if err := pr.Prepare(ctx, p.Client); err != nil {
+				return runs, err
+			}
 		}
 		label := prefix + p.Labels[i]
 		if len(p.Configs) == 1 && prefix != "" {
@@ -51,6 +59,34 @@ func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "bench: interrupted; the results above are what was measured")
 	}
 	return runs, nil
+}
+
+// sizePrompts makes the plan's prompts tokens of the served model, when the
+// server's /tokenize allows (else they stay cl100k's, as stderr says), and
+// checks that the workload's longest request fits the model's context.
+func (p *Plan) sizePrompts(ctx context.Context, stderr io.Writer) error {
+	if p.base == nil {
+		return nil
+	}
+	served, ctxLen, err := ServedPrompts(ctx, p.Client, p.base)
+	if err != nil {
+		p.prompts = p.base
+		fmt.Fprintf(stderr, "bench: %s, not the served model's: %v\n", p.base.sizeNote(), err)
+		return nil
+	}
+	p.prompts = served
+	fmt.Fprintf(stderr, "bench: %s\n", served.sizeNote())
+	wl, err := p.NewLoad()
+	if err != nil {
+		return err
+	}
+	if l, ok := wl.(interface{ Longest() (int, string) }); ok && ctxLen > 0 {
+		if n, what := l.Longest(); n > ctxLen {
+			return fmt.Errorf("bench: %s: the longest request is about %d tokens of %s (%s), over its context length of %d tokens",
+				wl.Name(), n, served.served, what, ctxLen)
+		}
+	}
+	return nil
 }
 
 // isTerminal reports whether w is a terminal, where a progress bar belongs.

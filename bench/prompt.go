@@ -23,6 +23,11 @@ import (
 type Prompts struct {
 	tok   tokenizer.Tokenizer
 	words []string
+	// served names the model whose tokens the words are (ServedPrompts); then
+	// overhead is the tokens its server adds to every prompt, and tok only
+	// counts text the server did not (Count).
+	served   string
+	overhead int
 }
 
 // NewPrompts finds the one-token words in tok's vocabulary.
@@ -82,24 +87,34 @@ func CL100KPrompts() (*Prompts, error) {
 // Tokenizer returns the tokenizer the prompts are measured in.
 func (p *Prompts) Tokenizer() tokenizer.Tokenizer { return p.tok }
 
-// Make returns a random text of exactly n tokens.
+// Make returns a random text of exactly n tokens (for a served model's
+// prompts, as its completions endpoint counts them, BOS included).
 func (p *Prompts) Make(rng *rand.Rand, n int) (string, error) {
 	if n < 1 {
 		return "", errors.New("bench: a prompt needs at least one token")
 	}
+	words := n - p.overhead
+	if words < 1 {
+		return "", fmt.Errorf("bench: a prompt of %d tokens is too short: model %s adds %d tokens to every prompt", n, p.served, p.overhead)
+	}
 	var sb strings.Builder
-	sb.Grow(n * 8)
-	for range n {
+	sb.Grow(words * 8)
+	for range words {
 		sb.WriteString(p.words[rng.IntN(len(p.words))])
 	}
 	s := sb.String()
+	if p.served != "" {
+		// Checked against the server's tokenizer when the words were chosen.
+		return s, nil
+	}
 	if got := len(p.tok.Encode(s)); got != n {
 		return "", fmt.Errorf("bench: built a %d-token prompt but it encodes to %d tokens", n, got)
 	}
 	return s, nil
 }
 
-// Count returns the number of tokens in s.
+// Count returns the number of tokens in s: exact for the local tokenizer, an
+// estimate for a served model's (the server's usage is recorded beside it).
 func (p *Prompts) Count(s string) int { return len(p.tok.Encode(s)) }
 
 // NewHTTPClient returns an HTTP client that keeps up to conns connections per

@@ -17,10 +17,17 @@ type Report struct {
 	// Label names the run in a sweep or a comparison ("rate=2", "threshold").
 	Label string `json:"label,omitempty"`
 	// Group gathers the runs of one deployment in a comparison.
-	Group       string    `json:"group,omitempty"`
-	Workload    string    `json:"workload"`
-	Concurrency int       `json:"concurrency,omitempty"`
-	Rate        float64   `json:"rate,omitempty"`
+	Group       string  `json:"group,omitempty"`
+	Workload    string  `json:"workload"`
+	Concurrency int     `json:"concurrency,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	// Scheduled says the arrivals were the workload's own (a trace's timestamps).
+	Scheduled bool `json:"scheduled,omitempty"`
+	// TraceReuse is a trace's own prefix reuse, the hit rate an unbounded cache
+	// shared by every server would have had; TraceCut counts its requests cut to
+	// fit the model's context.
+	TraceReuse  *float64  `json:"trace_prefix_reuse,omitempty"`
+	TraceCut    int       `json:"trace_cut,omitempty"`
 	Seed        uint64    `json:"seed"`
 	WarmupS     float64   `json:"warmup_s"`
 	SLO         string    `json:"slo,omitempty"`
@@ -44,11 +51,13 @@ type Record struct {
 	ITLMS        []float64 `json:"itl_ms,omitempty"`
 	PromptTokens int       `json:"prompt_tokens"`
 	CachedTokens int       `json:"cached_tokens,omitempty"`
-	OutputTokens int       `json:"output_tokens"`
-	PrefillPath  string    `json:"prefill_path,omitempty"`
-	Error        string    `json:"error,omitempty"`
-	Aborted      bool      `json:"aborted,omitempty"`
-	Warmup       bool      `json:"warmup,omitempty"`
+	// CacheUnreported: the usage had no prompt_tokens_details.
+	CacheUnreported bool   `json:"cache_unreported,omitempty"`
+	OutputTokens    int    `json:"output_tokens"`
+	PrefillPath     string `json:"prefill_path,omitempty"`
+	Error           string `json:"error,omitempty"`
+	Aborted         bool   `json:"aborted,omitempty"`
+	Warmup          bool   `json:"warmup,omitempty"`
 }
 
 // summarize fills Overall, Classes and Requests from Results. order lists the
@@ -79,7 +88,8 @@ func (r *Report) summarize(slo SLO, window time.Duration, order []string) {
 	for i, res := range r.Results {
 		rec := Record{
 			Class: res.Class, StartS: res.Start.Seconds(), TTFTMS: ms(res.TTFT), E2EMS: ms(res.E2E),
-			PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, OutputTokens: res.OutputTokens, PrefillPath: res.PrefillPath,
+			PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, CacheUnreported: !res.CachedReported,
+			OutputTokens: res.OutputTokens, PrefillPath: res.PrefillPath,
 			Error: res.Err, Aborted: res.Aborted, Warmup: res.Warmup,
 		}
 		if t, ok := res.TPOT(); ok && res.OK() {
@@ -136,7 +146,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		head = r.Label + ": " + head
 	}
 	arrival := fmt.Sprintf("concurrency %d", r.Concurrency)
-	if r.Rate > 0 {
+	switch {
+	case r.Scheduled:
+		arrival = "arrivals at the trace's timestamps"
+		if r.Concurrency > 0 {
+			arrival += fmt.Sprintf(", at most %d in flight", r.Concurrency)
+		}
+	case r.Rate > 0:
 		arrival = fmt.Sprintf("Poisson rate %g/s", r.Rate)
 		if r.Concurrency > 0 {
 			arrival += fmt.Sprintf(", at most %d in flight", r.Concurrency)
@@ -151,14 +167,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.SLO != "" {
 		good = "good/s (" + r.SLO + ")\t"
 	}
-	fmt.Fprintf(tw, "class\tsent\tok\tfailed\taborted\tin tok\tcached\tout tok\treq/s\tout tok/s\t%sprefill paths\t\n", good)
+	fmt.Fprintf(tw, "class\tsent\tok\tfailed\taborted\tin tok\tcached\thit\tout tok\treq/s\tout tok/s\t%sprefill paths\t\n", good)
 	for _, s := range append([]Summary{r.Overall}, r.Classes...) {
 		g := ""
 		if s.Goodput != nil {
 			g = fmt.Sprintf("%.3f (%d)\t", *s.Goodput, *s.GoodRequests)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.1f\t%s%s\t\n", s.Class, s.Requests, s.Completed, s.Failed, s.Aborted,
-			s.InputTokens, s.CachedTokens, s.OutputTokens, s.RequestThroughput, s.OutputThroughput, g, paths(s.PrefillPaths))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t%d\t%.3f\t%.1f\t%s%s\t\n", s.Class, s.Requests, s.Completed, s.Failed, s.Aborted,
+			s.InputTokens, s.CachedTokens, 100*s.CacheHitRate, s.OutputTokens, s.RequestThroughput, s.OutputThroughput, g, paths(s.PrefillPaths))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -180,6 +196,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	r.writeNotes(w)
 	if len(r.Overall.Errors) > 0 {
 		fmt.Fprintln(w, "errors:")
 		for _, e := range slices.Sorted(maps.Keys(r.Overall.Errors)) {
@@ -188,6 +205,37 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// writeNotes writes what the tables do not show: SLO attainment, the cache hit
+// rate against what a trace offered, and output lengths not met.
+func (r *Report) writeNotes(w io.Writer) {
+	o := r.Overall
+	if len(o.Attainment) > 0 {
+		var parts []string
+		for _, k := range []string{"ttft", "tpot", "e2e", "all"} {
+			if v, ok := o.Attainment[k]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.1f%%", k, 100*v))
+			}
+		}
+		fmt.Fprintf(w, "SLO attainment (%s; share of requests sent): %s\n", r.SLO, strings.Join(parts, ", "))
+	}
+	hit := fmt.Sprintf("prefix cache hit rate seen by the servers: %.1f%% of prompt tokens (usage.prompt_tokens_details.cached_tokens)",
+		100*o.CacheHitRate)
+	if o.CacheUnreported > 0 {
+		hit += fmt.Sprintf(", but %d of %d answers had no prompt_tokens_details, so it is a lower bound", o.CacheUnreported, o.Completed)
+	}
+	if r.TraceReuse != nil {
+		hit += fmt.Sprintf("; the trace's own reuse (unbounded shared cache): %.1f%%", 100**r.TraceReuse)
+	}
+	fmt.Fprintln(w, hit)
+	if r.TraceCut > 0 {
+		fmt.Fprintf(w, "%d requests of the trace were cut to fit the model's context (prompt tail first)\n", r.TraceCut)
+	}
+	if o.ShortOutputs > 0 {
+		fmt.Fprintf(w, "output length not met: %d requests ended early, %d tokens short in all (sent without ignore_eos, or the server ignored it)\n",
+			o.ShortOutputs, o.ShortTokens)
+	}
 }
 
 func paths(m map[string]int) string {
@@ -205,7 +253,7 @@ func paths(m map[string]int) string {
 // comparison can be read side by side. Latencies are in milliseconds.
 func WriteComparison(w io.Writer, runs []*Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "run\tclass\tok\tfailed\treq/s\tout tok/s\tgood/s\t"+
+	fmt.Fprint(tw, "run\tclass\tok\tfailed\treq/s\tout tok/s\tgood/s\tSLO met\thit\t"+
 		"TTFT mean\tTTFT p50\tTTFT p99\tTPOT mean\tTPOT p50\tTPOT p99\tITL p50\tITL p99\tE2E p50\tE2E p99\tprefill paths\t\n")
 	for _, r := range runs {
 		for i, s := range append([]Summary{r.Overall}, r.Classes...) {
@@ -217,8 +265,8 @@ func WriteComparison(w io.Writer, runs []*Report) error {
 			if s.Goodput != nil {
 				g = fmt.Sprintf("%.3f", *s.Goodput)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.1f\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
-				label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.1f\t%s\t%s\t%.1f%%\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+				label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g, attained(s), 100*s.CacheHitRate,
 				s.TTFT.Mean, s.TTFT.P50, s.TTFT.P99, s.TPOT.Mean, s.TPOT.P50, s.TPOT.P99,
 				s.ITL.P50, s.ITL.P99, s.E2E.P50, s.E2E.P99, paths(s.PrefillPaths))
 		}
@@ -226,20 +274,28 @@ func WriteComparison(w io.Writer, runs []*Report) error {
 	return tw.Flush()
 }
 
+// attained is the share of requests that met every objective, or "-".
+func attained(s Summary) string {
+	if v, ok := s.Attainment["all"]; ok {
+		return fmt.Sprintf("%.1f%%", 100*v)
+	}
+	return "-"
+}
+
 // WriteMarkdown writes the same rows as WriteComparison as a Markdown table, for
 // docs/BENCHMARKS.md.
 func WriteMarkdown(w io.Writer, runs []*Report) error {
-	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | TTFT mean | TTFT p50 | TTFT p99 | "+
+	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | SLO met | cache hit | TTFT mean | TTFT p50 | TTFT p99 | "+
 		"TPOT mean | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | prefill paths |")
-	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range runs {
 		for _, s := range append([]Summary{r.Overall}, r.Classes...) {
 			g := "-"
 			if s.Goodput != nil {
 				g = fmt.Sprintf("%.3f", *s.Goodput)
 			}
-			_, err := fmt.Fprintf(w, "| %s | %s | %d | %d | %.3f | %.1f | %s | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %s |\n",
-				r.Label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g,
+			_, err := fmt.Fprintf(w, "| %s | %s | %d | %d | %.3f | %.1f | %s | %s | %.1f%% | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %s |\n",
+				r.Label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g, attained(s), 100*s.CacheHitRate,
 				s.TTFT.Mean, s.TTFT.P50, s.TTFT.P99, s.TPOT.Mean, s.TPOT.P50, s.TPOT.P99,
 				s.ITL.P50, s.ITL.P99, s.E2E.P50, s.E2E.P99, paths(s.PrefillPaths))
 			if err != nil {
@@ -258,7 +314,7 @@ func (r *Report) RestoreResults() {
 	for i, q := range r.Requests {
 		res := Result{
 			Class: q.Class, Start: time.Duration(q.StartS * float64(time.Second)), TTFT: msd(q.TTFTMS), E2E: msd(q.E2EMS),
-			PromptTokens: q.PromptTokens, CachedTokens: q.CachedTokens, OutputTokens: q.OutputTokens,
+			PromptTokens: q.PromptTokens, CachedTokens: q.CachedTokens, CachedReported: !q.CacheUnreported, OutputTokens: q.OutputTokens,
 			PrefillPath: q.PrefillPath, Err: q.Error, Aborted: q.Aborted, Warmup: q.Warmup, Chunks: len(q.ITLMS) + 1,
 		}
 		for _, g := range q.ITLMS {

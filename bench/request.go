@@ -32,12 +32,27 @@ type Request struct {
 	// Messages is the conversation for /v1/chat/completions; for completions it is
 	// flattened to text.
 	Messages []Message
-	// MaxTokens is the output budget. The benchmark never sets ignore_eos: a request
-	// may end early, and the tokens that arrive are what is counted.
+	// PromptIDs, when set, is the prompt as token ids of the served model, sent as
+	// /v1/completions' prompt (a list of ids) instead of Prompt.
+	PromptIDs []uint32
+	// MaxTokens is the output budget. Unless IgnoreEOS is set a request may end
+	// early, and the tokens that arrive are what is counted.
 	MaxTokens int
-	// PromptTokens is the prompt's length in cl100k tokens as built, or 0 when the
-	// workload did not count it (the server's usage is recorded separately).
+	// IgnoreEOS asks for exactly MaxTokens output tokens (vLLM's ignore_eos,
+	// which tandem's frontend implements too); a request that gets fewer is
+	// counted as a shortfall.
+	IgnoreEOS bool
+	// WantTokens, when set, is the output length the workload expects (a
+	// trace's output_length): a request that gets fewer is a shortfall, whether
+	// or not IgnoreEOS was sent. 0 means MaxTokens when IgnoreEOS is set.
+	WantTokens int
+	// PromptTokens is the prompt's length in tokens as built (cl100k for text,
+	// the served model's for PromptIDs), or 0 when the workload did not count it
+	// (the server's usage is recorded separately).
 	PromptTokens int
+	// At is when to send the request, from the start of the run, for a workload
+	// that schedules its own arrivals (a trace).
+	At time.Duration
 
 	// conv is the multi-turn conversation this request continues, if any.
 	conv *conversation
@@ -61,8 +76,13 @@ type Result struct {
 	PromptTokens  int
 	UsageReported bool
 	// CachedTokens is the usage's prompt_tokens_details.cached_tokens: prompt
-	// tokens the server had in its prefix cache.
-	CachedTokens int
+	// tokens the server had in its prefix cache; CachedReported says the usage
+	// had prompt_tokens_details at all.
+	CachedTokens   int
+	CachedReported bool
+	// WantTokens is the output length that was enforced with ignore_eos (0: none
+	// was); a completed request with fewer OutputTokens fell short.
+	WantTokens int
 	// Chunks counts the content chunks received.
 	Chunks int
 	// PrefillPath is the x-tandem-prefill-path header (or the body's extension
@@ -82,6 +102,10 @@ type Result struct {
 
 // OK reports whether the request succeeded.
 func (r *Result) OK() bool { return r.Err == "" && !r.Aborted }
+
+// Short reports whether a completed request got fewer output tokens than it
+// enforced.
+func (r *Result) Short() bool { return r.OK() && r.WantTokens > 0 && r.OutputTokens < r.WantTokens }
 
 // TPOT is (E2E - TTFT) / (output tokens - 1), vLLM's time per output token after
 // the first. ok is false for a request with fewer than two output tokens, which has

@@ -24,6 +24,10 @@ type Config struct {
 	// Rate is the mean arrival rate in requests per second of a Poisson process;
 	// 0 means a closed loop at Concurrency.
 	Rate float64
+	// Scheduled sends each request at its own time (Request.At, a trace's
+	// timestamps) instead of at a rate; Concurrency, if set, still caps the
+	// requests in flight. The run ends when the workload has no more requests.
+	Scheduled bool
 	// Seed makes the prompts and the arrival times reproducible.
 	Seed uint64
 	// Requests is how many requests to measure (after the warm-up); Duration is
@@ -62,10 +66,13 @@ func (c Config) Validate() error {
 	if c.Rate < 0 {
 		errs = append(errs, fmt.Errorf("bench: rate %g must not be negative", c.Rate))
 	}
-	if c.Rate == 0 && c.Concurrency == 0 {
+	if c.Scheduled && c.Rate > 0 {
+		errs = append(errs, errors.New("bench: a trace sets its own arrival times; give no rate with it"))
+	}
+	if c.Rate == 0 && c.Concurrency == 0 && !c.Scheduled {
 		errs = append(errs, errors.New("bench: give a concurrency or a rate"))
 	}
-	if c.Requests <= 0 && c.Duration <= 0 {
+	if c.Requests <= 0 && c.Duration <= 0 && !c.Scheduled {
 		errs = append(errs, errors.New("bench: give a number of requests or a duration, so the run ends"))
 	}
 	if c.Requests < 0 || c.Duration < 0 || c.Warmup < 0 {
@@ -111,6 +118,10 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 		stopErr  error
 		nextSend = start
 	)
+	if l, ok := wl.(interface{ Len() int }); ok && cfg.Scheduled && cfg.Requests <= 0 {
+		// A trace ends with its window: the bar counts towards that.
+		prog.Requests = l.Len()
+	}
 	report := func() {
 		if cfg.Progress != nil {
 			prog.Elapsed = time.Since(start)
@@ -120,6 +131,20 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 	}
 
 	for (cfg.Requests <= 0 || prog.Sent < cfg.Requests) && sendCtx.Err() == nil {
+		var req Request
+		if cfg.Scheduled {
+			// The request says when it is due, so it is drawn before the wait.
+			var err error
+			if req, err = wl.Next(promptRng); errors.Is(err, ErrWorkloadDone) {
+				break
+			} else if err != nil {
+				stopErr = fmt.Errorf("bench: workload %s: %w", wl.Name(), err)
+				break
+			}
+			if !sleepUntil(sendCtx, start.Add(req.At)) {
+				break
+			}
+		}
 		if cfg.Rate > 0 {
 			if dt := time.Until(nextSend); dt > 0 {
 				t := time.NewTimer(dt)
@@ -148,13 +173,17 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 				break
 			}
 		}
-		req, err := wl.Next(promptRng)
-		if err != nil {
-			stopErr = fmt.Errorf("bench: workload %s: %w", wl.Name(), err)
-			if sem != nil {
-				<-sem
+		if !cfg.Scheduled {
+			var err error
+			if req, err = wl.Next(promptRng); err != nil {
+				if !errors.Is(err, ErrWorkloadDone) {
+					stopErr = fmt.Errorf("bench: workload %s: %w", wl.Name(), err)
+				}
+				if sem != nil {
+					<-sem
+				}
+				break
 			}
-			break
 		}
 		sent := time.Now()
 		if dl, ok := sendCtx.Deadline(); ok && sent.After(dl) || ctx.Err() != nil {
@@ -210,15 +239,35 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 		window = 0
 	}
 	rep := &Report{
-		Workload: wl.Name(), Concurrency: cfg.Concurrency, Rate: cfg.Rate, Seed: cfg.Seed,
+		Workload: wl.Name(), Concurrency: cfg.Concurrency, Rate: cfg.Rate, Scheduled: cfg.Scheduled, Seed: cfg.Seed,
 		WarmupS: cfg.Warmup.Seconds(), Interrupted: ctx.Err() != nil,
 		StartedAt: start, Results: results,
 	}
 	if cfg.SLO.Set() {
 		rep.SLO = cfg.SLO.String()
 	}
+	if t, ok := wl.(*TraceReplay); ok {
+		reuse := t.PrefixReuse()
+		rep.TraceReuse, rep.TraceCut = &reuse, t.Cut
+	}
 	rep.summarize(cfg.SLO, window, classOrder(wl))
 	return rep, nil
+}
+
+// sleepUntil waits until t, or until ctx ends (then it returns false).
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	dt := time.Until(t)
+	if dt <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(dt)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // poissonGap draws the time to the next arrival of a Poisson process of rate
@@ -229,6 +278,9 @@ func poissonGap(rng *rand.Rand, rate float64) time.Duration {
 
 // classOrder returns the workload's classes in its own order, if it has one.
 func classOrder(wl Workload) []string {
+	if _, ok := wl.(*TraceReplay); ok {
+		return []string{ClassFresh, ClassReuse}
+	}
 	m, ok := wl.(*Mixed)
 	if !ok {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,4 +204,46 @@ func (l *lockedSSE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.s.ServeHTTP(w, r)
+}
+
+// scheduledWorkload hands out requests due at given times, then ends.
+type scheduledWorkload struct {
+	at   []time.Duration
+	next int
+}
+
+func (*scheduledWorkload) Name() string { return "scheduled" }
+func (w *scheduledWorkload) Next(*rand.Rand) (Request, error) {
+	if w.next >= len(w.at) {
+		return Request{}, ErrWorkloadDone
+	}
+	w.next++
+	return Request{Class: "c", Prompt: "p", MaxTokens: 4, At: w.at[w.next-1]}, nil
+}
+func (*scheduledWorkload) Done(Request, *Result) {}
+
+func TestRunScheduledSendsAtEachRequestsTimeAndEndsWithTheWorkload(t *testing.T) {
+	at := []time.Duration{0, 0, 40 * time.Millisecond, 90 * time.Millisecond}
+	d := &fakeDoer{wait: time.Millisecond}
+	rep, err := Run(context.Background(), Config{Scheduled: true}, &scheduledWorkload{at: at}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Overall.Completed != 4 || !rep.Scheduled {
+		t.Fatalf("%d completed (scheduled %v), want 4", rep.Overall.Completed, rep.Scheduled)
+	}
+	starts := make([]time.Duration, 0, 4)
+	for _, r := range rep.Results {
+		starts = append(starts, r.Start)
+	}
+	slices.Sort(starts)
+	// Never early; how late a busy machine makes it is not asserted.
+	for i, s := range starts {
+		if s < at[i] {
+			t.Errorf("request %d sent at %v, before its time %v", i, s, at[i])
+		}
+	}
+	if err := (Config{Scheduled: true, Rate: 2}).Validate(); err == nil {
+		t.Error("a rate with a schedule was accepted")
+	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -127,6 +128,22 @@ func (s SLO) Met(r *Result) bool {
 		(s.E2E == 0 || r.E2E <= s.E2E)
 }
 
+// each yields, for each objective s sets, whether r met it.
+func (s SLO) each(r *Result) iter.Seq2[string, bool] {
+	return func(yield func(string, bool) bool) {
+		tpot, _ := r.TPOT()
+		for _, o := range []struct {
+			k    string
+			lim  time.Duration
+			have time.Duration
+		}{{"ttft", s.TTFT, r.TTFT}, {"tpot", s.TPOT, tpot}, {"e2e", s.E2E, r.E2E}} {
+			if o.lim > 0 && !yield(o.k, r.OK() && o.have <= o.lim) {
+				return
+			}
+		}
+	}
+}
+
 // Summary is the report for a set of requests: a whole run or one class.
 type Summary struct {
 	Class string `json:"class"`
@@ -141,8 +158,18 @@ type Summary struct {
 	// InputTokens and OutputTokens total the completed requests.
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
-	// CachedTokens totals the prompt tokens the server reported as cached.
-	CachedTokens int `json:"cached_tokens"`
+	// CachedTokens totals the prompt tokens the server reported as cached
+	// (usage.prompt_tokens_details.cached_tokens), and CacheHitRate is their
+	// share of InputTokens: the prefix cache hit rate the servers saw.
+	CachedTokens int     `json:"cached_tokens"`
+	CacheHitRate float64 `json:"cache_hit_rate"`
+	// CacheUnreported counts completed requests whose usage had no
+	// prompt_tokens_details: their hits are unknown, not zero.
+	CacheUnreported int `json:"cache_unreported,omitempty"`
+	// ShortOutputs counts completed requests that enforced an output length
+	// (ignore_eos) and got fewer tokens; ShortTokens totals what they missed.
+	ShortOutputs int `json:"short_outputs,omitempty"`
+	ShortTokens  int `json:"short_tokens,omitempty"`
 	// RequestThroughput is completed requests per second; OutputThroughput is
 	// output tokens per second; TotalTokenThroughput adds the prompt tokens.
 	RequestThroughput    float64 `json:"request_throughput"`
@@ -152,10 +179,14 @@ type Summary struct {
 	// absent without an SLO.
 	GoodRequests *int     `json:"good_requests,omitempty"`
 	Goodput      *float64 `json:"goodput,omitempty"`
-	TTFT         Dist     `json:"ttft"`
-	TPOT         Dist     `json:"tpot"`
-	ITL          Dist     `json:"itl"`
-	E2E          Dist     `json:"e2e"`
+	// Attainment is the share of the requests sent (aborted ones aside) that met
+	// each objective ("ttft", "tpot", "e2e") and all of them ("all"); a failed
+	// request meets none. Absent without an SLO.
+	Attainment map[string]float64 `json:"slo_attainment,omitempty"`
+	TTFT       Dist               `json:"ttft"`
+	TPOT       Dist               `json:"tpot"`
+	ITL        Dist               `json:"itl"`
+	E2E        Dist               `json:"e2e"`
 	// PrefillPaths counts completed requests by x-tandem-prefill-path ("none" when
 	// the server did not say).
 	PrefillPaths map[string]int `json:"prefill_paths"`
@@ -169,6 +200,7 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 	s := Summary{Class: class, DurationS: duration.Seconds(), PrefillPaths: map[string]int{}}
 	var ttft, tpot, itl, e2e []float64
 	good := 0
+	met := map[string]int{}
 	for i := range results {
 		r := &results[i]
 		if r.Warmup {
@@ -191,6 +223,13 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 		s.InputTokens += r.PromptTokens
 		s.OutputTokens += r.OutputTokens
 		s.CachedTokens += r.CachedTokens
+		if !r.CachedReported {
+			s.CacheUnreported++
+		}
+		if r.Short() {
+			s.ShortOutputs++
+			s.ShortTokens += r.WantTokens - r.OutputTokens
+		}
 		ttft = append(ttft, ms(r.TTFT))
 		e2e = append(e2e, ms(r.E2E))
 		if t, ok := r.TPOT(); ok {
@@ -207,6 +246,14 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 		if slo.Set() && slo.Met(r) {
 			good++
 		}
+		for k, ok := range slo.each(r) {
+			if ok {
+				met[k]++
+			}
+		}
+	}
+	if s.InputTokens > 0 {
+		s.CacheHitRate = float64(s.CachedTokens) / float64(s.InputTokens)
 	}
 	if d := duration.Seconds(); d > 0 {
 		s.RequestThroughput = float64(s.Completed) / d
@@ -219,6 +266,18 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 			gp = float64(good) / d
 		}
 		s.GoodRequests, s.Goodput = &good, &gp
+		s.Attainment = map[string]float64{}
+		for k := range slo.each(&Result{}) {
+			s.Attainment[k] = 0
+			if n := s.Requests - s.Aborted; n > 0 {
+				s.Attainment[k] = float64(met[k]) / float64(n)
+			}
+		}
+		if n := s.Requests - s.Aborted; n > 0 {
+			s.Attainment["all"] = float64(good) / float64(n)
+		} else {
+			s.Attainment["all"] = 0
+		}
 	}
 	s.TTFT, s.TPOT, s.ITL, s.E2E = NewDist(ttft), NewDist(tpot), NewDist(itl), NewDist(e2e)
 	return s

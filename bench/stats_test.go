@@ -199,3 +199,52 @@ func TestReportSurvivesJSON(t *testing.T) {
 		t.Errorf("classes %+v", back.Classes)
 	}
 }
+
+func TestSummarizeAttainmentHitRateAndShortfalls(t *testing.T) {
+	slo, err := ParseSLO("ttft=200,tpot=100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := sample()
+	if u := Summarize("all", rs, time.Second, SLO{}).CacheUnreported; u != 3 {
+		t.Errorf("%d completed requests without prompt_tokens_details, want 3", u)
+	}
+	rs[0].CachedTokens, rs[1].CachedTokens = 32, 1024
+	rs[0].CachedReported, rs[1].CachedReported, rs[2].CachedReported = true, true, true
+	rs[1].WantTokens = 8 // got 5
+	rs[0].WantTokens = 10
+	s := Summarize("all", rs, 2*time.Second, slo)
+	// Sent 5, one aborted: 4 count. TTFT met by the first and the one-token one
+	// (the failed one meets nothing); TPOT by all three completed.
+	want := map[string]float64{"ttft": 2.0 / 4, "tpot": 3.0 / 4, "all": 2.0 / 4}
+	for k, v := range want {
+		if got, ok := s.Attainment[k]; !ok || !near(got, v) {
+			t.Errorf("attainment %s = %v (%v), want %v", k, got, ok, v)
+		}
+	}
+	if _, ok := s.Attainment["e2e"]; ok || len(s.Attainment) != 3 {
+		t.Errorf("attainment %v has objectives not set", s.Attainment)
+	}
+	if !near(s.CacheHitRate, float64(32+1024)/float64(64+2048+64)) {
+		t.Errorf("cache hit rate %v", s.CacheHitRate)
+	}
+	if s.ShortOutputs != 1 || s.ShortTokens != 3 {
+		t.Errorf("%d short requests, %d tokens; want 1, 3", s.ShortOutputs, s.ShortTokens)
+	}
+	var b strings.Builder
+	rep := &Report{Workload: "w", SLO: slo.String(), Results: rs, TraceReuse: new(0.5)}
+	rep.summarize(slo, 2*time.Second, nil)
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"SLO attainment (ttft=200,tpot=100; share of requests sent): ttft 50.0%, tpot 75.0%, all 50.0%",
+		"prefix cache hit rate seen by the servers: 48.5% of prompt tokens (usage.prompt_tokens_details.cached_tokens); " +
+			"the trace's own reuse (unbounded shared cache): 50.0%",
+		"output length not met: 1 requests ended early, 3 tokens short in all",
+	} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("the table lacks %q:\n%s", line, b.String())
+		}
+	}
+}

@@ -122,6 +122,18 @@ func (m *Mixed) Name() string {
 	return "mixed " + strings.Join(parts, ",")
 }
 
+// Longest returns the longest request, prompt and output tokens, and what it
+// is, for the context check.
+func (m *Mixed) Longest() (int, string) {
+	best := m.classes[0]
+	for _, c := range m.classes {
+		if c.ISL+c.OSL > best.ISL+best.OSL {
+			best = c
+		}
+	}
+	return best.ISL + best.OSL, fmt.Sprintf("class %s: %d prompt and %d output tokens; lower --isl/--osl or the --mix", best.Name, best.ISL, best.OSL)
+}
+
 // Classes returns the workload's classes.
 func (m *Mixed) Classes() []Class { return m.classes }
 
@@ -195,6 +207,16 @@ func (s *SharedPrefix) Name() string {
 	c := s.cfg
 	return fmt.Sprintf("shared-prefix prefix=%d turn=%d/%d turns=%d conversations=%d",
 		c.PrefixTokens, c.TurnTokens, c.OutputTokens, c.Turns, c.Conversations)
+}
+
+// Longest returns the last turn of a conversation, prompt and answer, and what
+// it is made of, for the context check. The separators between turns (or the
+// chat template's markers) add a few tokens each.
+func (s *SharedPrefix) Longest() (int, string) {
+	c := s.cfg
+	n := c.PrefixTokens + c.Turns*c.TurnTokens + c.Turns*c.OutputTokens
+	return n, fmt.Sprintf("a %d-token system prompt, %d turns of %d tokens and their %d-token answers; lower --prefix-len, --isl, --osl or --turns",
+		c.PrefixTokens, c.Turns, c.TurnTokens, c.OutputTokens)
 }
 
 // Next implements Workload.

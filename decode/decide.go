@@ -10,6 +10,10 @@ type situation struct {
 	est        Estimate
 	// prefillQueued is the best prefill worker's queue, as the router last saw it.
 	prefillQueued int
+	// running is this worker's decode batch (sequences decoding or prefilling),
+	// kvUsage the fraction of its KV pool referenced by them.
+	running int
+	kvUsage float64
 }
 
 func (s situation) effective() int { return s.prompt - s.cached }
@@ -25,7 +29,7 @@ type choice struct {
 // a remote choice that cannot be carried out is a fallback, and counted as one.
 func decide(p Params, s situation) choice {
 	c := policy(p, s)
-	if c.remote && p.Policy != PolicyAlwaysRemote && p.MaxPrefillQueueTokens > 0 && s.prefillQueued >= p.MaxPrefillQueueTokens {
+	if c.remote && p.Policy != PolicyAlwaysRemote && p.Policy != PolicyLoad && p.MaxPrefillQueueTokens > 0 && s.prefillQueued >= p.MaxPrefillQueueTokens {
 		return choice{reason: "prefill_queue_full",
 			detail: fmt.Sprintf("%s, but the prefill worker has %d tokens queued (limit %d)", c.detail, s.prefillQueued, p.MaxPrefillQueueTokens)}
 	}
@@ -50,6 +54,8 @@ func policy(p Params, s situation) choice {
 		return choice{reason: "always_local", detail: "policy always-local"}
 	case PolicyAlwaysRemote:
 		return choice{remote: true, reason: "always_remote", detail: "policy always-remote"}
+	case PolicyLoad:
+		return load(p, s, threshold)
 	case PolicyCost:
 		if !s.est.Warm {
 			return threshold("cold_")
@@ -64,4 +70,34 @@ func policy(p Params, s situation) choice {
 	default:
 		return threshold("")
 	}
+}
+
+// load is the load policy: short prompts local as under threshold; a long one
+// local too while the decode batch is small and the KV pool not full (few
+// sequences pay for the stall), or while the prefill worker already holds more
+// than MaxPrefillQueueTokens (its queue costs more than a local prefill).
+func load(p Params, s situation, threshold func(string) choice) choice {
+	c := threshold("")
+	if !c.remote {
+		return c
+	}
+	eff := s.effective()
+	if p.LocalMaxTokens > 0 && eff > p.LocalMaxTokens {
+		return choice{remote: true, reason: "load_too_long",
+			detail: fmt.Sprintf("effective %d tokens > threshold %d and > %d, the longest prefilled here for load's sake", eff,
+				p.ShortPrefillThreshold, p.LocalMaxTokens)}
+	}
+	if s.running <= p.LocalMaxRunning && s.kvUsage <= p.LocalMaxKVUsage {
+		return choice{reason: "load_decode_idle",
+			detail: fmt.Sprintf("effective %d tokens > threshold %d, but only %d sequences decode here (<= %d) and KV is %.0f%% used (<= %.0f%%)",
+				eff, p.ShortPrefillThreshold, s.running, p.LocalMaxRunning, 100*s.kvUsage, 100*p.LocalMaxKVUsage)}
+	}
+	if p.MaxPrefillQueueTokens > 0 && s.prefillQueued >= p.MaxPrefillQueueTokens && s.kvUsage <= p.LocalMaxKVUsage {
+		return choice{reason: "load_prefill_busy",
+			detail: fmt.Sprintf("effective %d tokens > threshold %d, but the prefill worker has %d tokens queued (>= %d) and KV here is %.0f%% used",
+				eff, p.ShortPrefillThreshold, s.prefillQueued, p.MaxPrefillQueueTokens, 100*s.kvUsage)}
+	}
+	return choice{remote: true, reason: "load_decode_busy",
+		detail: fmt.Sprintf("effective %d tokens > threshold %d and %d sequences decode here (> %d) or KV is %.0f%% used (> %.0f%%)",
+			eff, p.ShortPrefillThreshold, s.running, p.LocalMaxRunning, 100*s.kvUsage, 100*p.LocalMaxKVUsage)}
 }

@@ -137,7 +137,10 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	sit := situation{
 		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
-		prompt:     len(ereq.Prompt), cached: cached, prefillQueued: queued,
+		prompt:     len(ereq.Prompt), cached: cached, prefillQueued: queued, running: st.Running,
+	}
+	if st.TotalBlocks > 0 {
+		sit.kvUsage = float64(st.ActiveBlocks) / float64(st.TotalBlocks)
 	}
 	kvBytes := ((len(ereq.Prompt)+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
 	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)

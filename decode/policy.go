@@ -16,6 +16,12 @@ const (
 	// PolicyCost compares estimated TTFT both ways, plus the inter-token latency a
 	// local prefill costs the sequences already decoding.
 	PolicyCost Policy = "cost"
+	// PolicyLoad prefills locally what is short, and also what is long while this
+	// worker's decode batch is small enough that a local prefill stalls few
+	// sequences, or while the prefill worker's queue is longer than a local
+	// prefill: Dynamo's isl_or_load, seen from the decode worker, which knows its
+	// own batch and KV exactly.
+	PolicyLoad Policy = "load"
 	// PolicyAlwaysLocal is aggregated serving.
 	PolicyAlwaysLocal Policy = "always-local"
 	// PolicyAlwaysRemote is plain disaggregation.
@@ -23,7 +29,7 @@ const (
 )
 
 // Policies lists the valid policy names.
-var Policies = []Policy{PolicyThreshold, PolicyCost, PolicyAlwaysLocal, PolicyAlwaysRemote}
+var Policies = []Policy{PolicyThreshold, PolicyCost, PolicyLoad, PolicyAlwaysLocal, PolicyAlwaysRemote}
 
 // Params are the decision's tunables; they can be replaced at run time.
 type Params struct {
@@ -41,13 +47,26 @@ type Params struct {
 	// already has this many tokens queued (0: no limit), under the threshold and
 	// cost policies: a long queue there costs more than a local prefill here.
 	MaxPrefillQueueTokens int `json:"max_prefill_queue_tokens"`
+	// LocalMaxRunning, under the load policy, prefills a long prompt locally while
+	// at most this many sequences decode here: the stall it inflicts is paid by
+	// few, and the prefill pool is spared.
+	LocalMaxRunning int `json:"local_max_running"`
+	// LocalMaxKVUsage, under the load policy, keeps a long prompt remote when this
+	// worker's KV pool is fuller than this fraction, whatever its batch: a full
+	// pool means long contexts decoding, whose steps a prefill stretches most.
+	LocalMaxKVUsage float64 `json:"local_max_kv_usage"`
+	// LocalMaxTokens, under the load policy, is the longest effective prompt it
+	// prefills locally for load's sake (0: no cap): a prompt of more than one
+	// step's token budget stalls the batch for several steps, and the trace's
+	// longest (100k tokens) for seconds.
+	LocalMaxTokens int `json:"local_max_tokens"`
 }
 
 // DefaultParams are the decision's parameters unless flags or Consul KV say
 // otherwise; docs/BENCHMARKS.md ("Short-prefill threshold") says how the
 // threshold's was chosen.
 func DefaultParams() Params {
-	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25}
+	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25, LocalMaxRunning: 4, LocalMaxKVUsage: 0.5, LocalMaxTokens: 8192}
 }
 
 // Validate checks the params.
@@ -64,6 +83,15 @@ func (p Params) Validate() error {
 	}
 	if p.MaxPrefillQueueTokens < 0 {
 		return fmt.Errorf("max_prefill_queue_tokens %d: must not be negative", p.MaxPrefillQueueTokens)
+	}
+	if p.LocalMaxRunning < 0 {
+		return fmt.Errorf("local_max_running %d: must not be negative", p.LocalMaxRunning)
+	}
+	if p.LocalMaxTokens < 0 {
+		return fmt.Errorf("local_max_tokens %d: must not be negative", p.LocalMaxTokens)
+	}
+	if !(p.LocalMaxKVUsage >= 0 && p.LocalMaxKVUsage <= 1) {
+		return fmt.Errorf("local_max_kv_usage %g: want a fraction in [0, 1]", p.LocalMaxKVUsage)
 	}
 	if p.ITLWeight < 0 || math.IsNaN(p.ITLWeight) || p.ITLWeight > 100 {
 		return fmt.Errorf("itl_weight %g: want a number in [0, 100]", p.ITLWeight)

@@ -44,7 +44,7 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 		if err != nil {
 			return f.connectError(rc, err)
 		}
-		msg := &frontendv1.GenerateResponse{Text: text}
+		msg := &frontendv1.GenerateResponse{Text: text, Logprobs: logprobsProto(gen.takeLogprobs())}
 		if done {
 			msg.FinishReason, msg.Usage = gen.finish, gen.usage().proto()
 		}
@@ -102,7 +102,30 @@ func (f *Frontend) fromProto(m *frontendv1.GenerateRequest, id string) (*genRequ
 		p := float64(m.GetTopP())
 		g.topP = &p
 	}
+	if m.GetTopLogprobs() > 0 && !m.GetLogprobs() {
+		return nil, invalidField("top_logprobs", "top_logprobs needs logprobs set to true")
+	}
+	top := int64(m.GetTopLogprobs())
+	if err := requestLogprobs(g, m.GetLogprobs(), &top, "top_logprobs"); err != nil {
+		return nil, err
+	}
 	return g, nil
+}
+
+// logprobsProto is lps as FrontendService carries them: the chat shape, typed.
+func logprobsProto(lps []tokenLogprob) []*frontendv1.TokenLogprob {
+	if len(lps) == 0 {
+		return nil
+	}
+	out := make([]*frontendv1.TokenLogprob, len(lps))
+	for i, lp := range lps {
+		e := &frontendv1.TokenLogprob{Token: lp.text, Logprob: lp.logprob, Bytes: lp.bytes}
+		for _, t := range lp.top {
+			e.TopLogprobs = append(e.TopLogprobs, &frontendv1.TopLogprob{Token: t.text, Logprob: t.logprob, Bytes: t.bytes})
+		}
+		out[i] = e
+	}
+	return out
 }
 
 func (f *Frontend) connectError(rc *reqCtx, err error) error {

@@ -210,8 +210,41 @@ func testConnectGenerate(t *testing.T, c rpcClient, b *fakeBackend) {
 		u.GetCompletionTokens() != uint32(len(testTokenizer(t).Encode(answer))) || u.GetCachedTokens() != 32 {
 		t.Errorf("last message = %v", last)
 	}
-	if req := b.lastReq(); req.GetRequestId() != "rpc-req-1" || req.GetSampling().GetSeed() != 7 {
+	if req := b.lastReq(); req.GetRequestId() != "rpc-req-1" || req.GetSampling().GetSeed() != 7 || req.GetSampling().GetLogprobs() {
 		t.Errorf("backend got %v", req)
+	}
+	for _, m := range res.msgs {
+		if m.GetLogprobs() != nil {
+			t.Fatalf("logprobs not asked for, got %v", m)
+		}
+	}
+
+	// Asked for: one entry per token, its text the token's, in the message whose
+	// text it is part of, with the alternatives asked for.
+	res = c.generate(context.Background(), &frontendv1.GenerateRequest{Prompt: "Say hello.", Logprobs: true, TopLogprobs: 2}, "rpc-req-2")
+	if res.code != 0 {
+		t.Fatalf("Generate with logprobs failed: %v %s", res.code, res.message)
+	}
+	if sp := b.lastReq().GetSampling(); !sp.GetLogprobs() || sp.GetTopLogprobs() != 2 {
+		t.Errorf("sampling sent %v", sp)
+	}
+	var entries int
+	text.Reset()
+	var joined strings.Builder
+	for _, m := range res.msgs {
+		text.WriteString(m.GetText())
+		for _, lp := range m.GetLogprobs() {
+			// A piece of a multi-byte character reads U+FFFD; its bytes are exact.
+			joined.Write(lp.GetBytes())
+			if lp.GetLogprob() != -float32(entries)/10 || len(lp.GetTopLogprobs()) != 2 ||
+				lp.GetToken() != strings.ToValidUTF8(string(lp.GetBytes()), "\uFFFD") {
+				t.Errorf("entry %d: %v", entries, lp)
+			}
+			entries++
+		}
+	}
+	if entries != len(testTokenizer(t).Encode(answer)) || joined.String() != text.String() {
+		t.Errorf("%d entries whose bytes join to %q for text %q", entries, joined.String(), text.String())
 	}
 }
 
@@ -232,6 +265,8 @@ func testConnectErrors(t *testing.T, c rpcClient) {
 			"messages[0].role", "messages[0].role"},
 		{"model", &frontendv1.GenerateRequest{Model: "other", Prompt: "a"}, connect.CodeNotFound, "other", "model"},
 		{"context", &frontendv1.GenerateRequest{Prompt: strings.Repeat("x ", 600)}, connect.CodeInvalidArgument, "context length", "prompt"},
+		{"top without logprobs", &frontendv1.GenerateRequest{Prompt: "a", TopLogprobs: 2}, connect.CodeInvalidArgument, "logprobs", "top_logprobs"},
+		{"top too many", &frontendv1.GenerateRequest{Prompt: "a", Logprobs: true, TopLogprobs: 21}, connect.CodeInvalidArgument, "21", "top_logprobs"},
 	} {
 		res := c.generate(context.Background(), tc.req, "rpc-bad")
 		if res.code != tc.code || !strings.Contains(res.message, tc.word) || res.field != tc.field {

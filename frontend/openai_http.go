@@ -226,6 +226,7 @@ func (s *samplingFields) toGen(g *genRequest) error {
 		g.seed = &seed
 	}
 	g.stops = s.Stop
+	g.ignoreEOS = s.IgnoreEOS
 	g.user = s.User
 	return nil
 }

@@ -28,6 +28,10 @@ type samplingFields struct {
 	User                string         `json:"user"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options"`
+	// IgnoreEOS is vLLM's extension: the model's end-of-sequence tokens do not
+	// end the answer, so it runs to max_tokens (benchmarks that need exact output
+	// lengths send it). Stop strings still apply.
+	IgnoreEOS bool `json:"ignore_eos"`
 	unsupportedFields
 }
 

@@ -45,7 +45,10 @@ type genRequest struct {
 	topP           *float64
 	seed           *uint64
 	stops          []string
-	explain        bool
+	// ignoreEOS sends no stop tokens: only max_tokens, the context or a stop
+	// string ends the answer.
+	ignoreEOS bool
+	explain   bool
 	// logprobs asks for each token's log-probability and topLogprobs alternatives.
 	logprobs    bool
 	topLogprobs int
@@ -152,6 +155,10 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		maxTokens = int(r.maxTokens)
 	}
 
+	stopIDs := tok.StopTokens()
+	if r.ignoreEOS {
+		stopIDs = nil
+	}
 	sp := &workerv1.SamplingParams{Temperature: f.cfg.DefaultTemperature, TopP: 1}
 	if r.temperature != nil {
 		sp.Temperature = float32(*r.temperature)
@@ -173,7 +180,7 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 			PromptTokenIds: ids,
 			Sampling:       sp,
 			MaxTokens:      uint32(maxTokens),
-			StopTokenIds:   tok.StopTokens(),
+			StopTokenIds:   stopIDs,
 			Explain:        r.explain,
 		},
 		promptLen: len(ids),
@@ -215,8 +222,10 @@ type generation struct {
 
 	promptLen int
 	maxTokens int
-	detok     *tokenizer.Detokenizer
-	stops     stopMatcher
+	// stopIDs are the tokens that end the answer, as the request was sent.
+	stopIDs []uint32
+	detok   *tokenizer.Detokenizer
+	stops   stopMatcher
 
 	pending      *decodev1.GenerateResponse
 	generated    int
@@ -276,7 +285,7 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 	g := &generation{
 		f: f, requestID: p.req.GetRequestId(), tok: p.served.Tokenizer, stream: stream, log: log, started: started,
 		decision: first.GetPrefill(), routeCachedBlocks: int(route.GetDecodeCachedBlocks()),
-		promptLen: p.promptLen, maxTokens: p.maxTokens,
+		promptLen: p.promptLen, maxTokens: p.maxTokens, stopIDs: p.req.GetStopTokenIds(),
 		detok:   detok,
 		wantLP:  p.req.GetSampling().GetLogprobs(),
 		stops:   stopMatcher{stops: p.stops},
@@ -357,7 +366,7 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 		g.generated++
 		// The backend should not emit its stop tokens, but if it does they end
 		// the output rather than leak into it.
-		if slices.Contains(g.tok.StopTokens(), id) {
+		if slices.Contains(g.stopIDs, id) {
 			g.finish = "stop"
 			break
 		}

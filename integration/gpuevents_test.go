@@ -119,6 +119,13 @@ func TestGPUKVEventsGapResyncs(t *testing.T) {
 	if _, n := routeTo(t, rtr, promptA); n != 0 {
 		t.Errorf("after the gap, %d blocks of the prefix stored before it are still cached; want them cleared", n)
 	}
+	// The operator sees it: one gap, one resync, batches applied live.
+	for sample, want := range map[string]float64{"tandem_kv_events_gaps_total": 1, "tandem_kv_events_resyncs_total": 1,
+		`tandem_kv_events_batches_total{source="live"}`: 2} {
+		if v, ok := metricValue(w, sample); !ok || v < want {
+			t.Errorf("%s = %v (found %v), want at least %v", sample, v, ok, want)
+		}
+	}
 
 	// With the replay socket, the same gap is replayed instead: nothing is lost.
 	pub2 := fakeengine.NewPublisher(t, "kv-events", fakeengine.ArrayEncoding)
@@ -135,5 +142,11 @@ func TestGPUKVEventsGapResyncs(t *testing.T) {
 		if _, n := routeTo(t, rtr2, c.text); n != c.blocks {
 			t.Errorf("with replay, %d blocks of %q cached, want %d", n, c.text[:20], c.blocks)
 		}
+	}
+	if v, _ := metricValue(w2, "tandem_kv_events_resyncs_total"); v != 0 {
+		t.Errorf("with replay, %v resyncs counted, want 0", v)
+	}
+	if v, ok := metricValue(w2, `tandem_kv_events_batches_total{source="replayed"}`); !ok || v < 1 {
+		t.Errorf("with replay, %v batches counted as replayed (found %v), want at least 1", v, ok)
 	}
 }

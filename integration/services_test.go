@@ -219,6 +219,35 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 }
 
+// A decode worker started before its static prefill worker says SERVING only once
+// it knows it, so that when every service says SERVING the first long prompt is
+// prefilled remotely, not fallen back for an unknown prefill worker.
+func TestFirstRequestAfterServingGoesRemote(t *testing.T) {
+	preAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dec := startService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-f", "--prefill-workers", preAddr, "--short-prefill-threshold", "32")
+	time.Sleep(2 * time.Second) // the decode worker has tried, and failed, to reach it
+	pre := startService(t, "prefill", "--listen", preAddr, "--kv-listen", "127.0.0.1:0", "--id", "prefill-f")
+	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", dec, "--prefill-workers", pre)
+	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
+	for _, a := range []string{pre, dec, rtr, fe} {
+		waitHealthy(t, a)
+	}
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 12)
+	resp, err := http.Post("http://"+fe+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"tandem-tiny","max_tokens":4,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if p := resp.Header.Get("x-tandem-prefill-path"); p != "remote" {
+		t.Errorf("first request's prefill path %q, want remote: %s", p, body)
+	}
+}
+
 // tandem drain works without Consul too: the drained worker says so in its event
 // stream, the router stops sending it requests, and --undo brings it back.
 func TestDrainWithStaticDiscovery(t *testing.T) {

@@ -14,7 +14,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tandem_prefill_requests_total", Help: "Remote prefills by outcome: ok, queue_full, prefill_error, read_error, send_error," +
+			Name: "tandem_prefill_requests_total", Help: "Remote prefills by outcome: ok, queue_full, draining (refused: tandem drain), prefill_error, read_error, send_error," +
 				" lease_expired, engine_error (an engine server failed after the header of a handoff by reference), deadline_exceeded" +
 				" (the decode worker's deadline for it ran out), or cancelled (the decode worker or its client went away).",
 		}, []string{"outcome"}),

@@ -109,3 +109,40 @@ func TestOutcomes(t *testing.T) {
 		t.Errorf("caller's deadline ran out mid-prefill: outcomes %v, want deadline_exceeded 1 beside the earlier cancelled 1", got)
 	}
 }
+
+// TestDrainingRefusesNewPrefills: a drained prefill worker refuses a new prefill
+// at once with Unavailable (the decode worker moves down its ladder), counts it,
+// and serves again once undrained.
+func TestDrainingRefusesNewPrefills(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	svc, err := prefill.New(prefill.Config{WorkerID: prefillWorkerID, ChunkBytes: chunkBytes, MaxLease: 10 * time.Second},
+		newEngine(t), slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
+	c := prefillv1connect.NewPrefillServiceClient(rpctest.Client(t), rpctest.NewServer(t, mux).URL, connect.WithGRPC())
+	call := func() (messages int, err error) {
+		s, err := c.Prefill(rpctest.Context(t), connect.NewRequest(&prefillv1.PrefillRequest{RequestId: "r", PromptTokenIds: prompt(100, 7)}))
+		if err != nil {
+			return 0, err
+		}
+		defer s.Close()
+		for s.Receive() {
+			messages++
+		}
+		return messages, s.Err()
+	}
+	svc.SetDraining(true)
+	if n, err := call(); connect.CodeOf(err) != connect.CodeUnavailable || n != 0 {
+		t.Errorf("drained: %d messages, error %v; want none and Unavailable", n, err)
+	}
+	svc.SetDraining(false)
+	if n, err := call(); err != nil || n == 0 {
+		t.Errorf("undrained: %d messages, error %v; want a handoff", n, err)
+	}
+	if got := outcomes(t, reg); got["draining"] != 1 {
+		t.Errorf("outcomes %v, want draining 1", got)
+	}
+}

@@ -57,6 +57,11 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 	queued  atomic.Int64 // prompt tokens accepted and not yet prefilled
+	// draining: `tandem drain` asked for nothing new. Prefills already running
+	// finish; a new one is refused before any work, so the decode worker retries
+	// elsewhere or prefills locally, even when its view of the fleet (or the
+	// router's) has not caught up with the drain yet.
+	draining atomic.Bool
 }
 
 var _ prefillv1connect.PrefillServiceHandler = (*Service)(nil)
@@ -68,6 +73,9 @@ func New(cfg Config, eng engine.Engine, log *slog.Logger, reg prometheus.Registe
 	}
 	return &Service{cfg: cfg, eng: eng, log: log, metrics: newMetrics(reg)}, nil
 }
+
+// SetDraining makes the service refuse new prefills (true) or take them again.
+func (s *Service) SetDraining(draining bool) { s.draining.Store(draining) }
 
 // Prefill runs the prompt and streams its KV. The exported blocks are released as
 // soon as the last chunk is sent, when the receiver goes away, or when a send stalls
@@ -91,6 +99,10 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 	if s.cfg.MaxPromptTokens > 0 && len(m.GetPromptTokenIds()) > s.cfg.MaxPromptTokens {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("prompt_token_ids: %d tokens, more than the %d this worker accepts",
 			len(m.GetPromptTokenIds()), s.cfg.MaxPromptTokens))
+	}
+	if s.draining.Load() {
+		s.metrics.requests.WithLabelValues("draining").Inc()
+		return connect.NewError(connect.CodeUnavailable, errors.New("prefill worker is draining: it takes no new prefills"))
 	}
 	lease := s.cfg.MaxLease
 	if l := m.GetLease().AsDuration(); l > 0 && l < lease {

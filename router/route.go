@@ -1,7 +1,6 @@
 package router
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,9 +81,15 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	if m.GetPromptTokens() == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_tokens: must be positive"))
 	}
+	// The block size is the model card's, which the frontend sends: the router
+	// needs no flag of its own to agree with the workers (a GPU engine's may be
+	// 32 or 64).
 	bs := r.cfg.BlockSize
-	if b := m.GetBlockSize(); b != 0 && int(b) != bs {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d, the workers use %d", b, bs))
+	if b := m.GetBlockSize(); b != 0 {
+		if b > maxBlockSize {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d tokens, more than %d", b, maxBlockSize))
+		}
+		bs = int(b)
 	}
 	if full := int(m.GetPromptTokens()) / bs; len(m.GetBlockHashes()) > full {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_hashes: %d hashes for %d prompt tokens (%d full blocks)",
@@ -96,6 +101,7 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	defer r.mu.Unlock()
 	p := r.params
 	r.requests++
+	r.blockSize = bs
 	for _, id := range m.GetExcludeWorkerIds() {
 		if st := r.workers[id]; st != nil {
 			st.excluded = r.requests
@@ -119,13 +125,14 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf}
 	nIn, nFits, nBoth := 0, 0, 0
 	fp, otherWeights := m.GetModelFingerprint(), 0
+	model := r.fingerprints[fp] // 0, no worker's, when none has reported fp
 	for _, st := range r.order {
 		// A worker waiting for a resync is still a healthy member: it is routable,
 		// with no cache credited until its snapshot arrives.
 		if st.excluded == r.requests {
 			continue
 		}
-		if fp != "" && st.w.Fingerprint != fp {
+		if fp != "" && st.model != model {
 			// Another model's worker: its KV and its tokens mean nothing to this one.
 			otherWeights++
 			r.refuseWeights(st)
@@ -191,13 +198,13 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	win := &decoders[chosen]
 	resp := &routerv1.RouteResponse{
 		DecodeWorker:       workerProto(win.st.w),
-		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks),
+		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks, bs),
 		DecodeCachedBlocks: uint32(win.cached),
 		Reason:             r.reasonFor(win, promptBlocks, scored, classNames[class], effective),
 	}
 	if m.GetExplain() {
 		// Before the winner's pending blocks grow: the terms shown are those it won with.
-		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks)
+		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks, bs)
 	}
 	win.st.pendingBlocks += promptBlocks - int(win.cached)
 	if win.st.routed == nil {
@@ -238,7 +245,7 @@ func (r *Router) match(hashes []uint64) ([]int32, int) {
 func terms(p Params, st *state, cached, promptBlocks, bs int) (prefill, decode, queue float64) {
 	prefill = p.PrefillWeight * float64(promptBlocks-cached)
 	decode = float64(st.active)
-	queue = p.QueueWeight * (float64(st.waiting)/float64(bs) + float64(st.pendingBlocks))
+	queue = p.QueueWeight * (st.waitingBlocks + float64(st.pendingBlocks))
 	return prefill, decode, queue
 }
 
@@ -349,33 +356,92 @@ func (r *Router) pick(p Params, cs []candidate, need candFlags, lo float64) int 
 	return last
 }
 
-// rankPrefill orders prefill workers by what they would add: uncached blocks to
-// compute and blocks already queued.
-func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*routerv1.RankedWorker {
-	bs := float64(r.cfg.BlockSize)
-	out := make([]*routerv1.RankedWorker, 0, len(ps))
-	for _, c := range ps {
-		q := c.st.waiting
-		out = append(out, &routerv1.RankedWorker{
-			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), QueuedTokens: q,
-			Cost:              p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(float64(q)/bs+float64(c.st.pendingBlocks)),
-			QueueCostPerToken: p.QueueWeight / bs,
-		})
+// MaxRankedPrefill is how many prefill workers a route reply names, best first:
+// the one to use, one to retry on, and a few more among which the decode worker
+// may prefer one it has sent less to since the router last heard
+// (decode's re-ranking by its pending prefills). Ranking the whole pool built a
+// message per prefill worker per request: with 100 prefill workers, a third of
+// the decision's time and most of its garbage.
+const MaxRankedPrefill = 8
+
+// maxBlockSize bounds a request's block size: engines use 16 to 256 tokens.
+const maxBlockSize = 1 << 12
+
+// ranked is a prefill candidate's cost and its index among the candidates.
+type ranked struct {
+	cost float64
+	i    int
+}
+
+// rankPrefill orders prefill workers by what they would add, uncached blocks to
+// compute and blocks already queued, and returns the first MaxRankedPrefill. It
+// orders only those: the cheapest few are kept in a short sorted buffer as the
+// costs are worked out, and the workers that tie with the last one kept are then
+// drawn from fairly (shuffleTies), as if the whole pool had been sorted.
+func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize int) []*routerv1.RankedWorker {
+	bs := float64(blockSize)
+	cost := func(c candidate) float64 {
+		return p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(c.st.waitingBlocks+float64(c.st.pendingBlocks))
 	}
-	slices.SortStableFunc(out, func(a, b *routerv1.RankedWorker) int {
-		return cmp.Or(cmp.Compare(a.Cost, b.Cost), cmp.Compare(a.Worker.GetId(), b.Worker.GetId()))
-	})
-	r.shuffleTies(out)
+	// The candidates come in id order, and a cost enters the buffer only below
+	// the last kept: equal costs stay in id order, as a stable sort leaves them.
+	rs := r.ranked[:0]
+	for i, c := range ps {
+		x := cost(c)
+		if len(rs) == MaxRankedPrefill && x >= rs[len(rs)-1].cost {
+			continue
+		}
+		if len(rs) < MaxRankedPrefill {
+			rs = append(rs, ranked{})
+		}
+		k := len(rs) - 1
+		for ; k > 0 && rs[k-1].cost > x; k-- {
+			rs[k] = rs[k-1]
+		}
+		rs[k] = ranked{cost: x, i: i}
+	}
+	if n := len(rs); n == MaxRankedPrefill && n < len(ps) {
+		// The group tying with the last kept may run on among those not kept: it
+		// is gathered whole, in id order, and shuffled with the rest.
+		last, g := rs[n-1].cost, n-1
+		for g > 0 && rs[g-1].cost == last {
+			g--
+		}
+		rs = rs[:g]
+		for i, c := range ps {
+			if x := cost(c); x == last {
+				rs = append(rs, ranked{cost: x, i: i})
+			}
+		}
+	}
+	r.ranked = rs
+	r.shuffleTies(rs, MaxRankedPrefill)
+	n := min(len(rs), MaxRankedPrefill)
+	out := make([]*routerv1.RankedWorker, n)
+	// One allocation for all the messages, one for all their workers: fewer
+	// objects, less of the GC in the decisions' tail.
+	msgs, workers := make([]routerv1.RankedWorker, n), make([]routerv1.Worker, n)
+	for k := range n {
+		c := ps[rs[k].i]
+		setWorkerProto(&workers[k], c.st.w)
+		msgs[k] = routerv1.RankedWorker{
+			Worker: &workers[k], CachedBlocks: uint32(c.cached), QueuedTokens: c.st.waiting,
+			Cost: rs[k].cost, QueueCostPerToken: p.QueueWeight / bs,
+		}
+		out[k] = &msgs[k]
+	}
 	return out
 }
 
-// shuffleTies puts workers of equal cost in random order. Ordered by id, the
-// first of several idle prefill workers would get every remote prefill until its
-// next load report showed a queue, while the others sat idle.
-func (r *Router) shuffleTies(ws []*routerv1.RankedWorker) {
-	for i := 0; i < len(ws); {
+// shuffleTies puts workers of equal cost in random order, for the groups of ties
+// that begin within the first keep. Ordered by id, the first of several idle
+// prefill workers would get every remote prefill until its next load report
+// showed a queue, while the others sat idle. A group that runs past keep is
+// shuffled whole, so that those kept are a fair draw from it.
+func (r *Router) shuffleTies(ws []ranked, keep int) {
+	for i := 0; i < len(ws) && i < keep; {
 		j := i + 1
-		for j < len(ws) && ws[j].GetCost() == ws[i].GetCost() {
+		for j < len(ws) && ws[j].cost == ws[i].cost {
 			j++
 		}
 		for k := j - 1; k > i; k-- {
@@ -408,12 +474,12 @@ func (r *Router) reasonFor(win *candidate, promptBlocks, scored int, class strin
 
 // explain lists every decode candidate with its terms and why it was or was not
 // scored: gateClass is the class the prompt length chose, class the one used.
-func (r *Router) explain(p Params, effective, gateClass, class int, need candFlags, cs []candidate, chosen, promptBlocks int) *routerv1.Explanation {
+func (r *Router) explain(p Params, effective, gateClass, class int, need candFlags, cs []candidate, chosen, promptBlocks, bs int) *routerv1.Explanation {
 	e := &routerv1.Explanation{
 		EffectiveTokens: uint32(effective), IslThreshold: uint32(r.threshold), GateClass: classNames[class], Temperature: p.Temperature,
 	}
 	for i, c := range cs {
-		pre, dec, q := terms(p, c.st, int(c.cached), promptBlocks, r.cfg.BlockSize)
+		pre, dec, q := terms(p, c.st, int(c.cached), promptBlocks, bs)
 		var note string
 		switch {
 		case class == classFallback:

@@ -280,8 +280,20 @@ func (r *Router) refRankPrefill(p Params, ps []refCandidate, promptBlocks int) [
 	slices.SortStableFunc(out, func(a, b *routerv1.RankedWorker) int {
 		return cmp.Or(cmp.Compare(a.Cost, b.Cost), cmp.Compare(a.Worker.GetId(), b.Worker.GetId()))
 	})
-	r.shuffleTies(out)
-	return out
+	// Ties shuffled as the router does, for the groups that begin within those
+	// kept, and only those kept returned.
+	for i := 0; i < len(out) && i < MaxRankedPrefill; {
+		j := i + 1
+		for j < len(out) && out[j].GetCost() == out[i].GetCost() {
+			j++
+		}
+		for k := j - 1; k > i; k-- {
+			m := i + r.rng.IntN(k-i+1)
+			out[k], out[m] = out[m], out[k]
+		}
+		i = j
+	}
+	return out[:min(len(out), MaxRankedPrefill)]
 }
 
 func refCountScored(cs []refCandidate) int {

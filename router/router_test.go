@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -236,7 +237,10 @@ func TestRouteInvalidArgument(t *testing.T) {
 			field string
 		}{
 			{&routerv1.RouteRequest{}, "prompt_tokens"},
-			{&routerv1.RouteRequest{PromptTokens: 5, BlockSize: 32}, "block_size"},
+			{&routerv1.RouteRequest{PromptTokens: 5, BlockSize: 5000}, "block_size"},
+			// The request's block size is the one the hashes are checked against:
+			// 64 tokens make 2 full blocks of 32 (4 of 16).
+			{&routerv1.RouteRequest{PromptTokens: 64, BlockSize: 32, BlockHashes: []uint64{1, 2, 3}}, "block_hashes"},
 		} {
 			_, err := c.route(rpctest.Context(t), tc.req)
 			if rpctest.Code(err) != connect.CodeInvalidArgument {
@@ -246,8 +250,10 @@ func TestRouteInvalidArgument(t *testing.T) {
 				t.Errorf("error %q does not name %s", err, tc.field)
 			}
 		}
-		// The workers' own block size is accepted.
+		// Any engine's block size is taken from the request (the model card's); the
+		// router has no flag of its own to disagree with.
 		mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 5, BlockSize: 16})
+		mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64, BlockSize: 32, BlockHashes: []uint64{1, 2}})
 	})
 }
 
@@ -274,6 +280,40 @@ func TestRoutePrefillTiesShare(t *testing.T) {
 		for range 20 {
 			if got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetPrefillWorkers()[0].GetWorker().GetId(); got != prefillQ.ID {
 				t.Fatalf("with %s queued, %s ranked first", prefillP.ID, got)
+			}
+		}
+	})
+}
+
+// A large prefill pool is named only in part, best first: the reply names
+// router.MaxRankedPrefill of them, and idle ones of equal cost are a fair draw, so
+// that every one of them gets work.
+func TestRoutePrefillPoolRankedInPart(t *testing.T) {
+	ws := []router.Worker{decodeA}
+	for i := range 20 {
+		ws = append(ws, router.Worker{ID: fmt.Sprintf("prefill-%02d", i), Address: fmt.Sprintf("10.0.1.%d:7000", i), Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL})
+	}
+	start(t, ws, func(t *testing.T, r *router.Router, c client) {
+		first := map[string]int{}
+		for range 400 {
+			got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetPrefillWorkers()
+			if len(got) != router.MaxRankedPrefill {
+				t.Fatalf("%d prefill workers named, want %d", len(got), router.MaxRankedPrefill)
+			}
+			first[got[0].GetWorker().GetId()]++
+		}
+		// Each is first with probability 1/20; one never first in 400 has odds
+		// below 3e-8 for the 20.
+		if len(first) != 20 {
+			t.Errorf("first in the ranking over 400 routes: %v; all 20 idle workers should take turns", first)
+		}
+		// A worker with a queue is never named while 8 idle ones are there.
+		observeLoad(t, r, ws[1], &workerv1.Load{WaitingTokens: 512})
+		for range 50 {
+			for _, p := range mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetPrefillWorkers() {
+				if p.GetWorker().GetId() == ws[1].ID {
+					t.Fatalf("%s, with a queue, named among idle workers", ws[1].ID)
+				}
 			}
 		}
 	})

@@ -85,3 +85,4 @@ fuzz ./engine/kvevents FuzzDecodeBatch
 fuzz ./engine/openaihttp FuzzParseCompletion
 fuzz ./engine/openaihttp FuzzParseMetrics
 fuzz ./engine/openaihttp FuzzEvents
+fuzz ./bench FuzzParseTrace

@@ -31,10 +31,15 @@ type Deployment struct {
 	Policy           string
 	Prefill, Decode  int
 	ExtraDecodeFlags []string
+	// RouterFlags are extra flags for the router (e.g. --isl-gate).
+	RouterFlags []string
+	// Aggregated workers serve beside the decode workers of a decode deployment:
+	// with the router's gating, the short prompts' class.
+	Aggregated int
 }
 
 // Policies are the decode policies tandem has.
-var Policies = []string{"threshold", "cost", "always-local", "always-remote"}
+var Policies = []string{"threshold", "cost", "load", "always-local", "always-remote"}
 
 // Standard returns the deployments of a policy comparison on workers workers
 // (at least 2): all of them aggregated, and for each policy one prefill worker
@@ -45,6 +50,17 @@ func Standard(workers int) []Deployment {
 		ds = append(ds, Deployment{Name: p, Mode: "decode", Policy: p, Prefill: 1, Decode: workers - 1})
 	}
 	return ds
+}
+
+// LogName makes a deployment's name, which may carry flags, a file name.
+func LogName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == '@':
+			return r
+		}
+		return '_'
+	}, name)
 }
 
 // Options are how every process of a deployment is started.
@@ -70,9 +86,9 @@ type Options struct {
 
 // Cluster is a running deployment.
 type Cluster struct {
-	// URL is the frontend's base URL.
-	URL   string
-	procs []*proc
+	// URL is the frontend's base URL, RouterURL the router's (its /metrics).
+	URL, RouterURL string
+	procs          []*proc
 }
 
 type proc struct {
@@ -111,7 +127,7 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 	var prefill, decode []string
 	for i := range d.Prefill {
 		args := append([]string{"prefill", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("prefill-%d", i)}, o.WorkerArgs...)
-		a, err := start(fmt.Sprintf("%s-prefill-%d", d.Name, i), true, args...)
+		a, err := start(fmt.Sprintf("%s-prefill-%d", LogName(d.Name), i), true, args...)
 		if err != nil {
 			return fail(err)
 		}
@@ -123,7 +139,15 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 			args = append(args, "--policy", d.Policy, "--prefill-workers", strings.Join(prefill, ","))
 		}
 		args = append(append(args, o.WorkerArgs...), d.ExtraDecodeFlags...)
-		a, err := start(fmt.Sprintf("%s-decode-%d", d.Name, i), true, args...)
+		a, err := start(fmt.Sprintf("%s-decode-%d", LogName(d.Name), i), true, args...)
+		if err != nil {
+			return fail(err)
+		}
+		decode = append(decode, a)
+	}
+	for i := range d.Aggregated {
+		args := append([]string{"decode", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("aggregated-%d", i), "--mode", "aggregated"}, o.WorkerArgs...)
+		a, err := start(fmt.Sprintf("%s-aggregated-%d", LogName(d.Name), i), true, args...)
 		if err != nil {
 			return fail(err)
 		}
@@ -133,15 +157,16 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 	if len(prefill) > 0 {
 		rargs = append(rargs, "--prefill-workers", strings.Join(prefill, ","))
 	}
-	router, err := start(d.Name+"-router", false, rargs...)
+	rargs = append(rargs, d.RouterFlags...)
+	router, err := start(LogName(d.Name)+"-router", false, rargs...)
 	if err != nil {
 		return fail(err)
 	}
-	fe, err := start(d.Name+"-frontend", false, "frontend", "--listen", "127.0.0.1:0", "--router", router)
+	fe, err := start(LogName(d.Name)+"-frontend", false, "frontend", "--listen", "127.0.0.1:0", "--router", router)
 	if err != nil {
 		return fail(err)
 	}
-	c.URL = "http://" + fe
+	c.URL, c.RouterURL = "http://"+fe, "http://"+router
 	if err := waitGenerating(ctx, c.URL, o.Ready); err != nil {
 		return fail(err)
 	}

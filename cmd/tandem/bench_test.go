@@ -247,6 +247,9 @@ func TestBenchRateSweep(t *testing.T) {
 	checkPNGs(t, dir, "ttft_cdf.png")
 }
 
+// testTrace is the window of Mooncake's conversation trace bench's tests use.
+const testTrace = "../../bench/testdata/mooncake-conversation-300.jsonl"
+
 // Bad flags are refused with an error that names the problem, before any request
 // is sent.
 func TestBenchBadFlags(t *testing.T) {
@@ -266,6 +269,15 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--requests", "-1"}, "must not be negative"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined"},
+		{[]string{"--workload", "trace"}, "--workload trace needs --trace FILE"},
+		{[]string{"--trace", "no-such.jsonl"}, "no-such.jsonl: no such file"},
+		{[]string{"--trace", testTrace, "--rate", "2"}, "use --trace-speedup instead of --rate"},
+		{[]string{"--trace", testTrace, "--endpoint", "chat"}, "only --endpoint completions takes"},
+		{[]string{"--trace", testTrace, "--workload", "jsonl"}, "cannot be combined with --workload jsonl"},
+		{[]string{"--trace", testTrace, "--trace-token-scale", "0"}, "--trace-token-scale 0 must be in (0, 1]"},
+		{[]string{"--trace", testTrace, "--trace-speedup", "-1"}, "--trace-speedup -1 must be"},
+		{[]string{"--trace", testTrace, "--trace-start", "300"}, "--trace-start 300 is past the trace's 300 requests"},
+		{[]string{"--trace", testTrace, "--trace-block-size", "256"}, "trace line 1: field hash_ids: 14 ids, but input_length 6758 needs 27 blocks"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			fake, url := startFake(t)

@@ -32,7 +32,11 @@ type CompletionRequest struct {
 	Stream        bool           `json:"stream"`
 	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
 	StopTokenIDs  []uint32       `json:"stop_token_ids,omitempty"`
-	Logprobs      *int           `json:"logprobs,omitempty"`
+	// IgnoreEOS is set when the request has no stop tokens: tandem lists every
+	// token that ends a generation, and an engine server left to itself would
+	// still stop at its model's EOS (vLLM, SGLang and TensorRT-LLM all take it).
+	IgnoreEOS bool `json:"ignore_eos,omitempty"`
+	Logprobs  *int `json:"logprobs,omitempty"`
 
 	// Token ids back (vLLM >= 0.10.2, SGLang).
 	ReturnTokenIDs *bool `json:"return_token_ids,omitempty"`

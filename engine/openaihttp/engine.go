@@ -249,7 +249,7 @@ func (e *Engine) Body(req engine.Request, stream bool) CompletionRequest {
 	seed := int64(req.Sampling.Seed & (1<<63 - 1))
 	b := CompletionRequest{
 		Model: e.model, Prompt: req.Prompt, MaxTokens: maxTokens, Temperature: req.Sampling.Temperature, Seed: &seed,
-		Stream: stream, StopTokenIDs: req.StopTokens,
+		Stream: stream, StopTokenIDs: req.StopTokens, IgnoreEOS: len(req.StopTokens) == 0,
 	}
 	if stream {
 		b.StreamOptions = &StreamOptions{IncludeUsage: true}

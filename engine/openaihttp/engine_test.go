@@ -221,7 +221,8 @@ func TestCancelReachesEngine(t *testing.T) {
 func TestLoad(t *testing.T) {
 	for _, k := range []fakeengine.Kind{fakeengine.VLLM, fakeengine.TRTLLM, fakeengine.SGLang} {
 		t.Run(string(k), func(t *testing.T) {
-			f := (&fakeengine.Server{Kind: k, TokenIDs: true, Running: 3, Waiting: 2, KVUsage: 0.25, TotalBlocks: 1000}).Start(t)
+			f := (&fakeengine.Server{Kind: k, TokenIDs: true, Running: 3, Waiting: 2, KVUsage: 0.25, TotalBlocks: 1000,
+				PrefixQueries: 900, PrefixHits: 300}).Start(t)
 			e, err := openaihttp.New(t.Context(), openaihttp.Config{URL: f.URL(), Dialect: dialect(k), Tokenizer: cl100k(t), BlockSize: 16,
 				MetricsInterval: 10 * time.Millisecond, ContextLength: 4096})
 			if err != nil {
@@ -229,6 +230,9 @@ func TestLoad(t *testing.T) {
 			}
 			defer e.Close()
 			want := engine.Stats{TotalBlocks: 1000, ActiveBlocks: 250, FreeBlocks: 750, Running: 3, Waiting: 2}
+			if k == fakeengine.VLLM { // the only one of the three that counts its prefix cache in tokens
+				want.PrefixQueryTokens, want.PrefixHitTokens = 900, 300
+			}
 			if k == fakeengine.SGLang { // reports no pool size
 				want = engine.Stats{TotalBlocks: openaihttp.DefaultTotalBlocks, ActiveBlocks: openaihttp.DefaultTotalBlocks / 4,
 					FreeBlocks: openaihttp.DefaultTotalBlocks * 3 / 4, Running: 3, Waiting: 2}
@@ -241,5 +245,29 @@ func TestLoad(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// A request with no stop tokens (the frontend's ignore_eos) tells the engine
+// server so; otherwise it would stop at its model's EOS by itself.
+func TestNoStopTokensIgnoresEOS(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true}).Start(t)
+	e := connect(t, f, openaihttp.TokenAuto)
+	for _, stops := range [][]uint32{nil, {99}} {
+		s, err := e.Generate(t.Context(), engine.Request{ID: "r", Prompt: []uint32{1, 2}, MaxTokens: 2, StopTokens: stops})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(t, s)
+	}
+	reqs := f.Completions()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests sent, want 2", len(reqs))
+	}
+	if b := string(reqs[0].Body); !strings.Contains(b, `"ignore_eos":true`) || strings.Contains(b, "stop_token_ids") {
+		t.Errorf("no stop tokens sent %s; want ignore_eos", b)
+	}
+	if b := string(reqs[1].Body); strings.Contains(b, "ignore_eos") || !strings.Contains(b, `"stop_token_ids":[99]`) {
+		t.Errorf("stop tokens sent %s; want them and no ignore_eos", b)
 	}
 }

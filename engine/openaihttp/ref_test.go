@@ -37,13 +37,13 @@ func field(t *testing.T, obj []byte, key string) json.RawMessage {
 // Each engine's prefill leg sends the documented body, and its answer's
 // parameters reach the decode leg as the engine expects them.
 func TestDisaggLegs(t *testing.T) {
-	req := engine.Request{ID: "req-d", Prompt: []uint32{5, 6, 7}, MaxTokens: 3}
+	req := engine.Request{ID: "req-d", Prompt: []uint32{5, 6, 7}, MaxTokens: 3, StopTokens: []uint32{99}}
 	for _, c := range []struct {
 		kind    fakeengine.Kind
 		prefill string // the prefill leg's body
 		check   func(t *testing.T, prefillResp, params, decodeBody []byte)
 	}{
-		{fakeengine.VLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"return_token_ids":true,` +
+		{fakeengine.VLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"stop_token_ids":[99],"return_token_ids":true,` +
 			`"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,` +
 			`"remote_host":null,"remote_port":null}}`,
 			func(t *testing.T, _, params, decode []byte) {
@@ -51,7 +51,7 @@ func TestDisaggLegs(t *testing.T) {
 					t.Errorf("decode leg's kv_transfer_params %s, want the prefill leg's %s verbatim", field(t, decode, "kv_transfer_params"), params)
 				}
 			}},
-		{fakeengine.TRTLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"detokenize":false,` +
+		{fakeengine.TRTLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"stop_token_ids":[99],"detokenize":false,` +
 			`"disaggregated_params":{"request_type":"context_only"}}`,
 			func(t *testing.T, _, params, decode []byte) {
 				var want map[string]any

@@ -28,19 +28,33 @@ func (e *Engine) blockBytes(dst []byte, prompt []uint32, i int) []byte {
 	return dst
 }
 
+// Prefill queues the prompt on this device, under the same token budget as every
+// other prefill here, and returns once its last chunk has run.
 func (e *Engine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
 	sb, err := e.admit(req, 0, -1)
 	if err != nil {
 		return nil, err
 	}
-	queue, took, err := e.prefill(ctx, len(req.Prompt)-sb.cached*e.cfg.BlockSize)
-	if err != nil {
-		e.pool.Release(sb.ids)
-		return nil, err
+	s := e.newSeq(req, sb, kindPrefill)
+	e.dev.enqueue(ctx, s)
+	for {
+		e.dev.mu.Lock()
+		done, serr := s.done, s.err
+		e.dev.mu.Unlock()
+		if done {
+			if serr != nil {
+				return nil, serr
+			}
+			break
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			e.dev.cancel(s, ctx.Err())
+		}
 	}
-	e.storePrompt(sb)
-	return &export{e: e, prompt: req.Prompt, blocks: sb, first: e.token(promptHash(req.Prompt), req.Sampling, 0),
-		queue: queue, took: took}, nil
+	return &export{e: e, prompt: req.Prompt, blocks: sb, first: e.token(s.hash, req.Sampling, 0),
+		queue: s.started.Sub(s.enqueued), took: s.ended.Sub(s.started)}, nil
 }
 
 type export struct {
@@ -68,6 +82,10 @@ func (x *export) AppendBlock(dst []byte, i int) ([]byte, error) {
 	return x.e.blockBytes(dst, x.prompt, i), nil
 }
 
+// Import receives a remote prefill's KV. Its last block lands the modelled
+// transfer time (the link's latency plus the modelled model's KV bytes over its
+// bandwidth) after the first, so the decode worker measures the transfer it would
+// see on that link.
 func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
 	if spec.Layout != e.layout {
 		return nil, engine.ErrLayoutMismatch
@@ -79,16 +97,27 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 	if err != nil {
 		return nil, err
 	}
-	return &importer{e: e, req: req, spec: spec, blocks: sb, got: make([]bool, spec.NumBlocks)}, nil
+	moved := len(req.Prompt) - spec.SkipBlocks*e.cfg.BlockSize
+	return &importer{e: e, ctx: ctx, req: req, spec: spec, blocks: sb, got: make([]bool, spec.NumBlocks),
+		transfer: e.scaled(e.TransferMS(moved))}, nil
+}
+
+// TransferMS is the modelled time for the KV of tokens tokens to cross the link.
+func (e *Engine) TransferMS(tokens int) float64 {
+	return e.cfg.Link.TransferMS(tokens, e.cfg.Profile.KVBytesPerToken)
 }
 
 type importer struct {
-	e      *Engine
-	req    engine.Request
-	spec   engine.ImportSpec
-	blocks *seqBlocks
-	got    []bool
-	once   sync.Once
+	e        *Engine
+	ctx      context.Context
+	req      engine.Request
+	spec     engine.ImportSpec
+	blocks   *seqBlocks
+	got      []bool
+	n        int
+	first    time.Time
+	transfer time.Duration
+	once     sync.Once
 }
 
 func (m *importer) WriteBlock(i int, data []byte) error {
@@ -98,7 +127,21 @@ func (m *importer) WriteBlock(i int, data []byte) error {
 	if !bytes.Equal(data, m.e.blockBytes(nil, m.req.Prompt, i)) {
 		return fmt.Errorf("%w: block %d does not hold this prompt's KV", engine.ErrBadBlock, i)
 	}
-	m.got[i] = true
+	clock := m.e.cfg.Clock
+	if m.n == 0 {
+		m.first = clock.Now()
+	}
+	if !m.got[i] {
+		m.got[i] = true
+		m.n++
+	}
+	if m.n == m.spec.NumBlocks-m.spec.SkipBlocks {
+		if left := m.transfer - clock.Now().Sub(m.first); left > 0 {
+			if err := clock.Sleep(m.ctx, left); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -115,9 +158,13 @@ func (m *importer) Commit(ctx context.Context) (engine.Stream, error) {
 		return nil, fmt.Errorf("%w: import already aborted or committed", engine.ErrBadBlock)
 	}
 	m.e.storePrompt(m.blocks)
-	s := m.e.newStream(m.req, m.blocks)
-	first := m.spec.FirstToken
-	go s.run(ctx, nil, &first)
+	s := m.e.newSeq(m.req, m.blocks, kindImported)
+	s.decoding = true
+	d := m.e.dev
+	d.mu.Lock()
+	s.emit(m.spec.FirstToken)
+	d.mu.Unlock()
+	d.enqueue(ctx, s)
 	return s, nil
 }
 

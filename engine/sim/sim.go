@@ -1,15 +1,18 @@
 // Package sim is an engine that models time and KV blocks without computing: tokens
-// are pseudo-random but deterministic, prefill takes a time polynomial in the
-// uncached prompt tokens, and a decode step's time grows with the KV the pool holds.
-// One process can run hundreds of them for router and policy experiments.
+// are pseudo-random but deterministic, and one simulated device runs engine steps
+// as vLLM's scheduler does. Each step decodes one token for every running sequence
+// and prefills at most a token budget of waiting prompts (chunked, first come first
+// served), and its time grows with the prefill tokens in it, so a long local
+// prefill stretches the inter-token latency of every sequence decoding beside it.
+// KV that a remote prefill hands over arrives after a modelled transfer time. One
+// process can run hundreds of these for router and policy experiments.
 package sim
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -19,8 +22,7 @@ import (
 	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
-// Config is the simulated model and its timing. Times are in milliseconds, as the
-// fitted model in Dynamo's mocker gives them.
+// Config is the simulated model, its device and its timing.
 type Config struct {
 	Seed          uint64
 	VocabSize     int // tokens drawn from [0, VocabSize); EOSToken is drawn 1 time in 256
@@ -28,23 +30,48 @@ type Config struct {
 	ContextLength int
 	BlockSize     int
 	NumBlocks     int
-	// Prefill time in ms for T uncached tokens: PrefillA*T^2 + PrefillB*T + PrefillC.
-	PrefillA, PrefillB, PrefillC float64
-	// Decode step time in ms at KV pool usage u in [0,1]: max(1, DecodeA*u^2 + DecodeB*u + DecodeC).
-	DecodeA, DecodeB, DecodeC float64
-	// TimeScale multiplies every modelled time; 0 makes the engine as fast as it can go.
+	// Profile times the device's steps; Link the KV a remote prefill hands over.
+	Profile Profile
+	Link    Link
+	// TimeScale multiplies every modelled time; 0 makes the engine as fast as it
+	// can go, each sequence then paced by its reader.
 	TimeScale float64
+	// Clock is what the device waits on; nil is the wall clock.
+	Clock Clock
+	// OnStep, if set, is called after each engine step, on the device's goroutine.
+	OnStep func(Step)
 }
 
 // DefaultConfig is Dynamo's mocker fit to a GPU, with a cl100k vocabulary.
 func DefaultConfig() Config {
+	cfg, err := ConfigFor("mocker", "rdma")
+	if err != nil {
+		panic(err) // the built-in names exist
+	}
+	return cfg
+}
+
+// ConfigFor is the default configuration with the named profile and link (empty
+// names: mocker and rdma).
+func ConfigFor(profile, link string) (Config, error) {
+	if profile == "" {
+		profile = "mocker"
+	}
+	if link == "" {
+		link = "rdma"
+	}
+	p, err := ProfileNamed(profile)
+	if err != nil {
+		return Config{}, err
+	}
+	l, err := LinkNamed(link)
+	if err != nil {
+		return Config{}, err
+	}
 	return Config{
 		Seed: 1, VocabSize: 100257, EOSToken: 100257, ContextLength: 8192,
-		BlockSize: blockhash.DefaultBlockSize, NumBlocks: 16384,
-		PrefillA: 4.209989e-7, PrefillB: 1.518344e-2, PrefillC: 16.50142,
-		DecodeA: -25.74, DecodeB: 54.01, DecodeC: 5.74,
-		TimeScale: 1,
-	}
+		BlockSize: blockhash.DefaultBlockSize, NumBlocks: p.KVTokens / blockhash.DefaultBlockSize, Profile: p, Link: l, TimeScale: 1,
+	}, nil
 }
 
 // Engine is the simulated engine.
@@ -52,17 +79,12 @@ type Engine struct {
 	cfg    Config
 	layout engine.Layout
 	pool   *kvcache.Pool
-
-	compute sync.Mutex // one prefill at a time, as on one device
-	// closing ends every running sequence when the engine closes.
+	dev    *device
+	// prefixQueries and prefixHits count admitted prompt tokens and those cached.
+	prefixQueries, prefixHits atomic.Uint64
+	// closing ends every sleep when the engine closes.
 	closing context.Context
 	close   context.CancelFunc
-
-	mu            sync.Mutex
-	closed        bool
-	running       int
-	waiting       int
-	waitingTokens int
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -72,10 +94,19 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.BlockSize <= 0 || cfg.NumBlocks <= 0 || cfg.VocabSize <= 0 || cfg.ContextLength <= 0 {
 		return nil, fmt.Errorf("sim: block size, blocks, vocab and context must be positive")
 	}
+	if cfg.Profile.MaxNumSeqs <= 0 || cfg.Profile.MaxBatchedTokens <= 0 {
+		return nil, fmt.Errorf("sim: profile %q: max sequences and batched tokens must be positive", cfg.Profile.Name)
+	}
+	if cfg.TimeScale < 0 {
+		return nil, fmt.Errorf("sim: time scale %g must not be negative", cfg.TimeScale)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
 	const layers, heads, dim = 1, 1, 8
-	closing, closeFn := context.WithCancelCause(context.Background())
-	return &Engine{
-		closing: closing, close: func() { closeFn(engine.ErrClosed) },
+	closing, closeFn := context.WithCancel(context.Background())
+	e := &Engine{
+		closing: closing, close: closeFn,
 		cfg: cfg,
 		layout: engine.Layout{
 			Layers: layers, KVHeads: heads, HeadDim: dim, BlockSize: cfg.BlockSize, Dtype: "f32",
@@ -83,7 +114,9 @@ func New(cfg Config) (*Engine, error) {
 			Fingerprint: fmt.Sprintf("sim/seed=%d", cfg.Seed),
 		},
 		pool: kvcache.NewPool(cfg.NumBlocks, kvcache.NewEventLog(4096)),
-	}, nil
+	}
+	e.dev = newDevice(e)
+	return e, nil
 }
 
 func (e *Engine) Info() engine.Info {
@@ -109,22 +142,23 @@ func (e *Engine) Events() *kvcache.EventLog { return e.pool.Events() }
 // Snapshot lists the prefix cache for subscribers that join or fall behind.
 func (e *Engine) Snapshot() kvcache.Snapshot { return e.pool.Snapshot() }
 
+// Stats reports the device as vLLM does: running counts the sequences decoding and
+// those whose prefill has begun, waiting those not yet scheduled, and waiting
+// tokens every prompt token not yet computed.
 func (e *Engine) Stats() engine.Stats {
 	ps := e.pool.Stats()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	running, waiting, tokens := e.dev.load()
 	return engine.Stats{
 		TotalBlocks: ps.Total, FreeBlocks: ps.Free, CachedBlocks: ps.Cached, ActiveBlocks: ps.Active,
-		Running: e.running, Waiting: e.waiting, WaitingTokens: e.waitingTokens,
+		Running: running, Waiting: waiting, WaitingTokens: tokens,
+		PrefixHitTokens: e.prefixHits.Load(), PrefixQueryTokens: e.prefixQueries.Load(),
 	}
 }
 
 // Close ends every running sequence with ErrClosed.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	e.closed = true
-	e.mu.Unlock()
 	e.close()
+	e.dev.closeAll()
 	return nil
 }
 
@@ -155,10 +189,7 @@ func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlock
 	if len(req.Prompt) >= e.cfg.ContextLength {
 		return nil, engine.ErrPromptTooLong
 	}
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
+	if e.closing.Err() != nil {
 		return nil, engine.ErrClosed
 	}
 	sb := &seqBlocks{hashes: blockhash.Hash(req.Prompt, e.cfg.BlockSize)}
@@ -179,6 +210,8 @@ func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlock
 		return nil, engine.ErrNoBlocks
 	}
 	sb.ids = ids
+	e.prefixHits.Add(uint64(sb.cached * e.cfg.BlockSize))
+	e.prefixQueries.Add(uint64(len(req.Prompt)))
 	return sb, nil
 }
 
@@ -195,43 +228,9 @@ func (e *Engine) storePrompt(sb *seqBlocks) {
 	e.pool.Store(parent, sb.ids[sb.cached:full], sb.hashes[sb.cached:full])
 }
 
-// prefill waits for the device and sleeps the modelled prefill time.
-func (e *Engine) prefill(ctx context.Context, tokens int) (queue, took time.Duration, err error) {
-	e.mu.Lock()
-	e.waiting++
-	e.waitingTokens += tokens
-	e.mu.Unlock()
-	start := time.Now()
-	e.compute.Lock()
-	queue = time.Since(start)
-	e.mu.Lock()
-	e.waiting--
-	e.waitingTokens -= tokens
-	e.mu.Unlock()
-	defer e.compute.Unlock()
-	t := float64(tokens)
-	err = e.sleep(ctx, e.cfg.PrefillA*t*t+e.cfg.PrefillB*t+e.cfg.PrefillC)
-	return queue, time.Since(start) - queue, err
-}
-
-func (e *Engine) decodeStepMS() float64 {
-	u := float64(e.pool.Stats().Active) / float64(e.cfg.NumBlocks)
-	return max(1, e.cfg.DecodeA*u*u+e.cfg.DecodeB*u+e.cfg.DecodeC)
-}
-
-func (e *Engine) sleep(ctx context.Context, ms float64) error {
-	d := time.Duration(ms * e.cfg.TimeScale * float64(time.Millisecond))
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// scaled converts modelled milliseconds into time on the clock.
+func (e *Engine) scaled(ms float64) time.Duration {
+	return time.Duration(ms * e.cfg.TimeScale * float64(time.Millisecond))
 }
 
 // token is the simulated model: a pure function of the prompt, the output position
@@ -259,137 +258,14 @@ func promptHash(prompt []uint32) uint64 {
 	return xxh3.Hash(b)
 }
 
+// Generate queues the prompt's uncached tokens for prefill on this device; the
+// sequence decodes once its last chunk has run.
 func (e *Engine) Generate(ctx context.Context, req engine.Request) (engine.Stream, error) {
 	sb, err := e.admit(req, e.outputBudget(req), -1)
 	if err != nil {
 		return nil, err
 	}
-	s := e.newStream(req, sb)
-	go s.run(ctx, func(ctx context.Context) error {
-		_, _, err := e.prefill(ctx, len(req.Prompt)-sb.cached*e.cfg.BlockSize)
-		if err == nil {
-			e.storePrompt(sb)
-		}
-		return err
-	}, nil)
+	s := e.newSeq(req, sb, kindGenerate)
+	e.dev.enqueue(ctx, s)
 	return s, nil
-}
-
-// stream runs one sequence in its own goroutine and hands tokens over a channel.
-type stream struct {
-	e       *Engine
-	req     engine.Request
-	hash    uint64
-	blocks  *seqBlocks
-	out     chan uint32
-	done    chan struct{}
-	cancel  context.CancelFunc
-	once    sync.Once
-	finish  engine.FinishReason
-	usage   engine.Usage
-	err     error
-	started chan struct{}
-}
-
-func (e *Engine) newStream(req engine.Request, sb *seqBlocks) *stream {
-	return &stream{
-		e: e, req: req, hash: promptHash(req.Prompt), blocks: sb,
-		out: make(chan uint32), done: make(chan struct{}), started: make(chan struct{}),
-		usage: engine.Usage{PromptTokens: len(req.Prompt), CachedTokens: sb.cached * e.cfg.BlockSize},
-	}
-}
-
-// run prefills (unless first is given, from an import) and decodes until a stop
-// token, max tokens, the context's end, or cancellation.
-func (s *stream) run(parent context.Context, prefill func(context.Context) error, first *uint32) {
-	ctx, cancel := context.WithCancel(parent)
-	s.cancel = cancel
-	close(s.started)
-	defer close(s.done)
-	defer s.e.pool.Release(s.blocks.ids)
-	stopClose := context.AfterFunc(s.e.closing, cancel)
-	defer stopClose()
-	s.e.mu.Lock()
-	s.e.running++
-	s.e.mu.Unlock()
-	defer func() {
-		s.e.mu.Lock()
-		s.e.running--
-		s.e.mu.Unlock()
-	}()
-	if prefill != nil {
-		if err := prefill(ctx); err != nil {
-			s.finish, s.err = engine.FinishCancelled, s.cause(err)
-			return
-		}
-	}
-	maxTokens := s.e.outputBudget(s.req)
-	for k := 0; ; k++ {
-		if k >= maxTokens {
-			s.finish = engine.FinishLength
-			return
-		}
-		var tok uint32
-		if k == 0 && first != nil {
-			tok = *first
-		} else {
-			if k > 0 {
-				if err := s.e.sleep(ctx, s.e.decodeStepMS()); err != nil {
-					s.finish, s.err = engine.FinishCancelled, s.cause(err)
-					return
-				}
-			}
-			tok = s.e.token(s.hash, s.req.Sampling, k)
-		}
-		for _, st := range s.req.StopTokens {
-			if tok == st {
-				s.finish = engine.FinishStop
-				return
-			}
-		}
-		select {
-		case s.out <- tok:
-			s.usage.CompletionTokens++
-		case <-ctx.Done():
-			s.finish, s.err = engine.FinishCancelled, s.cause(ctx.Err())
-			return
-		}
-	}
-}
-
-// cause reports ErrClosed for a sequence the engine's Close ended.
-func (s *stream) cause(err error) error {
-	if s.e.closing.Err() != nil {
-		return engine.ErrClosed
-	}
-	return err
-}
-
-func (s *stream) Next(ctx context.Context) (uint32, error) {
-	select {
-	case t := <-s.out:
-		return t, nil
-	case <-s.done:
-		if s.err != nil {
-			return 0, s.err
-		}
-		return 0, io.EOF
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-
-// Finish and Usage are final once Next has returned io.EOF.
-func (s *stream) Finish() engine.FinishReason { return s.finish }
-
-// Logprobs is nil: the sim engine draws tokens from a hash, with no distribution.
-func (s *stream) Logprobs() *engine.TokenLogprobs { return nil }
-func (s *stream) Usage() engine.Usage             { return s.usage }
-
-func (s *stream) Close() {
-	s.once.Do(func() {
-		<-s.started
-		s.cancel()
-		<-s.done
-	})
 }

@@ -3,8 +3,9 @@ package consul
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -52,6 +53,29 @@ func (c *Client) WatchServices(ctx context.Context, names []string, set func(add
 }
 
 func (c *Client) watchService(ctx context.Context, name string, update func([]string)) {
+	c.WatchInstances(ctx, name, func(is []Instance) {
+		addrs := make([]string, 0, len(is))
+		for _, i := range is {
+			addrs = append(addrs, i.Addr)
+		}
+		update(addrs)
+	})
+}
+
+// Instance is one passing instance of a service in the catalog.
+type Instance struct {
+	// ID is the service id it registered with: a worker's id.
+	ID   string
+	Addr string // host:port
+	Meta map[string]string
+}
+
+// WatchInstances calls update with the passing instances of the named service
+// after every answer of a blocking query, the first one included (even when it
+// lists none, so that a caller knows Consul has answered), until ctx ends. While
+// Consul is unreachable the last answer stays in force; errors are logged and
+// counted and the query retried with backoff.
+func (c *Client) WatchInstances(ctx context.Context, name string, update func([]Instance)) {
 	var index uint64
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
@@ -76,17 +100,17 @@ func (c *Client) watchService(ctx context.Context, name string, update func([]st
 		} else {
 			index = meta.LastIndex
 		}
-		addrs := make([]string, 0, len(entries))
+		is := make([]Instance, 0, len(entries))
 		for _, e := range entries {
 			host := e.Service.Address
 			if host == "" {
 				host = e.Node.Address
 			}
-			addrs = append(addrs, fmt.Sprintf("%s:%d", host, e.Service.Port))
+			is = append(is, Instance{ID: e.Service.ID, Addr: net.JoinHostPort(host, strconv.Itoa(e.Service.Port)), Meta: e.Service.Meta})
 		}
-		c.metrics.members.WithLabelValues(name).Set(float64(len(addrs)))
+		c.metrics.members.WithLabelValues(name).Set(float64(len(is)))
 		c.metrics.watchUpdates.WithLabelValues(name).Inc()
-		update(addrs)
+		update(is)
 	}
 }
 

@@ -145,8 +145,8 @@ func TestTrackerMembership(t *testing.T) {
 	}
 
 	want := []router.Worker{
-		{ID: "decode-1", Address: dec.addr, Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, TotalBlocks: 16384, Fingerprint: "sim/seed=1"},
-		{ID: "prefill-1", Address: pre.addr, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL, TotalBlocks: 16384, Fingerprint: "sim/seed=1"},
+		{ID: "decode-1", Address: dec.addr, Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, TotalBlocks: sim.DefaultConfig().NumBlocks, Fingerprint: "sim/seed=1"},
+		{ID: "prefill-1", Address: pre.addr, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL, TotalBlocks: sim.DefaultConfig().NumBlocks, Fingerprint: "sim/seed=1"},
 	}
 	got := tr.Workers()
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {

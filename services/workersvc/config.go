@@ -40,6 +40,8 @@ type Config struct {
 	NumBlocks      int
 	BlockSize      int
 	SimTimeScale   float64
+	SimProfile     string
+	SimLink        string
 	PrefillWorkers services.List
 
 	// Decode is the decode service's config (decode and aggregated modes); its
@@ -98,10 +100,13 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	fs.IntVar(&c.NumBlocks, "kv-blocks", 0, "KV cache blocks (0: the engine's default; a GPU engine's from its metrics)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the frontend's and router's, and a GPU engine's own")
 	fs.Float64Var(&c.SimTimeScale, "sim-time-scale", 1, "sim engine: multiply every modelled time by this (0: no waiting)")
+	fs.StringVar(&c.SimProfile, "sim-profile", "mocker", "sim engine: the device's timing, one of "+strings.Join(sim.ProfileNames(), ", ")+
+		" (docs/SIM.md gives their sources)")
+	fs.StringVar(&c.SimLink, "sim-link", "rdma", "sim engine: the KV transfer a remote prefill's KV takes to arrive: rdma, tcp or none (docs/SIM.md)")
 	c.Decode = decode.DefaultConfig()
 	d := &c.Decode
 	fs.StringVar((*string)(&d.Params.Policy), "policy", string(d.Params.Policy),
-		"decode mode: local-or-remote prefill policy: threshold, cost, always-local or always-remote")
+		"decode mode: local-or-remote prefill policy: threshold, cost, load, always-local or always-remote")
 	fs.IntVar(&d.Params.ShortPrefillThreshold, "short-prefill-threshold", d.Params.ShortPrefillThreshold,
 		"decode mode: prefill locally when prompt tokens minus cached tokens are at most this (threshold policy, and cost policy until warmed up)")
 	fs.Float64Var(&d.Params.ITLWeight, "itl-weight", d.Params.ITLWeight,
@@ -110,6 +115,12 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"decode mode: fail a request whose remote prefill fails instead of prefilling it locally")
 	fs.IntVar(&d.Params.MaxPrefillQueueTokens, "max-prefill-queue-tokens", d.Params.MaxPrefillQueueTokens,
 		"decode mode: prefill locally when the best prefill worker already has this many tokens queued (0: no limit)")
+	fs.IntVar(&d.Params.LocalMaxRunning, "local-max-running", d.Params.LocalMaxRunning,
+		"decode mode, load policy: prefill a long prompt locally while at most this many sequences decode here")
+	fs.Float64Var(&d.Params.LocalMaxKVUsage, "local-max-kv-usage", d.Params.LocalMaxKVUsage,
+		"decode mode, load policy: ... and while at most this fraction of the KV pool is in use")
+	fs.IntVar(&d.Params.LocalMaxTokens, "local-max-tokens", d.Params.LocalMaxTokens,
+		"decode mode, load policy: ... and only prompts of at most this many effective tokens (0: no cap)")
 	fs.DurationVar(&d.MinRemoteDeadline, "remote-deadline-min", d.MinRemoteDeadline,
 		"decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
 	fs.DurationVar(&d.MaxRemoteDeadline, "remote-deadline-max", d.MaxRemoteDeadline, "decode mode: most time a remote prefill is given before falling back")
@@ -197,6 +208,9 @@ func (c *Config) Validate() error {
 	case "vllm", "trtllm", "sglang":
 		return c.validateGPU()
 	case "sim":
+		if _, err := sim.ConfigFor(c.SimProfile, c.SimLink); err != nil {
+			return fmt.Errorf("--sim-profile / --sim-link: %w", err)
+		}
 	case "native":
 		if c.Model == "" {
 			return errors.New("--model must not be empty")
@@ -220,10 +234,20 @@ func (c *Config) NewEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		return native.New(native.Config{Model: c.Model, ContextLength: c.ContextLength, Seed: c.Seed,
 			NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log})
 	case "sim":
-		sc := sim.DefaultConfig()
+		sc, err := sim.ConfigFor(c.SimProfile, c.SimLink)
+		if err != nil {
+			return nil, err
+		}
 		sc.Seed, sc.BlockSize, sc.TimeScale = c.Seed, c.BlockSize, c.SimTimeScale
+		// The pool holds the profile's KV tokens unless --kv-blocks says otherwise.
+		sc.NumBlocks = max(1, sc.Profile.KVTokens/max(1, c.BlockSize))
 		if c.NumBlocks > 0 {
 			sc.NumBlocks = c.NumBlocks
+		}
+		// A modelled GPU model's context (Llama-3.1-8B's is 131,072) is what a
+		// trace's long prompts need; the sim's own default is 8,192.
+		if c.ContextLength > 0 {
+			sc.ContextLength = c.ContextLength
 		}
 		return sim.New(sc)
 	}

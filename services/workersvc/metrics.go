@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/kvevents"
 )
 
 // registerPoolMetrics exposes the engine's KV pool and queue, read at scrape time,
@@ -40,5 +41,40 @@ func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_num_requests_waiting", Help: "Sequences waiting for blocks or their turn.",
 		}, func() float64 { return float64(eng.Stats().Waiting) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_prefix_cache_queries_total",
+			Help: "Prompt tokens looked up in the engine's prefix cache (admitted requests and KV imports), as vLLM's prefix_cache_queries.",
+		}, func() float64 { return float64(eng.Stats().PrefixQueryTokens) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_prefix_cache_hits_total",
+			Help: "Prompt tokens found in the engine's prefix cache, as vLLM's prefix_cache_hits; over the queries, the hit rate.",
+		}, func() float64 { return float64(eng.Stats().PrefixHitTokens) }),
+	)
+}
+
+// registerEventMetrics counts what the subscriber to a GPU engine's KV events
+// saw, so an operator can tell a router's stale view from a quiet engine: gaps
+// and resyncs mean the index was rebuilt, bad messages a publisher tandem cannot
+// read.
+func registerEventMetrics(reg prometheus.Registerer, eng engine.Engine) {
+	w, ok := eng.(*withEvents)
+	if !ok {
+		return
+	}
+	counter := func(name, help string, labels prometheus.Labels, get func(kvevents.SubscriberStats) int) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return float64(get(w.sub.Stats())) })
+	}
+	reg.MustRegister(
+		counter("tandem_kv_events_batches_total", "Engine KV event batches applied to the worker's view of its cache, live or replayed.",
+			prometheus.Labels{"source": "live"}, func(s kvevents.SubscriberStats) int { return s.Batches - s.Replayed }),
+		counter("tandem_kv_events_batches_total", "Engine KV event batches applied to the worker's view of its cache, live or replayed.",
+			prometheus.Labels{"source": "replayed"}, func(s kvevents.SubscriberStats) int { return s.Replayed }),
+		counter("tandem_kv_events_gaps_total", "Gaps in the engine's KV event sequence numbers.", nil,
+			func(s kvevents.SubscriberStats) int { return s.Gaps }),
+		counter("tandem_kv_events_resyncs_total", "Gaps (or unreadable batches) the worker could not replay, so its view of the engine's cache was cleared.", nil,
+			func(s kvevents.SubscriberStats) int { return s.Resyncs }),
+		counter("tandem_kv_events_bad_messages_total", "Messages from the KV event publisher that were not (topic, sequence, batch).", nil,
+			func(s kvevents.SubscriberStats) int { return s.Bad }),
 	)
 }

@@ -16,13 +16,14 @@ import (
 	"github.com/tandem-serve/tandem/services/rpc"
 )
 
-// prefillers resolves prefill worker ids through discovery, with one connection
-// to each address: a worker's KV transfer port when it has one (with its main
-// port behind it), else its main port.
+// prefillers resolves prefill worker ids through the worker's directory and
+// calls them over the process's peer connections, dialled the first time a
+// request goes to that worker and closed when idle: a worker's KV transfer port
+// when it has one (with its main port behind it), else its main port.
 type prefillers struct {
-	tracker members
-	conns   *rpc.Conns
-	log     *slog.Logger
+	dir   members
+	conns *rpc.Conns
+	log   *slog.Logger
 
 	mu     sync.Mutex
 	warned map[string]bool // KV addresses found unreachable
@@ -30,28 +31,20 @@ type prefillers struct {
 
 var _ decode.Prefillers = (*prefillers)(nil)
 
-// members is what prefillers reads of discovery (a *discovery.Tracker).
+// members is what prefillers reads of discovery (a *discovery.Directory).
 type members interface {
 	ByID(id string) (router.Worker, bool)
 	Workers() []router.Worker
+	// Refresh asks the static addresses again who they are.
+	Refresh()
 }
 
-// newPrefillers keeps connections through dial to the addresses tracker knows; a
-// new address is the moment to close those to addresses no member has any more
-// (workers that left, or came back on another port or under another id).
-func newPrefillers(tracker members, dial rpc.Dialer, log *slog.Logger) *prefillers {
-	live := func() []string {
-		var addrs []string
-		for _, w := range tracker.Workers() {
-			addrs = append(addrs, w.Address, w.KVAddress)
-		}
-		return addrs
-	}
-	return &prefillers{tracker: tracker, conns: rpc.NewConns(dial, live), log: log}
+func newPrefillers(dir members, conns *rpc.Conns, log *slog.Logger) *prefillers {
+	return &prefillers{dir: dir, conns: conns, log: log}
 }
 
 func (p *prefillers) Client(id string) (handoff.Client, bool) {
-	w, ok := p.tracker.ByID(id)
+	w, ok := p.dir.ByID(id)
 	if !ok || w.Mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
 		return nil, false
 	}
@@ -91,6 +84,8 @@ func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) 
 	}
 	c.p.warned[c.addr] = true
 	c.p.mu.Unlock()
+	// The worker may have restarted on another KV port: the next request finds out.
+	c.p.dir.Refresh()
 	if first && c.p.log != nil {
 		c.p.log.WarnContext(ctx, "KV transfer port unreachable; calling Prefill on the main port (slower). Check that it is open, or --kv-advertise-port",
 			"kv_address", c.addr, "error", err)
@@ -100,14 +95,12 @@ func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) 
 
 func (p *prefillers) IDs() []string {
 	var ids []string
-	for _, w := range p.tracker.Workers() {
-		// A draining worker still answers a router that suggests it; it is just not
-		// picked here.
+	for _, w := range p.dir.Workers() {
+		// A draining worker refuses new prefills (the ladder then moves on); it
+		// is not offered here when the directory already knows it drains.
 		if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL && !w.Draining {
 			ids = append(ids, w.ID)
 		}
 	}
 	return ids
 }
-
-func (p *prefillers) close() { p.conns.Close() }

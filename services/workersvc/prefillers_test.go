@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,11 +22,13 @@ import (
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
+	"github.com/tandem-serve/tandem/services/rpc"
 )
 
 type fakeMembers struct {
-	mu sync.Mutex
-	ws map[string]router.Worker
+	mu        sync.Mutex
+	ws        map[string]router.Worker
+	refreshes int
 }
 
 func (f *fakeMembers) ByID(id string) (router.Worker, bool) {
@@ -47,6 +48,12 @@ func (f *fakeMembers) Workers() []router.Worker {
 	return out
 }
 
+func (f *fakeMembers) Refresh() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refreshes++
+}
+
 func (f *fakeMembers) set(w router.Worker) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -54,61 +61,58 @@ func (f *fakeMembers) set(w router.Worker) {
 }
 
 // A prefill worker is called on its KV transfer port when it has one, on its main
-// port otherwise; connections to addresses no member has any more (a worker that
-// came back on another port, or left) are closed rather than kept forever.
+// port otherwise, and only dialled when a request goes to it: knowing a worker
+// costs no connection.
 func TestPrefillersFollowTheKVPort(t *testing.T) {
-	var dialled, dialledKV []string
-	conns := map[string]*grpc.ClientConn{}
+	var mu sync.Mutex
+	var dialled []string
 	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-		if len(opts) > 0 { // the KV transfer port's options
-			dialledKV = append(dialledKV, addr)
-		} else {
-			dialled = append(dialled, addr)
-		}
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())) // lazy: nothing listens
-		conns[addr] = cc
-		return cc, err
+		mu.Lock()
+		dialled = append(dialled, addr)
+		mu.Unlock()
+		return grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...) // lazy: nothing listens
 	}
+	conns := rpc.NewPeerConns(dial, time.Minute)
+	t.Cleanup(conns.Close)
 	m := &fakeMembers{ws: map[string]router.Worker{}}
-	p := newPrefillers(m, dial, nil)
-	t.Cleanup(p.close)
+	p := newPrefillers(m, conns, nil)
 	prefill := workerv1.WorkerMode_WORKER_MODE_PREFILL
 
-	m.set(router.Worker{ID: "old", Address: "127.0.0.1:9000", Mode: prefill})
+	m.set(router.Worker{ID: "other", Address: "127.0.0.1:9000", Mode: prefill})
 	m.set(router.Worker{ID: "p", Address: "127.0.0.1:9100", KVAddress: "127.0.0.1:9101", Mode: prefill})
-	for _, id := range []string{"p", "p", "old"} {
-		if _, ok := p.Client(id); !ok {
-			t.Fatalf("Client(%s) failed", id)
+	m.set(router.Worker{ID: "d", Address: "127.0.0.1:9300", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE})
+	if ids := p.IDs(); !slices.Equal(sorted(ids), []string{"other", "p"}) {
+		t.Errorf("IDs() = %v, want the prefill workers other and p", ids)
+	}
+	if len(dialled) != 0 {
+		t.Fatalf("dialled %v before any request went to a prefill worker", dialled)
+	}
+	for range 2 {
+		if _, ok := p.Client("p"); !ok {
+			t.Fatal("Client(p) failed")
 		}
 	}
-	if !slices.Equal(dialledKV, []string{"127.0.0.1:9101"}) || !slices.Equal(dialled, []string{"127.0.0.1:9100", "127.0.0.1:9000"}) {
-		t.Fatalf("dialled main %v and KV %v; want each address once", dialled, dialledKV)
+	if !slices.Equal(sorted(dialled), []string{"127.0.0.1:9100", "127.0.0.1:9101"}) {
+		t.Fatalf("dialled %v; want p's main and KV ports once each, and not the worker no request went to", dialled)
 	}
-	oldKV, oldWorker := conns["127.0.0.1:9101"], conns["127.0.0.1:9000"]
 
-	// p restarts on another KV port, and "old" leaves.
+	// p restarts on another KV port: the next request dials it.
 	m.set(router.Worker{ID: "p", Address: "127.0.0.1:9100", KVAddress: "127.0.0.1:9202", Mode: prefill})
-	m.mu.Lock()
-	delete(m.ws, "old")
-	m.mu.Unlock()
 	if _, ok := p.Client("p"); !ok {
 		t.Fatal("Client(p) after the restart failed")
 	}
-	if !slices.Equal(dialledKV, []string{"127.0.0.1:9101", "127.0.0.1:9202"}) {
-		t.Fatalf("dialled KV %v; want the new port", dialledKV)
-	}
-	for name, cc := range map[string]*grpc.ClientConn{"p's old KV port": oldKV, "the worker that left": oldWorker} {
-		if cc.GetState() != connectivity.Shutdown {
-			t.Errorf("the connection to %s is still open (%v)", name, cc.GetState())
-		}
-	}
-	if kept := p.conns.Addrs(); len(kept) != 2 {
-		t.Errorf("connections kept: %v; want p's main and new KV port", kept)
+	if !slices.Contains(dialled, "127.0.0.1:9202") {
+		t.Fatalf("dialled %v; want the new KV port", dialled)
 	}
 	if _, ok := p.Client("nobody"); ok {
 		t.Error("Client of a worker discovery does not know succeeded")
 	}
+	if _, ok := p.Client("d"); ok {
+		t.Error("Client of a decode worker succeeded")
+	}
 }
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 
 // A KV transfer port that cannot be reached (a firewall, a wrong advertised port)
 // costs speed, not the remote prefill: the main port serves the same Prefill.
@@ -137,10 +141,11 @@ func TestPrefillersFallBackToTheMainPort(t *testing.T) {
 	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	}
+	conns := rpc.NewPeerConns(dial, time.Minute)
+	t.Cleanup(conns.Close)
 	m := &fakeMembers{ws: map[string]router.Worker{}}
 	m.set(router.Worker{ID: "p", Address: rpctest.Addr(srv), KVAddress: closedPort, Mode: workerv1.WorkerMode_WORKER_MODE_PREFILL})
-	p := newPrefillers(m, dial, slog.New(slog.DiscardHandler))
-	t.Cleanup(p.close)
+	p := newPrefillers(m, conns, slog.New(slog.DiscardHandler))
 
 	c, ok := p.Client("p")
 	if !ok {
@@ -164,5 +169,8 @@ func TestPrefillersFallBackToTheMainPort(t *testing.T) {
 	}
 	if !p.warned[closedPort] {
 		t.Error("the unreachable KV port was not noted")
+	}
+	if m.refreshes == 0 {
+		t.Error("the unreachable KV port did not have discovery ask the worker again where it is")
 	}
 }

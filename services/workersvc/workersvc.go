@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -39,10 +40,16 @@ type Service struct {
 	// Prefill mode: the KV transfer port (nil when --kv-listen is off).
 	kv  *kvport.Server
 	log *slog.Logger
-	// Decode mode: the decision service, and the prefill workers it may call.
+	// Decode and aggregated modes: the decision service, and the prefill workers it
+	// may call.
 	decode  *decode.Service
-	tracker *discovery.Tracker
+	dir     *discovery.Directory
 	prefill *prefillers
+	// prefillSvc is a prefill worker's service, refusing new prefills while drained.
+	prefillSvc *prefill.Service
+	// drained is what the last drain (or undo) asked; a decode worker serves once
+	// it knows its prefill workers and is not drained.
+	drained atomic.Bool
 }
 
 // Start builds the engine and opens the listener; the worker serves once Run runs.
@@ -89,6 +96,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		if err != nil {
 			return nil, err
 		}
+		s.prefillSvc = ps
 		handlers = append(handlers, server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, opts...)))
 		if s.kv, err = env.NewKVPort(cfg.Serve, cfg.KVListen, func(r grpc.ServiceRegistrar) { prefillv1.RegisterPrefillServiceServer(r, ps.GRPC()) }); err != nil {
 			return nil, err
@@ -101,8 +109,10 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 			s.worker.SetKVTransferPort(port)
 		}
 	default:
-		s.tracker = discovery.NewTracker(env.Clients.Dial, nil, env.Logger)
-		s.prefill = newPrefillers(s.tracker, env.Clients.DialWith, env.Logger)
+		// An aggregated worker never calls a prefill worker, so it waits for none.
+		await := mode == workerv1.WorkerMode_WORKER_MODE_DECODE && cfg.Consul.Enabled()
+		s.dir = discovery.NewDirectory(workerv1.WorkerMode_WORKER_MODE_PREFILL, env.PeerInfo.Info, await, env.Logger)
+		s.prefill = newPrefillers(s.dir, env.Peers, env.Logger)
 		if s.decode, err = decode.New(cfg.DecodeConfig(id, mode), eng, s.prefill, env.Logger, env.Registry); err != nil {
 			return nil, err
 		}
@@ -110,6 +120,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(s.decode, opts...)))
 	}
 	registerPoolMetrics(env.Registry, eng)
+	registerEventMetrics(env.Registry, eng)
 	if s.srv, err = env.NewServer(cfg.Serve, handlers, nil); err != nil {
 		return nil, err
 	}
@@ -131,7 +142,8 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		}
 	}
 	if port := s.worker.WorkerInfo().GetKvTransferPort(); port != 0 {
-		// For operators reading the catalog; decode workers take it from WorkerInfo.
+		// Decode workers that find this worker in Consul dial it there; those given
+		// its address take it from WorkerInfo.
 		meta["kv_transfer_port"] = strconv.Itoa(int(port))
 	}
 	s.member, err = consul.Join(cfg.Consul, env.Logger, env.Registry, name, id, s.srv.Addr(), meta)
@@ -144,7 +156,11 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	}
 	s.srv.OnDrain(s.worker.Stop)
 	s.worker.SetServingHook(func(serving bool) {
-		s.srv.SetServing(serving)
+		s.drained.Store(!serving)
+		if s.prefillSvc != nil {
+			s.prefillSvc.SetDraining(!serving)
+		}
+		s.srv.SetServing(serving && s.peersKnown())
 		if s.kv != nil {
 			s.kv.SetServing(serving) // a drained worker's KV port says so too
 		}
@@ -165,16 +181,15 @@ func (s *Service) KVAddr() string {
 
 // Run serves until ctx ends, then drains and closes the engine.
 func (s *Service) Run(ctx context.Context) error {
-	if s.tracker != nil {
-		defer s.prefill.close()
-		s.tracker.Set(ctx, s.cfg.PrefillWorkers)
+	if s.dir != nil {
+		s.dir.SetStatic(ctx, s.cfg.PrefillWorkers)
 	}
 	if s.member != nil {
 		go s.member.Run(ctx)
-		if s.tracker != nil {
+		if s.dir != nil {
 			// Prefill workers from Consul join the static ones.
-			go s.member.Client.WatchServices(ctx, []string{consul.PrefillService}, func(addrs []string) {
-				s.tracker.Set(ctx, append(append([]string{}, s.cfg.PrefillWorkers...), addrs...))
+			go s.member.Client.WatchInstances(ctx, consul.PrefillService, func(is []consul.Instance) {
+				s.dir.SetInstances(instances(is))
 			})
 			base := s.decode.Params()
 			go s.member.Client.WatchKey(ctx, consul.DecodeConfigKey, func(b []byte) error {
@@ -205,7 +220,11 @@ func (s *Service) Run(ctx context.Context) error {
 	} else {
 		kvDone <- nil
 	}
-	s.srv.SetServing(true)
+	if s.peersKnown() {
+		s.srv.SetServing(true)
+	} else {
+		go s.serveOncePeersKnown(ctx)
+	}
 	err := s.srv.Serve(ctx)
 	if kerr := <-kvDone; err == nil {
 		err = kerr

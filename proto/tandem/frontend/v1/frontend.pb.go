@@ -90,7 +90,11 @@ type GenerateRequest struct {
 	Seed        *uint64  `protobuf:"varint,7,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	Stop        []string `protobuf:"bytes,8,rep,name=stop,proto3" json:"stop,omitempty"`
 	// Ask the router and decode worker for their reasons.
-	Explain       bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
+	Explain bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
+	// Return each generated token's log-probability (OpenAI's logprobs).
+	Logprobs bool `protobuf:"varint,10,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// With logprobs, also the most likely tokens at each position, at most 20.
+	TopLogprobs   uint32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +190,20 @@ func (x *GenerateRequest) GetExplain() bool {
 		return x.Explain
 	}
 	return false
+}
+
+func (x *GenerateRequest) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *GenerateRequest) GetTopLogprobs() uint32 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return 0
 }
 
 type Usage struct {
@@ -334,6 +352,138 @@ func (x *Prefill) GetRouteReason() string {
 	return ""
 }
 
+// TopLogprob is one of the most likely tokens at a position.
+type TopLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token's text; a piece of a multi-byte character shows as U+FFFD.
+	Token   string  `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Logprob float32 `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// The token's exact bytes.
+	Bytes         []byte `protobuf:"bytes,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TopLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TopLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+// TokenLogprob is one generated token's log-probability and its alternatives.
+type TokenLogprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Logprob       float32                `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Bytes         []byte                 `protobuf:"bytes,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	TopLogprobs   []*TopLogprob          `protobuf:"bytes,4,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TokenLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TokenLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+func (x *TokenLogprob) GetTopLogprobs() []*TopLogprob {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return nil
+}
+
 // GenerateResponse is one piece of the answer. The first carries the request id and
 // prefill path; the last carries the finish reason and usage.
 type GenerateResponse struct {
@@ -342,16 +492,19 @@ type GenerateResponse struct {
 	// New text; never splits a UTF-8 character.
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// "stop" or "length" on the last message.
-	FinishReason  string   `protobuf:"bytes,3,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
-	Usage         *Usage   `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
-	Prefill       *Prefill `protobuf:"bytes,5,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	FinishReason string   `protobuf:"bytes,3,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	Usage        *Usage   `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	Prefill      *Prefill `protobuf:"bytes,5,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	// With logprobs requested, one entry per token generated since the last message
+	// (a token may end in a later message's text when it splits a character).
+	Logprobs      []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +516,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +529,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{4}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GenerateResponse) GetRequestId() string {
@@ -414,6 +567,13 @@ func (x *GenerateResponse) GetPrefill() *Prefill {
 	return nil
 }
 
+func (x *GenerateResponse) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
 type ListModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -422,7 +582,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +594,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +607,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
 }
 
 type Model struct {
@@ -460,7 +620,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +632,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +645,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Model) GetId() string {
@@ -511,7 +671,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +683,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +696,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -553,7 +713,7 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"!tandem/frontend/v1/frontend.proto\x12\x12tandem.frontend.v1\";\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xc6\x02\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\x85\x03\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12;\n" +
@@ -564,7 +724,10 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x05top_p\x18\x06 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x17\n" +
 	"\x04seed\x18\a \x01(\x04H\x02R\x04seed\x88\x01\x01\x12\x12\n" +
 	"\x04stop\x18\b \x03(\tR\x04stop\x12\x18\n" +
-	"\aexplain\x18\t \x01(\bR\aexplainB\x0e\n" +
+	"\aexplain\x18\t \x01(\bR\aexplain\x12\x1a\n" +
+	"\blogprobs\x18\n" +
+	" \x01(\bR\blogprobs\x12!\n" +
+	"\ftop_logprobs\x18\v \x01(\rR\vtopLogprobsB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
 	"\x05_seed\"~\n" +
@@ -578,14 +741,25 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12(\n" +
 	"\x10decode_worker_id\x18\x04 \x01(\tR\x0edecodeWorkerId\x12*\n" +
 	"\x11prefill_worker_id\x18\x05 \x01(\tR\x0fprefillWorkerId\x12!\n" +
-	"\froute_reason\x18\x06 \x01(\tR\vrouteReason\"\xd2\x01\n" +
+	"\froute_reason\x18\x06 \x01(\tR\vrouteReason\"R\n" +
+	"\n" +
+	"TopLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\fR\x05bytes\"\x97\x01\n" +
+	"\fTokenLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\fR\x05bytes\x12A\n" +
+	"\ftop_logprobs\x18\x04 \x03(\v2\x1e.tandem.frontend.v1.TopLogprobR\vtopLogprobs\"\x90\x02\n" +
 	"\x10GenerateResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12#\n" +
 	"\rfinish_reason\x18\x03 \x01(\tR\ffinishReason\x12/\n" +
 	"\x05usage\x18\x04 \x01(\v2\x19.tandem.frontend.v1.UsageR\x05usage\x125\n" +
-	"\aprefill\x18\x05 \x01(\v2\x1b.tandem.frontend.v1.PrefillR\aprefill\"\x13\n" +
+	"\aprefill\x18\x05 \x01(\v2\x1b.tandem.frontend.v1.PrefillR\aprefill\x12<\n" +
+	"\blogprobs\x18\x06 \x03(\v2 .tandem.frontend.v1.TokenLogprobR\blogprobs\"\x13\n" +
 	"\x11ListModelsRequest\">\n" +
 	"\x05Model\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
@@ -610,31 +784,35 @@ func file_tandem_frontend_v1_frontend_proto_rawDescGZIP() []byte {
 	return file_tandem_frontend_v1_frontend_proto_rawDescData
 }
 
-var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_tandem_frontend_v1_frontend_proto_goTypes = []any{
 	(*ChatMessage)(nil),        // 0: tandem.frontend.v1.ChatMessage
 	(*GenerateRequest)(nil),    // 1: tandem.frontend.v1.GenerateRequest
 	(*Usage)(nil),              // 2: tandem.frontend.v1.Usage
 	(*Prefill)(nil),            // 3: tandem.frontend.v1.Prefill
-	(*GenerateResponse)(nil),   // 4: tandem.frontend.v1.GenerateResponse
-	(*ListModelsRequest)(nil),  // 5: tandem.frontend.v1.ListModelsRequest
-	(*Model)(nil),              // 6: tandem.frontend.v1.Model
-	(*ListModelsResponse)(nil), // 7: tandem.frontend.v1.ListModelsResponse
+	(*TopLogprob)(nil),         // 4: tandem.frontend.v1.TopLogprob
+	(*TokenLogprob)(nil),       // 5: tandem.frontend.v1.TokenLogprob
+	(*GenerateResponse)(nil),   // 6: tandem.frontend.v1.GenerateResponse
+	(*ListModelsRequest)(nil),  // 7: tandem.frontend.v1.ListModelsRequest
+	(*Model)(nil),              // 8: tandem.frontend.v1.Model
+	(*ListModelsResponse)(nil), // 9: tandem.frontend.v1.ListModelsResponse
 }
 var file_tandem_frontend_v1_frontend_proto_depIdxs = []int32{
 	0, // 0: tandem.frontend.v1.GenerateRequest.messages:type_name -> tandem.frontend.v1.ChatMessage
-	2, // 1: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
-	3, // 2: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
-	6, // 3: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
-	1, // 4: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
-	5, // 5: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
-	4, // 6: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
-	7, // 7: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 1: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
+	2, // 2: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
+	3, // 3: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
+	5, // 4: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
+	8, // 5: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
+	1, // 6: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
+	7, // 7: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
+	6, // 8: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
+	9, // 9: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_tandem_frontend_v1_frontend_proto_init() }
@@ -649,7 +827,7 @@ func file_tandem_frontend_v1_frontend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_frontend_v1_frontend_proto_rawDesc), len(file_tandem_frontend_v1_frontend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

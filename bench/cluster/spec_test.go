@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseDeployments(t *testing.T) {
+	ds, err := Parse("aggregated, always-remote@*, cost@2{--max-prefill-queue-tokens 8192}{router: --isl-gate --isl-adaptive},threshold", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range ds {
+		got = append(got, d.Name)
+		if d.Prefill+d.Decode != 4 {
+			t.Errorf("%s: %d prefill + %d decode workers, want 4 devices", d.Name, d.Prefill, d.Decode)
+		}
+	}
+	want := []string{"aggregated", "always-remote@1", "always-remote@2", "always-remote@3",
+		"cost@2{--max-prefill-queue-tokens 8192}{router: --isl-gate --isl-adaptive}", "threshold"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("names %q, want %q", got, want)
+	}
+	if ds[0].Mode != "aggregated" || ds[0].Prefill != 0 {
+		t.Errorf("aggregated: %+v", ds[0])
+	}
+	if ds[2].Prefill != 2 || ds[2].Policy != "always-remote" || ds[2].Mode != "decode" {
+		t.Errorf("always-remote@2: %+v", ds[2])
+	}
+	c := ds[4]
+	if c.Prefill != 2 || !slices.Equal(c.ExtraDecodeFlags, []string{"--max-prefill-queue-tokens", "8192"}) ||
+		!slices.Equal(c.RouterFlags, []string{"--isl-gate", "--isl-adaptive"}) {
+		t.Errorf("cost@2 with flags: %+v", c)
+	}
+	if ds[5].Prefill != 1 || ds[5].Decode != 3 {
+		t.Errorf("threshold: %+v", ds[5])
+	}
+}
+
+func TestParseHybrid(t *testing.T) {
+	ds, err := Parse("threshold@1+2{router: --isl-gate}", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := ds[0]; d.Prefill != 1 || d.Aggregated != 2 || d.Decode != 1 || d.Mode != "decode" {
+		t.Errorf("threshold@1+2: %+v", d)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for spec, want := range map[string]string{
+		"sometimes":                       "unknown deployment",
+		"cost@4":                          "from 1 to 3",
+		"cost@0":                          "from 1 to 3",
+		"aggregated@1":                    "no prefill workers",
+		"cost{--x":                        "not closed",
+		"cost,cost":                       "listed twice",
+		"cost{--x} junk":                  "unexpected",
+		"always-remote@x":                 "from 1 to 3",
+		" , ":                             "no deployment",
+		"always-remote@*,always-remote@2": "listed twice",
+	} {
+		if _, err := Parse(spec, 4); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q): %v, want an error saying %q", spec, err, want)
+		}
+	}
+}
+
+func TestLogNameIsAFileName(t *testing.T) {
+	if got := LogName("cost@2{--x 1}{router: --y}"); got != "cost@2_--x_1__router__--y_" {
+		t.Errorf("LogName = %q", got)
+	}
+}

@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A trace is a request log in the Mooncake format (the FAST'25 release of
+// kvcache-ai/Mooncake, and AIPerf's mooncake_trace dataset, whose field names
+// these are, so a trace moves between the tools unchanged): one JSON object a
+// line,
+//
+//	{"timestamp": 3000, "input_length": 13544, "output_length": 71, "hash_ids": [0, 219, 220, 221]}
+//
+// timestamp is the arrival in milliseconds from the start of the trace; the
+// prompt is input_length tokens in blocks of a fixed size (512 in Mooncake's
+// release), hash_ids naming each block so that equal ids are identical blocks
+// (the last may be partial); output_length is the answer's length in tokens.
+// No text is published: the prompt is synthesized from the ids.
+
+// DefaultTraceBlockSize is the block size of Mooncake's published traces.
+const DefaultTraceBlockSize = 512
+
+// maxTimestamp bounds arrivals (a year in milliseconds), so that scaled times
+// stay far inside a time.Duration.
+const maxTimestamp = 366 * 24 * 3600 * 1000
+
+// TraceRecord is one request of a trace.
+type TraceRecord struct {
+	// Line is the record's line in its file, counted from 1.
+	Line int
+	// Timestamp is the arrival in milliseconds from the start of the trace.
+	Timestamp    int64
+	InputLength  int
+	OutputLength int
+	HashIDs      []int64
+}
+
+// traceLine is a line as JSON; pointers tell a missing field from a zero.
+type traceLine struct {
+	Timestamp    json.RawMessage `json:"timestamp"`
+	InputLength  json.RawMessage `json:"input_length"`
+	OutputLength json.RawMessage `json:"output_length"`
+	HashIDs      *[]int64        `json:"hash_ids"`
+}
+
+// traceFields are the fields a line may have. AIPerf's other mooncake_trace
+// fields (text_input, messages, session_id, delay, ...) are refused by name
+// rather than ignored: a trace that carries them means something this replay
+// does not do.
+var traceFields = []string{"timestamp", "input_length", "output_length", "hash_ids"}
+
+// ParseTrace reads a trace whose blocks are blockSize tokens. It is strict:
+// every field is required, lengths are positive integers, hash_ids holds
+// exactly the blocks input_length needs, timestamps never go back, and any
+// other field is an error; each error names the line and the field.
+func ParseTrace(r io.Reader, blockSize int) ([]TraceRecord, error) {
+	if blockSize < 1 {
+		return nil, fmt.Errorf("bench: trace block size %d must be positive", blockSize)
+	}
+	var recs []TraceRecord
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	last := int64(0)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		rec, err := parseTraceLine(line, blockSize)
+		if err != nil {
+			return nil, fmt.Errorf("bench: trace line %d: %w", n, err)
+		}
+		if len(recs) > 0 && rec.Timestamp < last {
+			return nil, fmt.Errorf("bench: trace line %d: field timestamp: %d ms is before the previous line's %d ms; a trace must be in arrival order",
+				n, rec.Timestamp, last)
+		}
+		rec.Line, last = n, rec.Timestamp
+		recs = append(recs, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("bench: trace: %w", err)
+	}
+	if len(recs) == 0 {
+		return nil, errors.New("bench: the trace holds no requests")
+	}
+	return recs, nil
+}
+
+func parseTraceLine(line []byte, blockSize int) (TraceRecord, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(line, &raw); err != nil {
+		return TraceRecord{}, fmt.Errorf("not a JSON object: %v", err)
+	}
+	for k := range raw {
+		if !slices.Contains(traceFields, k) {
+			return TraceRecord{}, fmt.Errorf("field %s: not a Mooncake trace field (want %s)", k, strings.Join(traceFields, ", "))
+		}
+	}
+	var l traceLine
+	if err := json.Unmarshal(line, &l); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return TraceRecord{}, fmt.Errorf("field %s: %s is not %s", te.Field, te.Value, kindOf(te.Field))
+		}
+		return TraceRecord{}, err
+	}
+	var rec TraceRecord
+	var err error
+	if rec.Timestamp, err = traceInt(l.Timestamp, "timestamp", 0); err != nil {
+		return rec, err
+	}
+	if rec.Timestamp > maxTimestamp {
+		return rec, fmt.Errorf("field timestamp: %d ms is over a year; timestamps are milliseconds from the start of the trace", rec.Timestamp)
+	}
+	in, err := traceInt(l.InputLength, "input_length", 1)
+	if err != nil {
+		return rec, err
+	}
+	out, err := traceInt(l.OutputLength, "output_length", 1)
+	if err != nil {
+		return rec, err
+	}
+	if in > math.MaxInt32 || out > math.MaxInt32 {
+		return rec, fmt.Errorf("field input_length or output_length: %d tokens is beyond any model", max(in, out))
+	}
+	rec.InputLength, rec.OutputLength = int(in), int(out)
+	if l.HashIDs == nil {
+		return rec, errors.New("field hash_ids: missing")
+	}
+	rec.HashIDs = *l.HashIDs
+	if want := (rec.InputLength-1)/blockSize + 1; len(rec.HashIDs) != want {
+		return rec, fmt.Errorf("field hash_ids: %d ids, but input_length %d needs %d blocks of %d tokens (is --trace-block-size right?)",
+			len(rec.HashIDs), rec.InputLength, want, blockSize)
+	}
+	for i, h := range rec.HashIDs {
+		if h < 0 {
+			return rec, fmt.Errorf("field hash_ids: id %d at index %d is negative", h, i)
+		}
+	}
+	return rec, nil
+}
+
+func kindOf(field string) string {
+	if field == "hash_ids" {
+		return "a list of integers"
+	}
+	return "an integer"
+}
+
+// traceInt reads a required integer field of at least lo.
+func traceInt(raw json.RawMessage, field string, lo int64) (int64, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, fmt.Errorf("field %s: missing", field)
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("field %s: %.40s is not an integer", field, raw)
+	}
+	if v < lo {
+		return 0, fmt.Errorf("field %s: %d must be at least %d", field, v, lo)
+	}
+	return v, nil
+}
+
+// TraceWindow shapes what of a trace is replayed, and how.
+type TraceWindow struct {
+	// Start is the index of the first record to replay; Limit caps how many (0:
+	// to the end).
+	Start, Limit int
+	// Speedup divides the gaps between arrivals: 2 replays the trace in half its
+	// time.
+	Speedup float64
+	// TokenScale multiplies the block size and every length, so a CPU engine can
+	// replay a trace of long prompts; the blocks, and so the sharing between
+	// prompts, stay as they were.
+	TokenScale float64
+	// BlockSize is the trace's block size, before scaling.
+	BlockSize int
+}
+
+// Validate checks the window's numbers.
+func (w TraceWindow) Validate() error {
+	var errs []error
+	if w.Start < 0 || w.Limit < 0 {
+		errs = append(errs, errors.New("bench: --trace-start and --trace-limit must not be negative"))
+	}
+	if !(w.Speedup >= 0.01) || math.IsInf(w.Speedup, 0) {
+		errs = append(errs, fmt.Errorf("bench: --trace-speedup %g must be a number of at least 0.01", w.Speedup))
+	}
+	if !(w.TokenScale > 0 && w.TokenScale <= 1) {
+		errs = append(errs, fmt.Errorf("bench: --trace-token-scale %g must be in (0, 1]", w.TokenScale))
+	}
+	if w.BlockSize < 1 {
+		errs = append(errs, fmt.Errorf("bench: --trace-block-size %d must be positive", w.BlockSize))
+	} else if w.ScaledBlockSize() < 1 {
+		errs = append(errs, fmt.Errorf("bench: --trace-token-scale %g shrinks the %d-token blocks to nothing", w.TokenScale, w.BlockSize))
+	}
+	return errors.Join(errs...)
+}
+
+// ScaledBlockSize is the block size the prompts are built with.
+func (w TraceWindow) ScaledBlockSize() int {
+	return int(math.Round(float64(w.BlockSize) * w.TokenScale))
+}
+
+// TraceRequest is one request to replay: when, and how long its prompt and
+// answer are, in the scaled tokens.
+type TraceRequest struct {
+	// Line is the record's line in the trace file.
+	Line int
+	// At is the arrival, from the first arrival of the window.
+	At           time.Duration
+	InputLength  int
+	OutputLength int
+	HashIDs      []int64
+}
+
+// Apply cuts the window out of recs and scales it. Each prompt keeps its
+// number of blocks: its scaled length is rounded into the range those blocks
+// cover, so two prompts share exactly the blocks they shared before.
+func (w TraceWindow) Apply(recs []TraceRecord) ([]TraceRequest, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	if w.Start >= len(recs) {
+		return nil, fmt.Errorf("bench: --trace-start %d is past the trace's %d requests", w.Start, len(recs))
+	}
+	recs = recs[w.Start:]
+	if w.Limit > 0 && w.Limit < len(recs) {
+		recs = recs[:w.Limit]
+	}
+	b := w.ScaledBlockSize()
+	t0 := recs[0].Timestamp
+	out := make([]TraceRequest, len(recs))
+	for i, r := range recs {
+		n := len(r.HashIDs)
+		in := int(math.Round(float64(r.InputLength) * w.TokenScale))
+		in = min(max(in, (n-1)*b+1), n*b)
+		ms := float64(r.Timestamp-t0) / w.Speedup
+		out[i] = TraceRequest{
+			Line: r.Line, At: time.Duration(ms * float64(time.Millisecond)),
+			InputLength: in, OutputLength: max(1, int(math.Round(float64(r.OutputLength)*w.TokenScale))),
+			HashIDs: r.HashIDs,
+		}
+	}
+	return out, nil
+}
+
+// PrefixReuse is the share of prompt tokens an unbounded prefix cache shared by
+// every server would have held: for each request, its leading blocks whose ids
+// an earlier request of the window had. It is what the trace offers, the
+// ceiling of the hit rate the servers report.
+func PrefixReuse(reqs []TraceRequest, blockSize int) float64 {
+	seen := map[int64]bool{}
+	var hit, total int
+	for _, r := range reqs {
+		lead := 0
+		for lead < len(r.HashIDs) && seen[r.HashIDs[lead]] {
+			lead++
+		}
+		hit += min(lead*blockSize, r.InputLength)
+		total += r.InputLength
+		for _, h := range r.HashIDs {
+			seen[h] = true
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(hit) / float64(total)
+}
