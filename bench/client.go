@@ -319,7 +319,7 @@ func (c *Client) readStream(body io.Reader, start time.Time, res *Result) {
 				res.OutputTokens = ch.Usage.CompletionTokens
 				res.PromptTokens = ch.Usage.PromptTokens
 				if d := ch.Usage.PromptTokensDetails; d != nil {
-					res.CachedTokens = d.CachedTokens
+					res.CachedTokens, res.CachedReported = d.CachedTokens, true
 				}
 			}
 			if s := ch.content(); s != "" {

@@ -51,11 +51,13 @@ type Record struct {
 	ITLMS        []float64 `json:"itl_ms,omitempty"`
 	PromptTokens int       `json:"prompt_tokens"`
 	CachedTokens int       `json:"cached_tokens,omitempty"`
-	OutputTokens int       `json:"output_tokens"`
-	PrefillPath  string    `json:"prefill_path,omitempty"`
-	Error        string    `json:"error,omitempty"`
-	Aborted      bool      `json:"aborted,omitempty"`
-	Warmup       bool      `json:"warmup,omitempty"`
+	// CacheUnreported: the usage had no prompt_tokens_details.
+	CacheUnreported bool   `json:"cache_unreported,omitempty"`
+	OutputTokens    int    `json:"output_tokens"`
+	PrefillPath     string `json:"prefill_path,omitempty"`
+	Error           string `json:"error,omitempty"`
+	Aborted         bool   `json:"aborted,omitempty"`
+	Warmup          bool   `json:"warmup,omitempty"`
 }
 
 // summarize fills Overall, Classes and Requests from Results. order lists the
@@ -86,7 +88,8 @@ func (r *Report) summarize(slo SLO, window time.Duration, order []string) {
 	for i, res := range r.Results {
 		rec := Record{
 			Class: res.Class, StartS: res.Start.Seconds(), TTFTMS: ms(res.TTFT), E2EMS: ms(res.E2E),
-			PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, OutputTokens: res.OutputTokens, PrefillPath: res.PrefillPath,
+			PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens, CacheUnreported: !res.CachedReported,
+			OutputTokens: res.OutputTokens, PrefillPath: res.PrefillPath,
 			Error: res.Err, Aborted: res.Aborted, Warmup: res.Warmup,
 		}
 		if t, ok := res.TPOT(); ok && res.OK() {
@@ -219,6 +222,9 @@ func (r *Report) writeNotes(w io.Writer) {
 	}
 	hit := fmt.Sprintf("prefix cache hit rate seen by the servers: %.1f%% of prompt tokens (usage.prompt_tokens_details.cached_tokens)",
 		100*o.CacheHitRate)
+	if o.CacheUnreported > 0 {
+		hit += fmt.Sprintf(", but %d of %d answers had no prompt_tokens_details, so it is a lower bound", o.CacheUnreported, o.Completed)
+	}
 	if r.TraceReuse != nil {
 		hit += fmt.Sprintf("; the trace's own reuse (unbounded shared cache): %.1f%%", 100**r.TraceReuse)
 	}
@@ -308,7 +314,7 @@ func (r *Report) RestoreResults() {
 	for i, q := range r.Requests {
 		res := Result{
 			Class: q.Class, Start: time.Duration(q.StartS * float64(time.Second)), TTFT: msd(q.TTFTMS), E2E: msd(q.E2EMS),
-			PromptTokens: q.PromptTokens, CachedTokens: q.CachedTokens, OutputTokens: q.OutputTokens,
+			PromptTokens: q.PromptTokens, CachedTokens: q.CachedTokens, CachedReported: !q.CacheUnreported, OutputTokens: q.OutputTokens,
 			PrefillPath: q.PrefillPath, Err: q.Error, Aborted: q.Aborted, Warmup: q.Warmup, Chunks: len(q.ITLMS) + 1,
 		}
 		for _, g := range q.ITLMS {

@@ -76,8 +76,10 @@ type Result struct {
 	PromptTokens  int
 	UsageReported bool
 	// CachedTokens is the usage's prompt_tokens_details.cached_tokens: prompt
-	// tokens the server had in its prefix cache.
-	CachedTokens int
+	// tokens the server had in its prefix cache; CachedReported says the usage
+	// had prompt_tokens_details at all.
+	CachedTokens   int
+	CachedReported bool
 	// WantTokens is the output length that was enforced with ignore_eos (0: none
 	// was); a completed request with fewer OutputTokens fell short.
 	WantTokens int

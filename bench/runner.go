@@ -118,6 +118,10 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 		stopErr  error
 		nextSend = start
 	)
+	if l, ok := wl.(interface{ Len() int }); ok && cfg.Scheduled && cfg.Requests <= 0 {
+		// A trace ends with its window: the bar counts towards that.
+		prog.Requests = l.Len()
+	}
 	report := func() {
 		if cfg.Progress != nil {
 			prog.Elapsed = time.Since(start)

@@ -163,6 +163,9 @@ type Summary struct {
 	// share of InputTokens: the prefix cache hit rate the servers saw.
 	CachedTokens int     `json:"cached_tokens"`
 	CacheHitRate float64 `json:"cache_hit_rate"`
+	// CacheUnreported counts completed requests whose usage had no
+	// prompt_tokens_details: their hits are unknown, not zero.
+	CacheUnreported int `json:"cache_unreported,omitempty"`
 	// ShortOutputs counts completed requests that enforced an output length
 	// (ignore_eos) and got fewer tokens; ShortTokens totals what they missed.
 	ShortOutputs int `json:"short_outputs,omitempty"`
@@ -220,6 +223,9 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 		s.InputTokens += r.PromptTokens
 		s.OutputTokens += r.OutputTokens
 		s.CachedTokens += r.CachedTokens
+		if !r.CachedReported {
+			s.CacheUnreported++
+		}
 		if r.Short() {
 			s.ShortOutputs++
 			s.ShortTokens += r.WantTokens - r.OutputTokens

@@ -206,7 +206,11 @@ func TestSummarizeAttainmentHitRateAndShortfalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := sample()
+	if u := Summarize("all", rs, time.Second, SLO{}).CacheUnreported; u != 3 {
+		t.Errorf("%d completed requests without prompt_tokens_details, want 3", u)
+	}
 	rs[0].CachedTokens, rs[1].CachedTokens = 32, 1024
+	rs[0].CachedReported, rs[1].CachedReported, rs[2].CachedReported = true, true, true
 	rs[1].WantTokens = 8 // got 5
 	rs[0].WantTokens = 10
 	s := Summarize("all", rs, 2*time.Second, slo)

@@ -61,8 +61,12 @@ func NewTraceReplay(name string, reqs []TraceRequest, blockSize int, seed uint64
 	t := &TraceReplay{name: name, reqs: reqs, blockSize: blockSize, seed: seed, reuse: PrefixReuse(reqs, blockSize), IgnoreEOS: true}
 	seen := map[int64]bool{}
 	for _, r := range reqs {
+		lead := 0
+		for lead < len(r.HashIDs) && seen[r.HashIDs[lead]] {
+			lead++
+		}
 		class := ClassFresh
-		if seen[r.HashIDs[0]] {
+		if 2*min(lead*blockSize, r.InputLength) >= r.InputLength {
 			class = ClassReuse
 		}
 		t.classes = append(t.classes, class)
@@ -74,9 +78,11 @@ func NewTraceReplay(name string, reqs []TraceRequest, blockSize int, seed uint64
 }
 
 // A replay's requests are classed by what the trace says of their prompt: one
-// whose first block an earlier request of the window had (a later turn of a
-// conversation, a shared system prompt) is reuse, the others are fresh. The
-// report then shows the two apart; a server's cache can only help the first.
+// whose leading blocks, at least half of it, an earlier request of the window had
+// (a later turn of a conversation) is reuse, the others are fresh. The first
+// block alone would not do: in Mooncake's conversation trace nearly every prompt
+// starts with the same block. The report then shows apart the requests a prefix
+// cache can spare most of the prefill and those it cannot.
 const (
 	ClassFresh = "fresh"
 	ClassReuse = "reuse"

@@ -168,6 +168,7 @@ func TestTraceReplayPreparesAgainstTheServer(t *testing.T) {
 	reqs := []TraceRequest{
 		{Line: 1, InputLength: 10, OutputLength: 5, HashIDs: []int64{4, 9, 1}},
 		{Line: 2, At: 3 * time.Second, InputLength: 8, OutputLength: 2, HashIDs: []int64{4, 9}},
+		{Line: 9, At: 3 * time.Second, InputLength: 10, OutputLength: 2, HashIDs: []int64{4, 8, 8}},
 		{Line: 3, At: 4 * time.Second, InputLength: 70, OutputLength: 20, HashIDs: slices.Repeat([]int64{7}, 18)},
 	}
 	tr, err := NewTraceReplay("t", reqs, 4, 1)
@@ -198,11 +199,12 @@ func TestTraceReplayPreparesAgainstTheServer(t *testing.T) {
 		}
 		got = append(got, r)
 	}
-	if len(got) != 3 {
-		t.Fatalf("%d requests, want 3", len(got))
+	if len(got) != 4 {
+		t.Fatalf("%d requests, want 4", len(got))
 	}
 	for i, r := range got {
-		if want := []string{ClassFresh, ClassReuse, ClassFresh}[i]; r.Class != want {
+		// Line 9 shares one block of three with an earlier prompt: fresh.
+		if want := []string{ClassFresh, ClassReuse, ClassFresh, ClassFresh}[i]; r.Class != want {
 			t.Errorf("request %d is class %s, want %s", i, r.Class, want)
 		}
 		if !r.IgnoreEOS || r.At != reqs[i].At || len(r.PromptIDs) != r.PromptTokens {
@@ -213,8 +215,8 @@ func TestTraceReplayPreparesAgainstTheServer(t *testing.T) {
 		t.Errorf("requests sharing two blocks: %v and %v", got[0].PromptIDs, got[1].PromptIDs)
 	}
 	// 70 + 20 tokens do not fit 64: the prompt loses its tail.
-	if got[2].PromptTokens != 44 || got[2].MaxTokens != 20 {
-		t.Errorf("cut request: %d prompt tokens, %d output; want 44, 20", got[2].PromptTokens, got[2].MaxTokens)
+	if got[3].PromptTokens != 44 || got[3].MaxTokens != 20 {
+		t.Errorf("cut request: %d prompt tokens, %d output; want 44, 20", got[3].PromptTokens, got[3].MaxTokens)
 	}
 }
 

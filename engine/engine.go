@@ -201,6 +201,11 @@ type Stats struct {
 	Waiting      int
 	// WaitingTokens are prompt tokens not yet prefilled.
 	WaitingTokens int
+	// PrefixQueryTokens and PrefixHitTokens count, since the engine started, the
+	// prompt tokens of the requests it admitted (and of the KV imports it took)
+	// and how many of them its prefix cache already held: vLLM's
+	// prefix_cache_queries and prefix_cache_hits.
+	PrefixQueryTokens, PrefixHitTokens uint64
 }
 
 var (

@@ -192,6 +192,16 @@ func (f *File) bind(t *TensorInfo) error {
 
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
+// DontNeed says that t's bytes will not be read again soon, because the caller keeps
+// its own copy (the f32 engine packs F32 weights into its own layout): the mapped
+// pages leave the process's resident memory, staying in the page cache, and are read
+// back if touched again. It does nothing to a file parsed from memory.
+func (f *File) DontNeed(t TensorInfo) {
+	if f.unmap != nil && len(t.Data) > 0 {
+		dontNeed(t.Data)
+	}
+}
+
 // Close unmaps the file. Tensor data must not be used afterwards.
 func (f *File) Close() error {
 	if f.unmap == nil {

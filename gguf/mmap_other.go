@@ -15,3 +15,6 @@ func mapFile(fh *os.File, size int64) ([]byte, func() error, error) {
 	}
 	return data, func() error { return nil }, nil
 }
+
+// dontNeed has nothing to drop: the file was read, not mapped.
+func dontNeed([]byte) {}

@@ -4,6 +4,7 @@ package gguf
 
 import (
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,4 +17,18 @@ func mapFile(fh *os.File, size int64) ([]byte, func() error, error) {
 		return nil, nil, err
 	}
 	return data, func() error { return unix.Munmap(data) }, nil
+}
+
+// dontNeed drops the whole pages inside b, a part of a mapping, from the process's
+// resident set; they stay in the page cache.
+func dontNeed(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	ps := uintptr(unix.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo, hi := (start+ps-1)&^(ps-1), (start+uintptr(len(b)))&^(ps-1)
+	if hi > lo {
+		_ = unix.Madvise(b[lo-start:hi-start], unix.MADV_DONTNEED)
+	}
 }

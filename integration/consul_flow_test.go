@@ -36,8 +36,9 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	if p := passing(t, a, "tandem-prefill")[0].Service; p.Meta["mode"] != "prefill" || p.Meta["kv_transfer_port"] == "" {
 		t.Errorf("tandem-prefill registered with meta %v, want its mode and KV transfer port", p.Meta)
 	}
-	if m := passing(t, a, "tandem-router")[0].Service.Meta; m["version"] == "" || m["block_size"] != "16" {
-		t.Errorf("tandem-router registered with meta %v, want its version and block size", m)
+	// The router has no block size of its own: each request carries the model card's.
+	if m := passing(t, a, "tandem-router")[0].Service.Meta; m["version"] == "" || m["block_size"] != "" {
+		t.Errorf("tandem-router registered with meta %v, want its version and no block size", m)
 	}
 	// The frontend's model, and so its block size, come from the workers' cards.
 	if m := passing(t, a, "tandem-frontend")[0].Service.Meta; m["version"] == "" {

@@ -267,6 +267,14 @@ func TestSoakThroughUp(t *testing.T) {
 			t.Errorf("no request took the %s path; the soak did not exercise it", path)
 		}
 	}
+	// The shared prefixes were served from the decode worker's prefix cache, and
+	// its counters say so (hits within queries).
+	hits, _ := metricValue(dec, "tandem_prefix_cache_hits_total ")
+	queries, _ := metricValue(dec, "tandem_prefix_cache_queries_total ")
+	t.Logf("soak: decode worker's prefix cache: %.0f of %.0f prompt tokens hit", hits, queries)
+	if hits <= 0 || hits > queries {
+		t.Errorf("decode worker's prefix cache counters: %.0f hits of %.0f queried tokens, want some hits, no more than queried", hits, queries)
+	}
 	if outcomes["cancelled mid-stream"] == 0 {
 		t.Errorf("no client cancelled mid-stream; the soak did not exercise it")
 	}

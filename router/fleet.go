@@ -61,7 +61,7 @@ func (r *Router) fleetView() (*routerv1.WatchFleetResponse, <-chan struct{}) {
 	defer r.mu.Unlock()
 	p := r.params
 	view := &routerv1.WatchFleetResponse{
-		BlockSize:   uint32(r.cfg.BlockSize),
+		BlockSize:   uint32(r.blockSize),
 		IndexBlocks: uint64(r.ix.Blocks()),
 		Params: &routerv1.RoutingParams{
 			PrefillWeight: p.PrefillWeight, QueueWeight: p.QueueWeight, Temperature: p.Temperature,

@@ -1,6 +1,10 @@
 package router
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	routed       *prometheus.CounterVec
@@ -53,7 +57,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tandem_router_route_seconds", Help: "Time to make one routing decision.",
-			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 18),
+			// Steps of sqrt(2) from 1 us to 185 ms: doubling steps could not tell a
+			// p99 of 17 us from one of 31.
+			Buckets: prometheus.ExponentialBuckets(1e-6, math.Sqrt2, 36),
 		}),
 	}
 	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.adaptMoves, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)

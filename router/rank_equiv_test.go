@@ -22,7 +22,7 @@ func TestRankPrefillEqualsSortingAll(t *testing.T) {
 		var refs []refCandidate
 		for i := range n {
 			waiting := uint64(16 * rng.IntN(3))
-			st := &state{w: Worker{ID: fmt.Sprintf("p%02d", i)}, waiting: waiting, pendingBlocks: rng.IntN(2),
+			st := &state{w: Worker{ID: fmt.Sprintf("p%02d", i)}, waiting: waiting, waitingBlocks: float64(waiting) / 16, pendingBlocks: rng.IntN(2),
 				load: &workerv1.Load{WaitingTokens: waiting}}
 			cached := rng.IntN(3)
 			cs = append(cs, candidate{st: st, cached: int32(cached)})
@@ -33,7 +33,7 @@ func TestRankPrefillEqualsSortingAll(t *testing.T) {
 		a := &Router{cfg: Config{BlockSize: 16}, rng: rand.New(rand.NewPCG(seed, 4))}
 		b := &Router{cfg: Config{BlockSize: 16}, rng: rand.New(rand.NewPCG(seed, 4))}
 		for range 3 {
-			got, want := a.rankPrefill(p, cs, 8), b.refRankPrefill(p, refs, 8)
+			got, want := a.rankPrefill(p, cs, 8, 16), b.refRankPrefill(p, refs, 8)
 			if len(got) != len(want) {
 				t.Fatalf("seed %d: %d ranked, want %d", seed, len(got), len(want))
 			}

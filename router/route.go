@@ -81,9 +81,15 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	if m.GetPromptTokens() == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_tokens: must be positive"))
 	}
+	// The block size is the model card's, which the frontend sends: the router
+	// needs no flag of its own to agree with the workers (a GPU engine's may be
+	// 32 or 64).
 	bs := r.cfg.BlockSize
-	if b := m.GetBlockSize(); b != 0 && int(b) != bs {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d, the workers use %d", b, bs))
+	if b := m.GetBlockSize(); b != 0 {
+		if b > maxBlockSize {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_size: %d tokens, more than %d", b, maxBlockSize))
+		}
+		bs = int(b)
 	}
 	if full := int(m.GetPromptTokens()) / bs; len(m.GetBlockHashes()) > full {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("block_hashes: %d hashes for %d prompt tokens (%d full blocks)",
@@ -95,6 +101,7 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	defer r.mu.Unlock()
 	p := r.params
 	r.requests++
+	r.blockSize = bs
 	for _, id := range m.GetExcludeWorkerIds() {
 		if st := r.workers[id]; st != nil {
 			st.excluded = r.requests
@@ -118,13 +125,14 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf}
 	nIn, nFits, nBoth := 0, 0, 0
 	fp, otherWeights := m.GetModelFingerprint(), 0
+	model := r.fingerprints[fp] // 0, no worker's, when none has reported fp
 	for _, st := range r.order {
 		// A worker waiting for a resync is still a healthy member: it is routable,
 		// with no cache credited until its snapshot arrives.
 		if st.excluded == r.requests {
 			continue
 		}
-		if fp != "" && st.w.Fingerprint != fp {
+		if fp != "" && st.model != model {
 			// Another model's worker: its KV and its tokens mean nothing to this one.
 			otherWeights++
 			r.refuseWeights(st)
@@ -190,13 +198,13 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	win := &decoders[chosen]
 	resp := &routerv1.RouteResponse{
 		DecodeWorker:       workerProto(win.st.w),
-		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks),
+		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks, bs),
 		DecodeCachedBlocks: uint32(win.cached),
 		Reason:             r.reasonFor(win, promptBlocks, scored, classNames[class], effective),
 	}
 	if m.GetExplain() {
 		// Before the winner's pending blocks grow: the terms shown are those it won with.
-		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks)
+		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks, bs)
 	}
 	win.st.pendingBlocks += promptBlocks - int(win.cached)
 	if win.st.routed == nil {
@@ -237,7 +245,7 @@ func (r *Router) match(hashes []uint64) ([]int32, int) {
 func terms(p Params, st *state, cached, promptBlocks, bs int) (prefill, decode, queue float64) {
 	prefill = p.PrefillWeight * float64(promptBlocks-cached)
 	decode = float64(st.active)
-	queue = p.QueueWeight * (float64(st.waiting)/float64(bs) + float64(st.pendingBlocks))
+	queue = p.QueueWeight * (st.waitingBlocks + float64(st.pendingBlocks))
 	return prefill, decode, queue
 }
 
@@ -356,6 +364,9 @@ func (r *Router) pick(p Params, cs []candidate, need candFlags, lo float64) int 
 // the decision's time and most of its garbage.
 const MaxRankedPrefill = 8
 
+// maxBlockSize bounds a request's block size: engines use 16 to 256 tokens.
+const maxBlockSize = 1 << 12
+
 // ranked is a prefill candidate's cost and its index among the candidates.
 type ranked struct {
 	cost float64
@@ -367,10 +378,10 @@ type ranked struct {
 // orders only those: the cheapest few are kept in a short sorted buffer as the
 // costs are worked out, and the workers that tie with the last one kept are then
 // drawn from fairly (shuffleTies), as if the whole pool had been sorted.
-func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*routerv1.RankedWorker {
-	bs := float64(r.cfg.BlockSize)
+func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize int) []*routerv1.RankedWorker {
+	bs := float64(blockSize)
 	cost := func(c candidate) float64 {
-		return p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(float64(c.st.waiting)/bs+float64(c.st.pendingBlocks))
+		return p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(c.st.waitingBlocks+float64(c.st.pendingBlocks))
 	}
 	// The candidates come in id order, and a cost enters the buffer only below
 	// the last kept: equal costs stay in id order, as a stable sort leaves them.
@@ -407,11 +418,14 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks int) []*rout
 	r.shuffleTies(rs, MaxRankedPrefill)
 	n := min(len(rs), MaxRankedPrefill)
 	out := make([]*routerv1.RankedWorker, n)
-	msgs := make([]routerv1.RankedWorker, n) // one allocation for all
+	// One allocation for all the messages, one for all their workers: fewer
+	// objects, less of the GC in the decisions' tail.
+	msgs, workers := make([]routerv1.RankedWorker, n), make([]routerv1.Worker, n)
 	for k := range n {
 		c := ps[rs[k].i]
+		setWorkerProto(&workers[k], c.st.w)
 		msgs[k] = routerv1.RankedWorker{
-			Worker: workerProto(c.st.w), CachedBlocks: uint32(c.cached), QueuedTokens: c.st.waiting,
+			Worker: &workers[k], CachedBlocks: uint32(c.cached), QueuedTokens: c.st.waiting,
 			Cost: rs[k].cost, QueueCostPerToken: p.QueueWeight / bs,
 		}
 		out[k] = &msgs[k]
@@ -460,12 +474,12 @@ func (r *Router) reasonFor(win *candidate, promptBlocks, scored int, class strin
 
 // explain lists every decode candidate with its terms and why it was or was not
 // scored: gateClass is the class the prompt length chose, class the one used.
-func (r *Router) explain(p Params, effective, gateClass, class int, need candFlags, cs []candidate, chosen, promptBlocks int) *routerv1.Explanation {
+func (r *Router) explain(p Params, effective, gateClass, class int, need candFlags, cs []candidate, chosen, promptBlocks, bs int) *routerv1.Explanation {
 	e := &routerv1.Explanation{
 		EffectiveTokens: uint32(effective), IslThreshold: uint32(r.threshold), GateClass: classNames[class], Temperature: p.Temperature,
 	}
 	for i, c := range cs {
-		pre, dec, q := terms(p, c.st, int(c.cached), promptBlocks, r.cfg.BlockSize)
+		pre, dec, q := terms(p, c.st, int(c.cached), promptBlocks, bs)
 		var note string
 		switch {
 		case class == classFallback:

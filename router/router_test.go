@@ -237,7 +237,10 @@ func TestRouteInvalidArgument(t *testing.T) {
 			field string
 		}{
 			{&routerv1.RouteRequest{}, "prompt_tokens"},
-			{&routerv1.RouteRequest{PromptTokens: 5, BlockSize: 32}, "block_size"},
+			{&routerv1.RouteRequest{PromptTokens: 5, BlockSize: 5000}, "block_size"},
+			// The request's block size is the one the hashes are checked against:
+			// 64 tokens make 2 full blocks of 32 (4 of 16).
+			{&routerv1.RouteRequest{PromptTokens: 64, BlockSize: 32, BlockHashes: []uint64{1, 2, 3}}, "block_hashes"},
 		} {
 			_, err := c.route(rpctest.Context(t), tc.req)
 			if rpctest.Code(err) != connect.CodeInvalidArgument {
@@ -247,8 +250,10 @@ func TestRouteInvalidArgument(t *testing.T) {
 				t.Errorf("error %q does not name %s", err, tc.field)
 			}
 		}
-		// The workers' own block size is accepted.
+		// Any engine's block size is taken from the request (the model card's); the
+		// router has no flag of its own to disagree with.
 		mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 5, BlockSize: 16})
+		mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64, BlockSize: 32, BlockHashes: []uint64{1, 2}})
 	})
 }
 

@@ -125,7 +125,7 @@ func TestRunPrintsTheTable(t *testing.T) {
 	if got, want := strings.Join(tests, " "), "1/pp40 1/tg6 1/tg6 x3 2/pp40 2/tg6 2/tg6 x3"; got != want {
 		t.Errorf("tests %q, want %q", got, want)
 	}
-	if !strings.Contains(out.String(), "smoke-random-q4_k_m Q4_K_M") || strings.Count(out.String(), "\n") != 2+len(res) {
+	if !strings.Contains(out.String(), "smoke-random-q4_k_m Q4_K_M") || strings.Count(out.String(), "\n|") != 2+len(res) {
 		t.Errorf("table:\n%s", out.String())
 	}
 	o.Prompt = 2000

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -130,6 +131,9 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 			o.Prompt, o.Gen, info.ContextLength)
 	}
 	label, size, params := describe(file, info.Model)
+	if rss, ok := residentBytes(); ok {
+		fmt.Fprintf(out, "resident memory after load: %.1f MiB (%s of tensors)\n\n", float64(rss)/(1<<20), size)
+	}
 	fmt.Fprintf(out, "| model | size | params | threads | test | t/s | cpu |\n| --- | ---: | ---: | ---: | --- | ---: | ---: |\n")
 	b := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
@@ -287,4 +291,20 @@ func (b *bencher) generate(ctx context.Context, seqs, n int) (float64, error) {
 		return 0, err
 	}
 	return float64(seqs*n) / d.Seconds(), nil
+}
+
+// residentBytes is the process's resident set (VmRSS in /proc/self/status), where
+// the system reports it.
+func residentBytes() (int64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
 }

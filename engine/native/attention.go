@@ -13,13 +13,16 @@ import "math"
 func (m *model) attention(layer int, qkv []float32, ldq int, out []float32, segs []segment) {
 	mc := m.mc
 	type item struct{ seg, head int }
-	items := make([]item, 0, len(segs)*mc.Heads)
 	cost := 0
-	for si, s := range segs {
+	for _, s := range segs {
+		cost += s.n * (s.pos0 + s.n)
+	}
+	segs = splitRows(segs)
+	items := make([]item, 0, len(segs)*mc.Heads)
+	for si := range segs {
 		for h := range mc.Heads {
 			items = append(items, item{si, h})
 		}
-		cost += s.n * (s.pos0 + s.n)
 	}
 	ldo := mc.Heads * mc.HeadDim
 	group := mc.Heads / mc.KVHeads
@@ -32,6 +35,30 @@ func (m *model) attention(layer int, qkv []float32, ldq int, out []float32, segs
 			m.attendHead(sc, layer, it.head/group, s, q, ldq, o, ldo)
 		}
 	})
+}
+
+// attnRows is the most query rows of one segment one work item takes: a prompt's
+// heads alone (9 for SmolLM2) are too few items to share evenly among the cores.
+// A multiple of maxRows, so the tiles are those of the whole segment.
+const attnRows = 8 * maxRows
+
+// splitRows cuts long segments into runs of attnRows query rows (each attends to
+// everything before it, as it did inside the whole segment).
+func splitRows(segs []segment) []segment {
+	long := false
+	for _, s := range segs {
+		long = long || s.n > attnRows
+	}
+	if !long {
+		return segs
+	}
+	var out []segment
+	for _, s := range segs {
+		for r0 := 0; r0 < s.n; r0 += attnRows {
+			out = append(out, segment{blocks: s.blocks, pos0: s.pos0 + r0, n: min(attnRows, s.n-r0), row0: s.row0 + r0})
+		}
+	}
+	return out
 }
 
 type attnScratch struct {
@@ -85,9 +112,8 @@ func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float
 				newMax := max(sc.mx[i], bm)
 				corr := expf(sc.mx[i] - newMax)
 				var sum float32
-				for j, v := range srow {
-					e := expf(v - newMax)
-					prow[j] = e
+				expSub(prow, srow, newMax, 1)
+				for _, e := range prow[:valid] {
 					sum += e
 				}
 				clear(prow[valid:])

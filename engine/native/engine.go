@@ -61,6 +61,7 @@ type Engine struct {
 
 	running, waiting, waitingTokens atomic.Int64
 	preemptions                     atomic.Uint64
+	prefixQueries, prefixHits       atomic.Uint64
 	maxDecodeBatch                  atomic.Int64
 }
 
@@ -157,6 +158,10 @@ func (e *Engine) Stats() engine.Stats {
 		Running:       int(e.running.Load()),
 		Waiting:       int(e.waiting.Load()),
 		WaitingTokens: int(e.waitingTokens.Load()),
+		// Hits first: a scrape between the two loads may then see a hit rate a
+		// little low, never above 1.
+		PrefixHitTokens:   e.prefixHits.Load(),
+		PrefixQueryTokens: e.prefixQueries.Load(),
 	}
 }
 

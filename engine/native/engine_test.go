@@ -188,9 +188,16 @@ func TestPrefixCacheHitMatchesCold(t *testing.T) {
 	if got := e.CachedPrefix(prompt); got != 48 {
 		t.Fatalf("CachedPrefix = %d, want 48", got)
 	}
+	before := e.Stats()
 	warm, st := generate(t, e, req)
 	if st.Usage().CachedTokens != 48 {
 		t.Fatalf("usage %+v, want 48 cached", st.Usage())
+	}
+	// The engine's prefix cache counters, as vLLM's: the request's prompt queried, 48 tokens hit.
+	if after := e.Stats(); after.PrefixQueryTokens-before.PrefixQueryTokens != uint64(len(prompt)) ||
+		after.PrefixHitTokens-before.PrefixHitTokens != 48 {
+		t.Errorf("prefix cache counters went from %d/%d to %d/%d (hits/queries), want +48/+%d",
+			before.PrefixHitTokens, before.PrefixQueryTokens, after.PrefixHitTokens, after.PrefixQueryTokens, len(prompt))
 	}
 	if !slices.Equal(warm, cold) {
 		t.Fatalf("warm %v, cold %v", warm, cold)

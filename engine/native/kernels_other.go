@@ -13,3 +13,10 @@ func kernelAsm(mr, k int, a []float32, lda int, b []float32, c []float32, ldc in
 }
 
 func fmaPeak(n int) {}
+
+func expSub(dst, src []float32, m, sign float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = expf(sign*v - m)
+	}
+}

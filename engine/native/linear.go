@@ -3,6 +3,8 @@ package native
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/tandem-serve/tandem/engine/quant"
 )
 
 // linear is a weight matrix applied to a batch of rows: c[i][0:outDim] += a[i] * W.
@@ -31,6 +33,9 @@ type concat struct {
 	parts []linear
 	offs  []int // output column of each part
 	n     int
+	// quant holds the parts' matrices when all are quantized: one shared product
+	// then quantizes the input once and splits all their columns among the cores.
+	quant []*quant.Matrix
 }
 
 func newConcat(parts ...linear) *concat {
@@ -38,11 +43,25 @@ func newConcat(parts ...linear) *concat {
 	for _, p := range parts {
 		c.offs = append(c.offs, c.n)
 		c.n += p.outDim()
+		if q, ok := p.(quantLinear); ok {
+			c.quant = append(c.quant, q.m)
+		}
+	}
+	if len(c.quant) != len(parts) {
+		c.quant = nil
 	}
 	return c
 }
 
 func (c *concat) mulAdd(m int, a []float32, lda int, out []float32, ldc int) {
+	if c.quant != nil {
+		ps := make([]quant.Product, len(c.quant))
+		for i, w := range c.quant {
+			ps[i] = quant.Product{W: w, Out: out[c.offs[i]:], Ldo: ldc}
+		}
+		quant.MulAddShared(m, a, lda, ps)
+		return
+	}
 	for i, p := range c.parts {
 		p.mulAdd(m, a, lda, out[c.offs[i]:], ldc)
 	}

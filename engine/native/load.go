@@ -388,6 +388,15 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 		w.layers = append(w.layers, lw)
 	}
 	w.fingerprint = fileFingerprint(f, mc)
+	// The f32 kernels read packed copies of the F32, F16 and BF16 matrices (all but a
+	// separate token embedding, which is read in place): the file's pages of those
+	// would only double an unquantized model's resident memory.
+	_, separate := f.Tensor("output.weight")
+	for _, t := range f.Tensors() {
+		if len(t.Dims) == 2 && isFloat(t.Type) && !(separate && t.Name == "token_embd.weight") {
+			f.DontNeed(t)
+		}
+	}
 	return w, nil
 }
 

@@ -16,8 +16,9 @@ func rmsNorm(dst, x, g []float32, eps float32) {
 
 // swiglu writes silu(gate) * up to dst.
 func swiglu(dst, gate, up []float32) {
+	expSub(dst, gate, 0, -1)
 	for i, g := range gate {
-		dst[i] = g / (1 + expf(-g)) * up[i]
+		dst[i] = g / (1 + dst[i]) * up[i]
 	}
 }
 

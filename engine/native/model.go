@@ -102,9 +102,7 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 	for l := range m.w.layers {
 		lw := &m.w.layers[l]
 		h := ws.h[:T*d]
-		for t := range T {
-			rmsNorm(h[t*d:(t+1)*d], x[t*d:(t+1)*d], lw.attnNorm, mc.NormEps)
-		}
+		normRows(h, x, T, d, lw.attnNorm, mc.NormEps)
 		qkv := ws.qkv[:T*qkvLd]
 		clear(qkv)
 		lw.wqkv.mulAdd(T, h, d, qkv, qkvLd)
@@ -133,17 +131,17 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 		att := ws.att[:T*mc.Heads*hd]
 		m.attention(l, qkv, qkvLd, att, segs)
 		lw.wo.mulAdd(T, att, mc.Heads*hd, x, d)
-		for t := range T {
-			rmsNorm(h[t*d:(t+1)*d], x[t*d:(t+1)*d], lw.mlpNorm, mc.NormEps)
-		}
+		normRows(h, x, T, d, lw.mlpNorm, mc.NormEps)
 		f, guLd := mc.FFN, m.guLd
 		gu := ws.gu[:T*guLd]
 		clear(gu)
 		lw.wgu.mulAdd(T, h, d, gu, guLd)
 		act := ws.act[:T*f]
-		for t := range T {
-			swiglu(act[t*f:(t+1)*f], gu[t*guLd:t*guLd+f], gu[t*guLd+f:t*guLd+2*f])
-		}
+		parallelForOver(T, 8*f, minSplitProduct, func(lo, hi int) {
+			for t := lo; t < hi; t++ {
+				swiglu(act[t*f:(t+1)*f], gu[t*guLd:t*guLd+f], gu[t*guLd+f:t*guLd+2*f])
+			}
+		})
 		lw.wdown.mulAdd(T, act, f, x, d)
 	}
 	n := 0
@@ -163,6 +161,16 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 		out[i] = logits[i*V : (i+1)*V]
 	}
 	return out
+}
+
+// normRows is rmsNorm over T rows of d, split among the cores for a prompt's rows:
+// with the products split, a serial loop here would idle the other cores.
+func normRows(dst, x []float32, T, d int, g []float32, eps float32) {
+	parallelForOver(T, 2*d, minSplitProduct, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			rmsNorm(dst[t*d:(t+1)*d], x[t*d:(t+1)*d], g, eps)
+		}
+	})
 }
 
 func (m *model) storeKV(id kvcache.BlockID, layer, kvh, slot int, k, v []float32) {

@@ -58,10 +58,10 @@ func TestIncrementalMatchesRecompute(t *testing.T) {
 func TestBatchedForwardMatchesSingle(t *testing.T) {
 	e := newTestEngine(t, Config{NumBlocks: 64})
 	m := e.model
-	a, b := testPrompt(21, 2), testPrompt(40, 3)
+	a, b := testPrompt(21, 2), testPrompt(60, 3) // b: longer than attnRows
 	ba, _ := e.pool.Allocate(nil, 4)
 	bb, _ := e.pool.Allocate(nil, 4)
-	ws := m.newWorkspace(64, 2)
+	ws := m.newWorkspace(96, 2)
 	single := func(blocks []kvcache.BlockID, toks []uint32) []float32 {
 		lg := m.forward(ws, toks, []segment{{blocks: blocks, n: len(toks), logits: true}})
 		return append([]float32(nil), lg[0]...)

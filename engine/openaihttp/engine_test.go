@@ -221,7 +221,8 @@ func TestCancelReachesEngine(t *testing.T) {
 func TestLoad(t *testing.T) {
 	for _, k := range []fakeengine.Kind{fakeengine.VLLM, fakeengine.TRTLLM, fakeengine.SGLang} {
 		t.Run(string(k), func(t *testing.T) {
-			f := (&fakeengine.Server{Kind: k, TokenIDs: true, Running: 3, Waiting: 2, KVUsage: 0.25, TotalBlocks: 1000}).Start(t)
+			f := (&fakeengine.Server{Kind: k, TokenIDs: true, Running: 3, Waiting: 2, KVUsage: 0.25, TotalBlocks: 1000,
+				PrefixQueries: 900, PrefixHits: 300}).Start(t)
 			e, err := openaihttp.New(t.Context(), openaihttp.Config{URL: f.URL(), Dialect: dialect(k), Tokenizer: cl100k(t), BlockSize: 16,
 				MetricsInterval: 10 * time.Millisecond, ContextLength: 4096})
 			if err != nil {
@@ -229,6 +230,9 @@ func TestLoad(t *testing.T) {
 			}
 			defer e.Close()
 			want := engine.Stats{TotalBlocks: 1000, ActiveBlocks: 250, FreeBlocks: 750, Running: 3, Waiting: 2}
+			if k == fakeengine.VLLM { // the only one of the three that counts its prefix cache in tokens
+				want.PrefixQueryTokens, want.PrefixHitTokens = 900, 300
+			}
 			if k == fakeengine.SGLang { // reports no pool size
 				want = engine.Stats{TotalBlocks: openaihttp.DefaultTotalBlocks, ActiveBlocks: openaihttp.DefaultTotalBlocks / 4,
 					FreeBlocks: openaihttp.DefaultTotalBlocks * 3 / 4, Running: 3, Waiting: 2}

@@ -27,6 +27,9 @@ type LoadMetrics struct {
 	// vllm:cache_config_info{num_gpu_blocks="..."}).
 	TotalBlocks      []string
 	TotalBlocksLabel string
+	// PrefixQueries and PrefixHits are counters of prompt tokens looked up in the
+	// prefix cache and found there (vLLM's prefix_cache_queries / hits).
+	PrefixQueries, PrefixHits []string
 }
 
 // Sample is one series of a Prometheus text exposition.
@@ -126,6 +129,8 @@ type Load struct {
 	Running, Waiting int
 	KVUsage          float64 // 0 to 1; -1 when not reported
 	TotalBlocks      int     // 0 when not reported
+	// PrefixQueries and PrefixHits are the engine's counters, 0 when not reported.
+	PrefixQueries, PrefixHits uint64
 }
 
 // LoadFrom reads a Load from samples, summing a gauge's series (an engine with
@@ -166,6 +171,12 @@ func LoadFrom(samples []Sample, m LoadMetrics) Load {
 	}
 	if v, ok := first(m.TotalBlocks, m.TotalBlocksLabel); ok && v > 0 && v < 1<<31 {
 		l.TotalBlocks = int(v)
+	}
+	if v, ok := first(m.PrefixQueries, ""); ok && v >= 0 && v < math.MaxInt64 {
+		l.PrefixQueries = uint64(v)
+	}
+	if v, ok := first(m.PrefixHits, ""); ok && v >= 0 && v < math.MaxInt64 {
+		l.PrefixHits = uint64(v)
 	}
 	return l
 }
@@ -255,5 +266,6 @@ func (s *scraper) stats() engine.Stats {
 		active = int(math.Round(s.last.KVUsage * float64(total)))
 	}
 	return engine.Stats{TotalBlocks: total, ActiveBlocks: active, FreeBlocks: total - active,
-		Running: s.last.Running, Waiting: s.last.Waiting}
+		Running: s.last.Running, Waiting: s.last.Waiting,
+		PrefixQueryTokens: s.last.PrefixQueries, PrefixHitTokens: min(s.last.PrefixHits, s.last.PrefixQueries)}
 }

@@ -279,6 +279,12 @@ func TestLoopSleepsModelledTime(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		e.dev.mu.Lock()
 	}
+	e.dev.mu.Unlock()
+	// The queue a prefill worker reports, which the router and the decode policies see.
+	if st := e.Stats(); st.Waiting != 2 || st.Running != 0 || st.WaitingTokens != 2000 {
+		t.Errorf("two prompts of 1000 queued: %+v", st)
+	}
+	e.dev.mu.Lock()
 	e.dev.manual = false
 	e.dev.startLocked()
 	e.dev.mu.Unlock()

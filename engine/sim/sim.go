@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -79,6 +80,8 @@ type Engine struct {
 	layout engine.Layout
 	pool   *kvcache.Pool
 	dev    *device
+	// prefixQueries and prefixHits count admitted prompt tokens and those cached.
+	prefixQueries, prefixHits atomic.Uint64
 	// closing ends every sleep when the engine closes.
 	closing context.Context
 	close   context.CancelFunc
@@ -148,6 +151,7 @@ func (e *Engine) Stats() engine.Stats {
 	return engine.Stats{
 		TotalBlocks: ps.Total, FreeBlocks: ps.Free, CachedBlocks: ps.Cached, ActiveBlocks: ps.Active,
 		Running: running, Waiting: waiting, WaitingTokens: tokens,
+		PrefixHitTokens: e.prefixHits.Load(), PrefixQueryTokens: e.prefixQueries.Load(),
 	}
 }
 
@@ -206,6 +210,8 @@ func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlock
 		return nil, engine.ErrNoBlocks
 	}
 	sb.ids = ids
+	e.prefixHits.Add(uint64(sb.cached * e.cfg.BlockSize))
+	e.prefixQueries.Add(uint64(len(req.Prompt)))
 	return sb, nil
 }
 

@@ -71,6 +71,14 @@ func TestGenerateLengthAndUsage(t *testing.T) {
 	if u := s.Usage(); u.PromptTokens != 40 || u.CompletionTokens != 9 {
 		t.Errorf("usage %+v", u)
 	}
+	// The same prompt again hits the prefix cache: its full blocks but the last
+	// token's (which is always computed), counted as vLLM counts them.
+	_, s = generate(t, e, engine.Request{Prompt: p, MaxTokens: 1})
+	hit := s.Usage().CachedTokens
+	if st := e.Stats(); hit == 0 || st.PrefixQueryTokens != 80 || st.PrefixHitTokens != uint64(hit) {
+		t.Errorf("after the same prompt twice (%d cached the second time): prefix cache %d hits of %d queried, want %d of 80",
+			hit, st.PrefixHitTokens, st.PrefixQueryTokens, hit)
+	}
 	vocab := e.Info().VocabSize
 	for _, tok := range toks {
 		if int(tok) >= vocab {

@@ -29,6 +29,8 @@ func Dialect() openaihttp.Dialect {
 			Running: []string{"vllm:num_requests_running"}, Waiting: []string{"vllm:num_requests_waiting"},
 			KVUsage:     []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
 			TotalBlocks: []string{"vllm:cache_config_info"}, TotalBlocksLabel: "num_gpu_blocks",
+			PrefixQueries: []string{"vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"},
+			PrefixHits:    []string{"vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"},
 		},
 		AskTokenIDs: func(b *openaihttp.CompletionRequest) {
 			yes := true

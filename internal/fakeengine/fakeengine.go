@@ -71,6 +71,8 @@ type Server struct {
 	Running, Waiting int
 	KVUsage          float64
 	TotalBlocks      int
+	// PrefixQueries and PrefixHits are vLLM's prefix cache counters, in tokens.
+	PrefixQueries, PrefixHits int
 
 	httpSrv *httptest.Server
 
@@ -173,6 +175,8 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(&b, "vllm:num_requests_waiting{engine=\"0\",model_name=%q} %d\n", s.Model, s.Waiting)
 		fmt.Fprintf(&b, "vllm:kv_cache_usage_perc{engine=\"0\",model_name=%q} %g\n", s.Model, s.KVUsage)
 		fmt.Fprintf(&b, "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"%d\"} 1.0\n", s.TotalBlocks)
+		fmt.Fprintf(&b, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{engine=\"0\",model_name=%q} %d.0\n", s.Model, s.PrefixQueries)
+		fmt.Fprintf(&b, "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{engine=\"0\",model_name=%q} %d.0\n", s.Model, s.PrefixHits)
 	case s.Kind == TRTLLM && r.URL.Path == "/prometheus/metrics":
 		fmt.Fprintf(&b, "trtllm_num_requests_running{model_name=%q,engine_type=\"trtllm\"} %d\n", s.Model, s.Running)
 		fmt.Fprintf(&b, "trtllm_num_requests_waiting{model_name=%q,engine_type=\"trtllm\"} %d\n", s.Model, s.Waiting)

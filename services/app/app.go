@@ -128,10 +128,11 @@ func (a *app) logger(service string) *slog.Logger {
 }
 
 // env is a service's process environment: with its own TLS settings when it runs
-// alone, in cleartext on loopback under tandem up. Under tandem up the services
-// share the first one's peer connections (and answers to who is where), as one process should: 900 decode
-// workers that each kept their own to 100 prefill workers would need 90,000.
-// Those connections' client metrics are then on that first service's /metrics.
+// alone, in cleartext on loopback under tandem up. The services of a process
+// share the first one's peer connections and answers to who listens where, as
+// one process should: under tandem up, 900 decode workers that each kept their own
+// to 100 prefill workers would need 90,000 connections and ask 90,000 times.
+// Those connections' client metrics are on that first service's /metrics.
 func (a *app) env(service string, t tlsconf.Config) (*process.Env, error) {
 	if a.up {
 		t = tlsconf.Config{}

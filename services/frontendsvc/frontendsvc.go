@@ -125,7 +125,11 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	workers := rpc.NewConns(env.Clients.DialWith, nil)
+	// A connection to a decode worker closes its socket after a minute without a
+	// call and is forgotten after ten: a frontend in front of a large fleet holds
+	// sockets only to the workers it is routed to, and none to workers long gone
+	// (which gRPC would otherwise try to reconnect to for ever).
+	workers := rpc.NewPeerConns(env.Clients.DialWith, process.PeerIdle)
 	b := frontend.NewRouted(routerv1.NewRouterServiceClient(rc), func(addr string) (decodev1.DecodeServiceClient, error) {
 		cc, err := workers.Get(addr)
 		if err != nil {

@@ -8,11 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/services/consul"
 
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services"
@@ -26,9 +26,11 @@ type Config struct {
 	Serve          process.Serve
 	DecodeWorkers  services.List
 	PrefillWorkers services.List
-	BlockSize      int
-	Params         router.Params
-	Consul         consul.Config
+	// BlockSize is assumed for a request that names none; the frontend sends the
+	// model card's with each request, so it is no flag.
+	BlockSize int
+	Params    router.Params
+	Consul    consul.Config
 }
 
 // RegisterFlags registers the router's flags.
@@ -36,7 +38,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:0")
 	fs.Var(&c.DecodeWorkers, "decode-workers", "comma-separated decode (or aggregated) worker addresses (static discovery)")
 	fs.Var(&c.PrefillWorkers, "prefill-workers", "comma-separated prefill worker addresses (static discovery)")
-	fs.IntVar(&c.BlockSize, "block-size", 16, "tokens per KV block; must match the workers'")
 	c.Consul.RegisterFlags(fs)
 	c.RegisterRoleFlags(fs)
 }
@@ -69,8 +70,11 @@ func (c *Config) Validate() error {
 	if err := c.Consul.ValidateServing(c.Serve.TLS.Enabled()); err != nil {
 		return err
 	}
-	if c.BlockSize <= 0 {
-		return errors.New("--block-size must be positive")
+	if c.BlockSize == 0 {
+		c.BlockSize = blockhash.DefaultBlockSize
+	}
+	if c.BlockSize < 0 {
+		return errors.New("block size must be positive")
 	}
 	return c.Params.Validate()
 }
@@ -103,7 +107,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	}
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	member, err := consul.Join(cfg.Consul, env.Logger, env.Registry, consul.RouterService, "router-"+requestid.New()[:8], srv.Addr(),
-		map[string]string{"block_size": strconv.Itoa(cfg.BlockSize), "version": process.Version()})
+		map[string]string{"version": process.Version()})
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("consul: %w", err)

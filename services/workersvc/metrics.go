@@ -41,6 +41,14 @@ func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_num_requests_waiting", Help: "Sequences waiting for blocks or their turn.",
 		}, func() float64 { return float64(eng.Stats().Waiting) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_prefix_cache_queries_total",
+			Help: "Prompt tokens looked up in the engine's prefix cache (admitted requests and KV imports), as vLLM's prefix_cache_queries.",
+		}, func() float64 { return float64(eng.Stats().PrefixQueryTokens) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_prefix_cache_hits_total",
+			Help: "Prompt tokens found in the engine's prefix cache, as vLLM's prefix_cache_hits; over the queries, the hit rate.",
+		}, func() float64 { return float64(eng.Stats().PrefixHitTokens) }),
 	)
 }
 
