@@ -79,7 +79,7 @@ func (f *Frontend) connectCtx(givenID, endpoint string) *reqCtx {
 func (f *Frontend) fromProto(m *frontendv1.GenerateRequest, id string) (*genRequest, error) {
 	g := &genRequest{
 		requestID: id, model: m.GetModel(), maxTokens: int64(m.GetMaxTokens()), maxTokensParam: "max_tokens",
-		stops: m.GetStop(), explain: m.GetExplain(), seed: m.Seed,
+		stops: m.GetStop(), explain: m.GetExplain(), seed: m.Seed, ignoreEOS: m.GetIgnoreEos(),
 	}
 	switch hasPrompt, hasMessages := m.GetPrompt() != "", len(m.GetMessages()) > 0; {
 	case hasPrompt && hasMessages:

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 )
 
 // ignore_eos (vLLM's extension) sends the decode worker no stop tokens, and an
@@ -56,6 +58,40 @@ func TestIgnoreEOSRunsToMaxTokens(t *testing.T) {
 		}
 		if stops := b.lastReq().GetStopTokenIds(); slices.Contains(stops, eos) != c.wantStops {
 			t.Errorf("%s: the decode worker was sent stop tokens %v", c.body, stops)
+		}
+	}
+}
+
+// The same over FrontendService (Connect, Connect's gRPC protocol and grpc-go): ignore_eos runs to max_tokens past the EOS.
+func TestIgnoreEOSOverRPC(t *testing.T) {
+	tok := testTokenizer(t)
+	eos := tok.EOS()
+	ids := append(tok.Encode(" one two"), eos)
+	ids = append(ids, tok.Encode(" three")...)
+	b := &fakeBackend{output: ids, perMsg: 1}
+	f, _ := newTestFrontend(t, testConfig(), b)
+	for name, c := range rpcClients(t, f, false) {
+		for _, ignore := range []bool{false, true} {
+			res := c.generate(t.Context(), &frontendv1.GenerateRequest{Prompt: "Hi", MaxTokens: 4, IgnoreEos: ignore}, "rpc-eos")
+			if res.code != 0 || len(res.msgs) == 0 {
+				t.Fatalf("%s: %v %s", name, res.code, res.message)
+			}
+			var text strings.Builder
+			for _, m := range res.msgs {
+				text.WriteString(m.GetText())
+			}
+			last := res.msgs[len(res.msgs)-1]
+			want, finish, tokens := " one two", "stop", uint32(3)
+			if ignore {
+				want, finish, tokens = " one two three", "length", 4
+			}
+			if text.String() != want || last.GetFinishReason() != finish || last.GetUsage().GetCompletionTokens() != tokens {
+				t.Errorf("%s, ignore_eos %v: text %q finish %q, %d tokens; want %q, %q, %d", name, ignore, text.String(),
+					last.GetFinishReason(), last.GetUsage().GetCompletionTokens(), want, finish, tokens)
+			}
+			if stops := b.lastReq().GetStopTokenIds(); slices.Contains(stops, eos) == ignore {
+				t.Errorf("%s, ignore_eos %v: the decode worker was sent stop tokens %v", name, ignore, stops)
+			}
 		}
 	}
 }

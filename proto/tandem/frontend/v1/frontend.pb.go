@@ -94,7 +94,10 @@ type GenerateRequest struct {
 	// Return each generated token's log-probability (OpenAI's logprobs).
 	Logprobs bool `protobuf:"varint,10,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
 	// With logprobs, also the most likely tokens at each position, at most 20.
-	TopLogprobs   uint32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	TopLogprobs uint32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// Do not stop at the model's end-of-sequence tokens, only at max_tokens, the
+	// context's end or a stop string (vLLM's ignore_eos; benchmarks use it).
+	IgnoreEos     bool `protobuf:"varint,12,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,6 +207,13 @@ func (x *GenerateRequest) GetTopLogprobs() uint32 {
 		return x.TopLogprobs
 	}
 	return 0
+}
+
+func (x *GenerateRequest) GetIgnoreEos() bool {
+	if x != nil {
+		return x.IgnoreEos
+	}
+	return false
 }
 
 type Usage struct {
@@ -713,7 +723,7 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"!tandem/frontend/v1/frontend.proto\x12\x12tandem.frontend.v1\";\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\x85\x03\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xa4\x03\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12;\n" +
@@ -727,7 +737,9 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\aexplain\x18\t \x01(\bR\aexplain\x12\x1a\n" +
 	"\blogprobs\x18\n" +
 	" \x01(\bR\blogprobs\x12!\n" +
-	"\ftop_logprobs\x18\v \x01(\rR\vtopLogprobsB\x0e\n" +
+	"\ftop_logprobs\x18\v \x01(\rR\vtopLogprobs\x12\x1d\n" +
+	"\n" +
+	"ignore_eos\x18\f \x01(\bR\tignoreEosB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
 	"\x05_seed\"~\n" +
