@@ -4,11 +4,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tandem-serve/tandem/internal/testmodel"
 )
 
 // storiesReference is the start of llama2.c's greedy generation from BOS with
-// stories260K (../shared/models/README.md).
-var storiesReference = []uint32{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}
+// stories260K, and the text it begins (internal/testmodel/stories260K-greedy.txt,
+// with its source and licence).
+var storiesReference, storiesText = testmodel.Stories260KGreedy()
 
 func TestStories260K(t *testing.T) {
 	v := vocabFor(t, "stories260K")
@@ -31,7 +34,7 @@ func TestStories260K(t *testing.T) {
 		t.Errorf("prompt = %v", prompt)
 	}
 	text := v.Decode(storiesReference)
-	if want := "Once upon a time, there was a little girl named Lily."; !strings.HasPrefix(text, want) {
+	if want := storiesText; !strings.HasPrefix(text, want) {
 		t.Errorf("Decode(reference) = %q, want it to start %q", text, want)
 	}
 	// A generation right after a BOS-only prompt starts a text: streamed, it loses the

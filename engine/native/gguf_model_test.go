@@ -5,14 +5,13 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/testmodel"
 )
 
 // The first tokens llama2.c's own test draws greedily from BOS with stories260K
-// (../shared/models/README.md): "Once upon a time, there was a little girl named
-// Lily. She loved to play outside in the park."
-var stories260KReference = []uint32{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}
-
+// (internal/testmodel/stories260K-greedy.txt, with its source and licence).
 func TestStories260KGreedyMatchesReference(t *testing.T) {
+	stories260KReference, _ := testmodel.Stories260KGreedy()
 	e := newTestEngine(t, Config{Model: "stories260K"})
 	info := e.Info()
 	if info.VocabSize != 512 || info.Model != "stories260K" && info.Model == "" {
