@@ -8,7 +8,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
-	"github.com/tandem-serve/tandem/engine/enginebench"
+	"github.com/tandem-serve/tandem/bench/enginebench"
 )
 
 // runBenchEngine is `tandem bench engine`: the native engine's llama-bench.
