@@ -103,6 +103,12 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s links %v: only services/, cmd/ and integration/ may depend on services/ or cmd/", name, bad)
 			}
 		}
+		// Nor do they import the flag package or Consul's client themselves.
+		if slices.ContainsFunc([]string{"frontend", "router", "prefill", "decode", "engine"}, func(d string) bool { return under(name, d) }) {
+			if bad := violations(p.imports, func(d string) bool { return d != "flag" && !under(d, "github.com/hashicorp/consul") }); len(bad) > 0 {
+				t.Errorf("%s imports %v: a domain package registers no flags and talks to no Consul (services/ wires them)", name, bad)
+			}
+		}
 		// The engine runs a model; it knows no RPC message and no routing, nor
 		// the serving layers above it (an engine server adapter included).
 		if under(name, "engine") {
