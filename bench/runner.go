@@ -146,16 +146,8 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 			}
 		}
 		if cfg.Rate > 0 {
-			if dt := time.Until(nextSend); dt > 0 {
-				t := time.NewTimer(dt)
-				select {
-				case <-t.C:
-				case <-sendCtx.Done():
-				}
-				t.Stop()
-				if sendCtx.Err() != nil {
-					break
-				}
+			if !sleepUntil(sendCtx, nextSend) {
+				break
 			}
 			nextSend = nextSend.Add(poissonGap(arrivalRng, cfg.Rate))
 		}

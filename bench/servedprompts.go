@@ -69,6 +69,9 @@ func ServedPrompts(ctx context.Context, c *Client, base *Prompts) (*Prompts, int
 	return p, info.MaxModelLen, nil
 }
 
+// spaceMarks turns SentencePiece's and byte-level BPE's space markers into spaces.
+var spaceMarks = strings.NewReplacer("▁", " ", "Ġ", " ")
+
 // oneTokenWords returns the words of text = concat(words) that the tokenizer,
 // whose pieces of text are given, holds as one piece. A piece is normalized as
 // SentencePiece (▁ for a space) and byte-level BPE (Ġ for a space) write it; a
@@ -77,7 +80,7 @@ func oneTokenWords(words, pieces []string) ([]string, error) {
 	norm := make([]string, len(pieces))
 	var all strings.Builder
 	for i, p := range pieces {
-		norm[i] = strings.NewReplacer("▁", " ", "Ġ", " ").Replace(p)
+		norm[i] = spaceMarks.Replace(p)
 		all.WriteString(norm[i])
 	}
 	text := strings.Join(words, "")

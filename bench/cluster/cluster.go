@@ -113,7 +113,7 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 		c.Stop()
 		return nil, fmt.Errorf("cluster: %s: %w", d.Name, err)
 	}
-	worker := 0
+	worker, logName := 0, LogName(d.Name)
 	start := func(name string, pin bool, args ...string) (string, error) {
 		p, err := c.launch(name, o, pin, worker, args)
 		if pin {
@@ -127,7 +127,7 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 	var prefill, decode []string
 	for i := range d.Prefill {
 		args := append([]string{"prefill", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("prefill-%d", i)}, o.WorkerArgs...)
-		a, err := start(fmt.Sprintf("%s-prefill-%d", LogName(d.Name), i), true, args...)
+		a, err := start(fmt.Sprintf("%s-prefill-%d", logName, i), true, args...)
 		if err != nil {
 			return fail(err)
 		}
@@ -139,7 +139,7 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 			args = append(args, "--policy", d.Policy, "--prefill-workers", strings.Join(prefill, ","))
 		}
 		args = append(append(args, o.WorkerArgs...), d.ExtraDecodeFlags...)
-		a, err := start(fmt.Sprintf("%s-decode-%d", LogName(d.Name), i), true, args...)
+		a, err := start(fmt.Sprintf("%s-decode-%d", logName, i), true, args...)
 		if err != nil {
 			return fail(err)
 		}
@@ -147,7 +147,7 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 	}
 	for i := range d.Aggregated {
 		args := append([]string{"decode", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("aggregated-%d", i), "--mode", "aggregated"}, o.WorkerArgs...)
-		a, err := start(fmt.Sprintf("%s-aggregated-%d", LogName(d.Name), i), true, args...)
+		a, err := start(fmt.Sprintf("%s-aggregated-%d", logName, i), true, args...)
 		if err != nil {
 			return fail(err)
 		}
@@ -158,11 +158,11 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 		rargs = append(rargs, "--prefill-workers", strings.Join(prefill, ","))
 	}
 	rargs = append(rargs, d.RouterFlags...)
-	router, err := start(LogName(d.Name)+"-router", false, rargs...)
+	router, err := start(logName+"-router", false, rargs...)
 	if err != nil {
 		return fail(err)
 	}
-	fe, err := start(LogName(d.Name)+"-frontend", false, "frontend", "--listen", "127.0.0.1:0", "--router", router)
+	fe, err := start(logName+"-frontend", false, "frontend", "--listen", "127.0.0.1:0", "--router", router)
 	if err != nil {
 		return fail(err)
 	}

@@ -199,7 +199,7 @@ func describe(f *gguf.File, name string) (label, size, params string) {
 			main = t
 		}
 	}
-	if ft, err := f.Uint("general.file_type"); err == nil && ft == 15 {
+	if ft, err := f.Uint("general.file_type"); err == nil && ft == uint64(fileTypeCodes["q4_k_m"]) {
 		label = name + " Q4_K_M"
 	} else {
 		label = fmt.Sprintf("%s %s", name, main)
