@@ -101,7 +101,14 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	defer r.mu.Unlock()
 	p := r.params
 	r.requests++
-	r.blockSize = bs
+	if bs != r.blockSize {
+		// The model card's block size differs from the one loads were divided by
+		// (the first request, or another model): queued tokens in blocks again.
+		r.blockSize = bs
+		for _, st := range r.order {
+			st.waitingBlocks = float64(st.waiting) / float64(bs)
+		}
+	}
 	for _, id := range m.GetExcludeWorkerIds() {
 		if st := r.workers[id]; st != nil {
 			st.excluded = r.requests

@@ -249,7 +249,7 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		st.w.Draining, st.kind = true, 0
 	}
 	if l := msg.GetLoad(); l != nil {
-		st.setLoad(l, r.cfg.BlockSize)
+		st.setLoad(l, r.blockSize)
 	}
 	resync := func(reason string) error {
 		r.ix.Clear(st.ref)

@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -314,6 +315,27 @@ func TestRoutePrefillPoolRankedInPart(t *testing.T) {
 				if p.GetWorker().GetId() == ws[1].ID {
 					t.Fatalf("%s, with a queue, named among idle workers", ws[1].ID)
 				}
+			}
+		}
+	})
+}
+
+// A prefill worker's queue is costed in the blocks of the request's model card,
+// whatever block size the loads arrived under.
+func TestRouteQueueInTheRequestsBlocks(t *testing.T) {
+	start(t, []router.Worker{prefillP, decodeA}, func(t *testing.T, r *router.Router, c client) {
+		p := router.DefaultParams()
+		for _, bs := range []uint32{64, 16, 64} {
+			observeLoad(t, r, prefillP, &workerv1.Load{WaitingTokens: 640})
+			got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 128, BlockSize: bs}).GetPrefillWorkers()
+			if len(got) == 0 {
+				t.Fatalf("block size %d: no prefill worker ranked", bs)
+			}
+			uncached := float64(128 / bs)
+			want := p.PrefillWeight*uncached + p.QueueWeight*640/float64(bs)
+			if c := got[0]; math.Abs(c.GetCost()-want) > 1e-9 || math.Abs(c.GetQueueCostPerToken()-p.QueueWeight/float64(bs)) > 1e-12 {
+				t.Errorf("block size %d: cost %g, queue cost per token %g; want %g and %g", bs, c.GetCost(), c.GetQueueCostPerToken(),
+					want, p.QueueWeight/float64(bs))
 			}
 		}
 	})
