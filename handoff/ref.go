@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/errcode"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 )
 
@@ -43,7 +44,7 @@ func SendRef(ctx context.Context, exp engine.RefExport, m Meta, send func(*prefi
 		return &SendError{Outcome: OutcomeSendError, Err: err}
 	}
 	if err := exp.Wait(ctx); err != nil {
-		return &SendError{Outcome: OutcomeEngineError, Err: connect.NewError(errCode(err), fmt.Errorf("prefill engine: %w", err))}
+		return &SendError{Outcome: OutcomeEngineError, Err: connect.NewError(errcode.Of(err), fmt.Errorf("prefill engine: %w", err))}
 	}
 	err = send(&prefillv1.PrefillResponse{Msg: &prefillv1.PrefillResponse_Trailer{Trailer: &prefillv1.Trailer{
 		PrefillTime: durationpb.New(exp.PrefillTime()), QueueTime: durationpb.New(exp.QueueTime()),
@@ -52,18 +53,6 @@ func SendRef(ctx context.Context, exp engine.RefExport, m Meta, send func(*prefi
 		return &SendError{Outcome: OutcomeSendError, Err: err}
 	}
 	return nil
-}
-
-func errCode(err error) connect.Code {
-	switch {
-	case errors.Is(err, context.Canceled):
-		return connect.CodeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.CodeDeadlineExceeded
-	case errors.Is(err, engine.ErrUnavailable):
-		return connect.CodeUnavailable
-	}
-	return connect.CodeInternal
 }
 
 // RefEngine is what the receiving side of a handoff by reference needs.

@@ -158,8 +158,8 @@ func (e *Engine) Stats() engine.Stats {
 		Running:       int(e.running.Load()),
 		Waiting:       int(e.waiting.Load()),
 		WaitingTokens: int(e.waitingTokens.Load()),
-		// Hits first: a scrape between the two loads may then see a hit rate a
-		// little low, never above 1.
+		// Hits first (and the scheduler adds queries first): a scrape between
+		// the two may then see a hit rate a little low, never above 1.
 		PrefixHitTokens:   e.prefixHits.Load(),
 		PrefixQueryTokens: e.prefixQueries.Load(),
 	}

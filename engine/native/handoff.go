@@ -105,8 +105,8 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 		e.pool.Release(blocks)
 		return nil, fmt.Errorf("%w: %d of %d", ErrNotCached, len(blocks), spec.SkipBlocks)
 	}
-	e.prefixHits.Add(uint64(len(blocks) * bs))
 	e.prefixQueries.Add(uint64(len(req.Prompt)))
+	e.prefixHits.Add(uint64(len(blocks) * bs))
 	blocks, err := e.allocateWaiting(ctx, spec.BlockWait, blocks, spec.NumBlocks-spec.SkipBlocks)
 	if err != nil {
 		e.pool.Release(blocks)

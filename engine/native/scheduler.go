@@ -260,8 +260,8 @@ func (sc *sched) admit(s *sequence) {
 	if !s.admitted {
 		s.admitted = true
 		s.out.setCached(s.computed)
-		sc.e.prefixHits.Add(uint64(s.computed))
 		sc.e.prefixQueries.Add(uint64(len(s.tokens)))
+		sc.e.prefixHits.Add(uint64(s.computed))
 	}
 }
 

@@ -151,7 +151,7 @@ func (e *Engine) Stats() engine.Stats {
 	return engine.Stats{
 		TotalBlocks: ps.Total, FreeBlocks: ps.Free, CachedBlocks: ps.Cached, ActiveBlocks: ps.Active,
 		Running: running, Waiting: waiting, WaitingTokens: tokens,
-		PrefixHitTokens: e.prefixHits.Load(), PrefixQueryTokens: e.prefixQueries.Load(),
+		PrefixHitTokens: e.prefixHits.Load(), PrefixQueryTokens: e.prefixQueries.Load(), // hits first: see admit
 	}
 }
 
@@ -210,8 +210,10 @@ func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlock
 		return nil, engine.ErrNoBlocks
 	}
 	sb.ids = ids
-	e.prefixHits.Add(uint64(sb.cached * e.cfg.BlockSize))
+	// Queries before hits, and Stats loads hits first: a scrape between the two
+	// never reads a hit rate above 1.
 	e.prefixQueries.Add(uint64(len(req.Prompt)))
+	e.prefixHits.Add(uint64(sb.cached * e.cfg.BlockSize))
 	return sb, nil
 }
 

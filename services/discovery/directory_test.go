@@ -200,3 +200,41 @@ func TestInfoCacheShares(t *testing.T) {
 		t.Errorf("after a failure, Info = %v, %v; want it asked again", info, err)
 	}
 }
+
+// The first asker giving up does not fail those waiting on its question: they
+// ask again under their own contexts.
+func TestInfoCacheAskerGivesUp(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	c := discovery.NewInfoCache(func(ctx context.Context, addr string) (*workerv1.WorkerInfo, error) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 {
+			<-ctx.Done() // the first question hangs until its asker leaves
+			return nil, ctx.Err()
+		}
+		return prefillInfo("p-"+addr, 0), nil
+	}, time.Hour)
+	first, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := c.Info(first, "a"); done <- err }()
+	eventually(t, "the first question is out", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 })
+	waiter := make(chan *workerv1.WorkerInfo, 1)
+	go func() {
+		info, err := c.Info(context.Background(), "a")
+		if err != nil {
+			t.Errorf("the waiter got %v, though its own context is live", err)
+		}
+		waiter <- info
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter queues behind the first question
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the asker who gave up got %v, want context.Canceled", err)
+	}
+	if info := <-waiter; info.GetId() != "p-a" {
+		t.Errorf("the waiter got %v, want p-a asked again", info)
+	}
+}

@@ -29,6 +29,9 @@ type infoCall struct {
 	info *workerv1.WorkerInfo
 	err  error
 	at   time.Time // when answered
+	// gaveUp: the asker's own context ended the call, which says nothing of the
+	// worker; those waiting on it ask again under theirs.
+	gaveUp bool
 }
 
 // NewInfoCache asks through ask; ttl is how long an answer is reused.
@@ -48,7 +51,7 @@ func (c *InfoCache) Info(ctx context.Context, addr string) (*workerv1.WorkerInfo
 		// Under the first asker's context: if it gives up, those waiting ask again.
 		info, err := c.ask(ctx, addr)
 		c.mu.Lock()
-		call.info, call.err, call.at = info, err, time.Now()
+		call.info, call.err, call.at, call.gaveUp = info, err, time.Now(), err != nil && ctx.Err() != nil
 		if err != nil && c.calls[addr] == call {
 			delete(c.calls, addr)
 		}
@@ -59,6 +62,9 @@ func (c *InfoCache) Info(ctx context.Context, addr string) (*workerv1.WorkerInfo
 	c.mu.Unlock()
 	select {
 	case <-call.done:
+		if call.gaveUp && ctx.Err() == nil {
+			return c.Info(ctx, addr)
+		}
 		return call.info, call.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
