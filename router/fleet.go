@@ -94,13 +94,18 @@ func (r *Router) fleetChange() {
 // any of it changed; r.mu is held. A heartbeat that repeats the last load is no
 // change.
 func (r *Router) noteFleet(st *state, msg *workerv1.WatchEventsResponse, before Worker, beforeLoad *workerv1.Load) {
-	changed := before != st.w || len(msg.GetEvents()) > 0 || msg.GetSnapshot() != nil
-	if p := msg.GetPrefillPolicy(); p != nil && !proto.Equal(p, st.policy) {
-		st.policy, changed = p, true
+	prev := st.policy
+	if p := msg.GetPrefillPolicy(); p != nil {
+		st.policy = p
 	}
-	if st.load != beforeLoad && !proto.Equal(st.load, beforeLoad) {
-		changed = true
+	if r.fleetChanged == nil {
+		// No one watches: the comparisons below (by reflection, under the lock
+		// Route takes) would decide nothing.
+		return
 	}
+	changed := before != st.w || len(msg.GetEvents()) > 0 || msg.GetSnapshot() != nil ||
+		st.policy != prev && !proto.Equal(st.policy, prev) ||
+		st.load != beforeLoad && !proto.Equal(st.load, beforeLoad)
 	if changed {
 		r.fleetChange()
 	}
