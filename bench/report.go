@@ -185,7 +185,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for i, m := range []struct {
 			name string
 			d    Dist
-		}{{"TTFT", s.TTFT}, {"TPOT", s.TPOT}, {"ITL", s.ITL}, {"E2E", s.E2E}} {
+		}{{"TTFT", s.TTFT}, {"TPOT", s.TPOT}, {"TBT", s.TBT}, {"ITL", s.ITL}, {"E2E", s.E2E}} {
 			c := ""
 			if i == 0 {
 				c = s.Class
@@ -213,7 +213,7 @@ func (r *Report) writeNotes(w io.Writer) {
 	o := r.Overall
 	if len(o.Attainment) > 0 {
 		var parts []string
-		for _, k := range []string{"ttft", "tpot", "e2e", "all"} {
+		for _, k := range []string{"ttft", "tpot", "tbt", "e2e", "all"} {
 			if v, ok := o.Attainment[k]; ok {
 				parts = append(parts, fmt.Sprintf("%s %.1f%%", k, 100*v))
 			}
@@ -282,21 +282,35 @@ func attained(s Summary) string {
 	return "-"
 }
 
+// attainedEach is the share of requests that met each objective, or "-".
+func attainedEach(s Summary) string {
+	var parts []string
+	for _, k := range []string{"ttft", "tpot", "tbt", "e2e"} {
+		if v, ok := s.Attainment[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.1f%%", k, 100*v))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // WriteMarkdown writes the same rows as WriteComparison as a Markdown table, for
 // docs/BENCHMARKS.md.
 func WriteMarkdown(w io.Writer, runs []*Report) error {
-	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | SLO met | cache hit | TTFT mean | TTFT p50 | TTFT p99 | "+
-		"TPOT mean | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | prefill paths |")
-	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | SLO met | met, each | cache hit | TTFT mean | TTFT p50 | TTFT p99 | "+
+		"TPOT mean | TPOT p50 | TPOT p99 | TBT p50 | TBT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | prefill paths |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range runs {
 		for _, s := range append([]Summary{r.Overall}, r.Classes...) {
 			g := "-"
 			if s.Goodput != nil {
 				g = fmt.Sprintf("%.3f", *s.Goodput)
 			}
-			_, err := fmt.Fprintf(w, "| %s | %s | %d | %d | %.3f | %.1f | %s | %s | %.1f%% | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %s |\n",
-				r.Label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g, attained(s), 100*s.CacheHitRate,
-				s.TTFT.Mean, s.TTFT.P50, s.TTFT.P99, s.TPOT.Mean, s.TPOT.P50, s.TPOT.P99,
+			_, err := fmt.Fprintf(w, "| %s | %s | %d | %d | %.3f | %.1f | %s | %s | %s | %.1f%% | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %s |\n",
+				r.Label, s.Class, s.Completed, s.Failed, s.RequestThroughput, s.OutputThroughput, g, attained(s), attainedEach(s), 100*s.CacheHitRate,
+				s.TTFT.Mean, s.TTFT.P50, s.TTFT.P99, s.TPOT.Mean, s.TPOT.P50, s.TPOT.P99, s.TBT.P50, s.TBT.P99,
 				s.ITL.P50, s.ITL.P99, s.E2E.P50, s.E2E.P99, paths(s.PrefillPaths))
 			if err != nil {
 				return err

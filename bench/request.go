@@ -12,6 +12,7 @@
 package bench
 
 import (
+	"slices"
 	"time"
 )
 
@@ -116,4 +117,20 @@ func (r *Result) TPOT() (tpot time.Duration, ok bool) {
 		return 0, false
 	}
 	return (r.E2E - r.TTFT) / time.Duration(r.OutputTokens-1), true
+}
+
+// TBT is the Mooncake paper's time between tokens: the mean of the longest tenth
+// (at least one) of the request's gaps between chunks; 0 with no gap.
+func (r *Result) TBT() time.Duration {
+	if len(r.ITL) == 0 {
+		return 0
+	}
+	gaps := slices.Clone(r.ITL)
+	slices.Sort(gaps)
+	top := gaps[len(gaps)-(len(gaps)+9)/10:]
+	var sum time.Duration
+	for _, g := range top {
+		sum += g
+	}
+	return sum / time.Duration(len(top))
 }

@@ -64,11 +64,15 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type SLO struct {
 	TTFT time.Duration
 	TPOT time.Duration
-	E2E  time.Duration
+	// TBT is the Mooncake paper's time between tokens: the mean of the longest
+	// tenth of a request's gaps (FAST'25, section 5.1), which a mean (TPOT) hides
+	// and a pooled ITL percentile mixes across requests.
+	TBT time.Duration
+	E2E time.Duration
 }
 
 // ParseSLO parses objectives in milliseconds: "ttft=500,tpot=50" (vLLM's
-// "ttft:500 tpot:50" is accepted too). Keys are ttft, tpot and e2e (or e2el).
+// "ttft:500 tpot:50" is accepted too). Keys are ttft, tpot, tbt and e2e (or e2el).
 func ParseSLO(s string) (SLO, error) {
 	var slo SLO
 	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
@@ -90,17 +94,19 @@ func ParseSLO(s string) (SLO, error) {
 			slo.TTFT = d
 		case "tpot":
 			slo.TPOT = d
+		case "tbt":
+			slo.TBT = d
 		case "e2e", "e2el":
 			slo.E2E = d
 		default:
-			return SLO{}, fmt.Errorf("bench: SLO %q: unknown objective %q (known: ttft, tpot, e2e)", f, k)
+			return SLO{}, fmt.Errorf("bench: SLO %q: unknown objective %q (known: ttft, tpot, tbt, e2e)", f, k)
 		}
 	}
 	return slo, nil
 }
 
 // Set reports whether any objective is given.
-func (s SLO) Set() bool { return s.TTFT > 0 || s.TPOT > 0 || s.E2E > 0 }
+func (s SLO) Set() bool { return s.TTFT > 0 || s.TPOT > 0 || s.TBT > 0 || s.E2E > 0 }
 
 // String renders s the way ParseSLO reads it.
 func (s SLO) String() string {
@@ -108,7 +114,7 @@ func (s SLO) String() string {
 	for _, o := range []struct {
 		k string
 		d time.Duration
-	}{{"ttft", s.TTFT}, {"tpot", s.TPOT}, {"e2e", s.E2E}} {
+	}{{"ttft", s.TTFT}, {"tpot", s.TPOT}, {"tbt", s.TBT}, {"e2e", s.E2E}} {
 		if o.d > 0 {
 			parts = append(parts, fmt.Sprintf("%s=%g", o.k, ms(o.d)))
 		}
@@ -125,6 +131,7 @@ func (s SLO) Met(r *Result) bool {
 	tpot, _ := r.TPOT()
 	return (s.TTFT == 0 || r.TTFT <= s.TTFT) &&
 		(s.TPOT == 0 || tpot <= s.TPOT) &&
+		(s.TBT == 0 || r.TBT() <= s.TBT) &&
 		(s.E2E == 0 || r.E2E <= s.E2E)
 }
 
@@ -136,7 +143,7 @@ func (s SLO) each(r *Result) iter.Seq2[string, bool] {
 			k    string
 			lim  time.Duration
 			have time.Duration
-		}{{"ttft", s.TTFT, r.TTFT}, {"tpot", s.TPOT, tpot}, {"e2e", s.E2E, r.E2E}} {
+		}{{"ttft", s.TTFT, r.TTFT}, {"tpot", s.TPOT, tpot}, {"tbt", s.TBT, r.TBT()}, {"e2e", s.E2E, r.E2E}} {
 			if o.lim > 0 && !yield(o.k, r.OK() && o.have <= o.lim) {
 				return
 			}
@@ -180,11 +187,14 @@ type Summary struct {
 	GoodRequests *int     `json:"good_requests,omitempty"`
 	Goodput      *float64 `json:"goodput,omitempty"`
 	// Attainment is the share of the requests sent (aborted ones aside) that met
-	// each objective ("ttft", "tpot", "e2e") and all of them ("all"); a failed
+	// each objective ("ttft", "tpot", "tbt", "e2e") and all of them ("all"); a failed
 	// request meets none. Absent without an SLO.
 	Attainment map[string]float64 `json:"slo_attainment,omitempty"`
 	TTFT       Dist               `json:"ttft"`
 	TPOT       Dist               `json:"tpot"`
+	// TBT holds each request's Mooncake TBT (SLO.TBT), one value per request
+	// with at least one gap.
+	TBT Dist `json:"tbt"`
 	ITL        Dist               `json:"itl"`
 	E2E        Dist               `json:"e2e"`
 	// PrefillPaths counts completed requests by x-tandem-prefill-path ("none" when
@@ -198,7 +208,7 @@ type Summary struct {
 // goodput under slo when it sets any objective. Warm-up results are skipped.
 func Summarize(class string, results []Result, duration time.Duration, slo SLO) Summary {
 	s := Summary{Class: class, DurationS: duration.Seconds(), PrefillPaths: map[string]int{}}
-	var ttft, tpot, itl, e2e []float64
+	var ttft, tpot, tbt, itl, e2e []float64
 	good := 0
 	met := map[string]int{}
 	for i := range results {
@@ -237,6 +247,9 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 		}
 		for _, g := range r.ITL {
 			itl = append(itl, ms(g))
+		}
+		if len(r.ITL) > 0 {
+			tbt = append(tbt, ms(r.TBT()))
 		}
 		path := r.PrefillPath
 		if path == "" {
@@ -279,7 +292,7 @@ func Summarize(class string, results []Result, duration time.Duration, slo SLO) 
 			s.Attainment["all"] = 0
 		}
 	}
-	s.TTFT, s.TPOT, s.ITL, s.E2E = NewDist(ttft), NewDist(tpot), NewDist(itl), NewDist(e2e)
+	s.TTFT, s.TPOT, s.TBT, s.ITL, s.E2E = NewDist(ttft), NewDist(tpot), NewDist(tbt), NewDist(itl), NewDist(e2e)
 	return s
 }
 

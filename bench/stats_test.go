@@ -55,6 +55,33 @@ func TestTPOT(t *testing.T) {
 	}
 }
 
+func TestTBTIsTheMeanOfTheLongestTenthOfGaps(t *testing.T) {
+	// 20 gaps: 18 of 10 ms and two stalls of 300 and 500 ms. TPOT averages the
+	// stalls away (~50 ms); Mooncake's TBT is the mean of the longest two, 400 ms.
+	r := Result{ITL: append(gaps(18, 10*time.Millisecond), 500*time.Millisecond, 300*time.Millisecond)}
+	if got := r.TBT(); got != 400*time.Millisecond {
+		t.Errorf("TBT = %v, want 400ms", got)
+	}
+	// Fewer than ten gaps: the longest one.
+	r = Result{ITL: []time.Duration{5 * time.Millisecond, 70 * time.Millisecond, 20 * time.Millisecond}}
+	if got := r.TBT(); got != 70*time.Millisecond {
+		t.Errorf("TBT of 3 gaps = %v, want 70ms", got)
+	}
+	if got := (&Result{}).TBT(); got != 0 {
+		t.Errorf("TBT without gaps = %v", got)
+	}
+	slo, err := ParseSLO("ttft=30000,tbt=100")
+	if err != nil || slo.TBT != 100*time.Millisecond || slo.String() != "ttft=30000,tbt=100" {
+		t.Fatalf("ParseSLO(tbt) = %+v %q, %v", slo, slo.String(), err)
+	}
+	ok := Result{TTFT: time.Second, E2E: 2 * time.Second, OutputTokens: 21, ITL: gaps(20, 50*time.Millisecond)}
+	stalled := ok
+	stalled.ITL = append(gaps(18, 20*time.Millisecond), 400*time.Millisecond, 200*time.Millisecond)
+	if !slo.Met(&ok) || slo.Met(&stalled) {
+		t.Errorf("Met: steady %v (want true), two stalls %v (want false)", slo.Met(&ok), slo.Met(&stalled))
+	}
+}
+
 func gaps(n int, d time.Duration) []time.Duration {
 	g := make([]time.Duration, n)
 	for i := range g {

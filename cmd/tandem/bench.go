@@ -35,13 +35,16 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			return runBenchEngine(ctx, args[1:], getenv, stdout, stderr)
 		case "make-model":
 			return runBenchMakeModel(ctx, args[1:], getenv, stdout, stderr)
+		case "rescore":
+			return runBenchRescore(ctx, args[1:], getenv, stdout, stderr)
 		}
 	}
 	fs := newFlagSet("bench", "bench --url URL [--workload fixed|mixed|shared-prefix|jsonl] [--concurrency N | --rate R[,R...]] "+
 		"[--requests N | --duration D] [flags]\n       tandem bench --url URL --trace FILE [--trace-speedup X] [--trace-token-scale S] "+
 		"[--trace-start I] [--trace-limit N] [flags]\n       tandem bench compare [flags]  (run 'tandem bench compare --help')\n"+
 		"       tandem bench engine --model FILE [--threads 1,2]  (the native engine's llama-bench)\n"+
-		"       tandem bench make-model [--shape S] [--type T] OUT.gguf  (random weights of a real model's shape)", stderr)
+		"       tandem bench make-model [--shape S] [--type T] OUT.gguf  (random weights of a real model's shape)\n"+
+		"       tandem bench rescore --slo S [--time-scale X] RESULTS.json...  (saved runs judged under other objectives)", stderr)
 	var o bench.Options
 	o.RegisterFlags(fs)
 	given, err := parseBench(fs, args, getenv)
