@@ -195,8 +195,8 @@ type Summary struct {
 	// TBT holds each request's Mooncake TBT (SLO.TBT), one value per request
 	// with at least one gap.
 	TBT Dist `json:"tbt"`
-	ITL        Dist               `json:"itl"`
-	E2E        Dist               `json:"e2e"`
+	ITL Dist `json:"itl"`
+	E2E Dist `json:"e2e"`
 	// PrefillPaths counts completed requests by x-tandem-prefill-path ("none" when
 	// the server did not say).
 	PrefillPaths map[string]int `json:"prefill_paths"`
