@@ -28,21 +28,25 @@ import (
 type Config struct {
 	Serve process.Serve
 	// ID names the worker to the router; empty means a generated one.
-	ID             string
-	Mode           string
-	Engine         string
-	Model          string
-	ServedName     string
-	Tokenizer      string
-	ChatTemplate   string
-	ContextLength  int
-	Seed           uint64
-	NumBlocks      int
-	BlockSize      int
-	SimTimeScale   float64
-	SimProfile     string
-	SimLink        string
-	PrefillWorkers services.List
+	ID            string
+	Mode          string
+	Engine        string
+	Model         string
+	ServedName    string
+	Tokenizer     string
+	ChatTemplate  string
+	ContextLength int
+	Seed          uint64
+	NumBlocks     int
+	BlockSize     int
+	SimTimeScale  float64
+	SimProfile    string
+	SimLink       string
+	// SimMaxBatchedTokens and SimMaxSeqs replace the profile's scheduler limits
+	// (vLLM's max_num_batched_tokens, max_num_seqs) when positive.
+	SimMaxBatchedTokens int
+	SimMaxSeqs          int
+	PrefillWorkers      services.List
 
 	// Decode is the decode service's config (decode and aggregated modes); its
 	// WorkerID and Mode are the worker's, set when it starts.
@@ -103,6 +107,9 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	fs.StringVar(&c.SimProfile, "sim-profile", "mocker", "sim engine: the device's timing, one of "+strings.Join(sim.ProfileNames(), ", ")+
 		" (docs/SIM.md gives their sources)")
 	fs.StringVar(&c.SimLink, "sim-link", "rdma", "sim engine: the KV transfer a remote prefill's KV takes to arrive: rdma, tcp or none (docs/SIM.md)")
+	fs.IntVar(&c.SimMaxBatchedTokens, "sim-max-batched-tokens", 0, "sim engine: tokens one step may run, decodes and prefill chunks (vLLM's "+
+		"max_num_batched_tokens; 0: the profile's, 8192); smaller bounds how much a local prefill stretches each step")
+	fs.IntVar(&c.SimMaxSeqs, "sim-max-seqs", 0, "sim engine: sequences one step may run (vLLM's max_num_seqs; 0: the profile's, 256)")
 	c.Decode = decode.DefaultConfig()
 	d := &c.Decode
 	fs.StringVar((*string)(&d.Params.Policy), "policy", string(d.Params.Policy),
@@ -190,6 +197,9 @@ func (c *Config) Validate() error {
 	if c.SimTimeScale < 0 {
 		return errors.New("--sim-time-scale must not be negative")
 	}
+	if c.SimMaxBatchedTokens < 0 || c.SimMaxSeqs < 0 {
+		return fmt.Errorf("--sim-max-batched-tokens %d / --sim-max-seqs %d: must not be negative", c.SimMaxBatchedTokens, c.SimMaxSeqs)
+	}
 	if c.Tokenizer != "" {
 		if _, _, err := loadTokenizer(c.Tokenizer); err != nil {
 			return fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
@@ -239,6 +249,12 @@ func (c *Config) NewEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 			return nil, err
 		}
 		sc.Seed, sc.BlockSize, sc.TimeScale = c.Seed, c.BlockSize, c.SimTimeScale
+		if c.SimMaxBatchedTokens > 0 {
+			sc.Profile.MaxBatchedTokens = c.SimMaxBatchedTokens
+		}
+		if c.SimMaxSeqs > 0 {
+			sc.Profile.MaxNumSeqs = c.SimMaxSeqs
+		}
 		// The pool holds the profile's KV tokens unless --kv-blocks says otherwise.
 		sc.NumBlocks = max(1, sc.Profile.KVTokens/max(1, c.BlockSize))
 		if c.NumBlocks > 0 {
