@@ -61,8 +61,9 @@ func policy(p Params, s situation) choice {
 			return threshold("cold_")
 		}
 		local := s.est.Local + s.est.ITLPenalty
-		detail := fmt.Sprintf("local %.1fms (prefill %.1fms + ITL penalty %.1fms) vs remote %.1fms (queue %.1fms) for %d effective tokens",
-			local*1e3, s.est.Local*1e3, s.est.ITLPenalty*1e3, s.est.Remote*1e3, s.est.RemoteQueue*1e3, eff)
+		detail := fmt.Sprintf("local %.1fms (queue and prefill %.1fms + ITL penalty %.1fms) vs remote %.1fms (queue %.1fms) for %d effective tokens; "+
+			"fits: local %s, remote %s",
+			local*1e3, s.est.Local*1e3, s.est.ITLPenalty*1e3, s.est.Remote*1e3, s.est.RemoteQueue*1e3, eff, s.est.LocalLine, s.est.RemoteLine)
 		if local <= s.est.Remote {
 			return choice{reason: "cost_local_cheaper", detail: detail}
 		}

@@ -83,7 +83,7 @@ func TestEstimatorWarmsWithoutBytes(t *testing.T) {
 	var e Estimator
 	for range warm {
 		e.ObserveLocal(100, 100*time.Millisecond)
-		e.ObserveRemote(100, 50*time.Millisecond, 0, 0, 60*time.Millisecond)
+		e.ObserveRemote(100, 50*time.Millisecond, 0, 0, 0, 60*time.Millisecond)
 	}
 	if !e.Estimate(100, 0, 0, 0, 0, 0).Warm {
 		t.Error("not warm for a handoff of no bytes")

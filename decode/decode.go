@@ -86,6 +86,8 @@ func New(cfg Config, eng engine.Engine, prefill Prefillers, log *slog.Logger, re
 		return nil, err
 	}
 	s := &Service{cfg: cfg, eng: eng, prefill: prefill, log: log, metrics: newMetrics(reg)}
+	s.estimator.chunk = eng.Info().MaxBatchedTokens
+	registerEstimateGauges(reg, &s.estimator)
 	s.pending.gauge = s.metrics.pendingTokens
 	s.params.Store(&cfg.Params)
 	return s, nil
@@ -241,7 +243,7 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			computed := len(req.Prompt) - (ho.Skipped+ho.PrefillCached)*s.eng.Info().Layout.BlockSize
 			// The prefill worker reports its own prefill time; it cannot exceed what
 			// this worker measured, and one bogus figure must not skew the policy.
-			s.estimator.ObserveRemote(computed, min(ho.Prefill, ho.Total), ho.Bytes, ho.Transfer, ho.Total)
+			s.estimator.ObserveRemote(computed, min(ho.Prefill, ho.Total), min(ho.Queue, ho.Total), ho.Bytes, ho.Transfer, ho.Total)
 			s.metrics.handoffBytes.Observe(float64(ho.Bytes))
 			s.metrics.handoffSeconds.Observe(ho.Transfer.Seconds())
 			s.metrics.queueWait.Observe(ho.Queue.Seconds())

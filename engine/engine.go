@@ -51,7 +51,11 @@ type Info struct {
 	VocabSize     int
 	ContextLength int
 	TotalBlocks   int
-	Layout        Layout
+	// MaxBatchedTokens is the most tokens one engine step computes (vLLM's
+	// max_num_batched_tokens): a longer prompt is prefilled in chunks of at most
+	// this, one step each. 0: unknown.
+	MaxBatchedTokens int
+	Layout           Layout
 }
 
 // Layout is the shape of one KV block as exported.
@@ -147,6 +151,15 @@ type Stream interface {
 	Usage() Usage
 	// Close ends the sequence and frees its blocks at once. Safe to call twice.
 	Close()
+}
+
+// PrefillTimed is implemented by a Stream whose engine knows when the prompt's
+// first chunk began computing: the decode worker learns how long a local prefill
+// takes from it and the first token, without the time the prompt queued.
+type PrefillTimed interface {
+	// PrefillStarted is when the first chunk's step began; zero until then, and
+	// for a sequence whose KV was imported.
+	PrefillStarted() time.Time
 }
 
 // Export is a prefilled prompt whose KV can be read out block by block.

@@ -97,11 +97,12 @@ func New(cfg Config) (*Engine, error) {
 		done:  make(chan struct{}),
 	}
 	e.info = engine.Info{
-		Engine:        "native",
-		Model:         mc.Name,
-		VocabSize:     mc.VocabSize,
-		ContextLength: mc.ContextLength,
-		TotalBlocks:   c.NumBlocks,
+		Engine:           "native",
+		Model:            mc.Name,
+		VocabSize:        mc.VocabSize,
+		ContextLength:    mc.ContextLength,
+		TotalBlocks:      c.NumBlocks,
+		MaxBatchedTokens: c.MaxBatchTokens,
 		Layout: engine.Layout{
 			Layers:      mc.Layers,
 			KVHeads:     mc.KVHeads,

@@ -235,6 +235,7 @@ func (sc *sched) step() bool {
 		s.state = stateRunning
 		if s.startedAt.IsZero() {
 			s.startedAt = time.Now()
+			s.out.setStarted(s.startedAt)
 		}
 		sc.running = insertByArrival(sc.running, s)
 		sc.plan(s, n)

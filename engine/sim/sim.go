@@ -122,7 +122,7 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Info() engine.Info {
 	return engine.Info{
 		Engine: "sim", Model: "sim", VocabSize: e.cfg.VocabSize + 1, ContextLength: e.cfg.ContextLength,
-		TotalBlocks: e.cfg.NumBlocks, Layout: e.layout,
+		TotalBlocks: e.cfg.NumBlocks, MaxBatchedTokens: e.cfg.Profile.MaxBatchedTokens, Layout: e.layout,
 	}
 }
 
