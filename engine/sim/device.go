@@ -53,12 +53,15 @@ type device struct {
 	e *Engine
 	p *Profile
 
-	mu      sync.Mutex
-	waiting []*seq // prefills not finished, in arrival order
-	running []*seq // decoding
-	loop    bool   // a goroutine is running steps
-	closed  bool
-	now     float64 // modelled device time, ms
+	mu sync.Mutex
+	// admitting waits for KV blocks, in arrival order (admit.go); waiting holds
+	// the admitted prefills not finished, in arrival order.
+	admitting []*admission
+	waiting   []*seq
+	running   []*seq // decoding
+	loop      bool   // a goroutine is running steps
+	closed    bool
+	now       float64 // modelled device time, ms
 	// paced holds a sequence back until its reader took its last token, so that an
 	// engine with no time to model goes no faster than its readers.
 	paced bool
@@ -108,6 +111,11 @@ func (d *device) enqueue(ctx context.Context, s *seq) {
 		s.end(engine.FinishCancelled, engine.ErrClosed)
 		return
 	}
+	if s.blocks == nil {
+		d.admitting = append(d.admitting, &admission{s: s})
+		d.grantLocked()
+		return
+	}
 	if s.decoding {
 		d.running = append(d.running, s)
 	} else {
@@ -116,10 +124,12 @@ func (d *device) enqueue(ctx context.Context, s *seq) {
 	d.startLocked()
 }
 
-// cancel ends s early with err.
+// cancel ends s early with err. One waiting for blocks leaves the queue, which
+// may let the requests behind it in.
 func (d *device) cancel(s *seq, err error) {
 	d.mu.Lock()
 	s.end(engine.FinishCancelled, err)
+	d.grantLocked()
 	d.mu.Unlock()
 	d.kick()
 }
@@ -128,6 +138,12 @@ func (d *device) cancel(s *seq, err error) {
 func (d *device) closeAll() {
 	d.mu.Lock()
 	d.closed = true
+	for _, a := range d.admitting {
+		if a.s != nil {
+			a.s.end(engine.FinishCancelled, engine.ErrClosed)
+		}
+	}
+	d.admitting = nil // an import waiting sees the engine close and leaves
 	for _, s := range d.waiting {
 		s.end(engine.FinishCancelled, engine.ErrClosed)
 	}
@@ -158,7 +174,8 @@ func (d *device) load() (running, waiting, tokens int) {
 		}
 		tokens += s.prefillLeft
 	}
-	return running, waiting, tokens
+	w, t := d.admittingLoad()
+	return running, waiting + w, tokens + t
 }
 
 // plan chooses the next step as vLLM's scheduler does: every running sequence

@@ -299,8 +299,14 @@ func TestLoopSleepsModelledTime(t *testing.T) {
 		}
 		r.exp.Release()
 	}
+	// OnStep runs after the step is applied, so a prefill may return before it.
 	mu.Lock()
 	defer mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); len(steps) == 0 && time.Now().Before(deadline); {
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+	}
 	if len(steps) != 1 || steps[0].Prefill != 2000 || steps[0].Prefills != 2 {
 		t.Errorf("steps %+v, want one of both prompts", steps)
 	}

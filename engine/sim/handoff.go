@@ -29,13 +29,13 @@ func (e *Engine) blockBytes(dst []byte, prompt []uint32, i int) []byte {
 }
 
 // Prefill queues the prompt on this device, under the same token budget as every
-// other prefill here, and returns once its last chunk has run.
+// other prefill here (waiting for its blocks first if the pool is short, as
+// Generate does), and returns once its last chunk has run.
 func (e *Engine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
-	sb, err := e.admit(req, 0, -1)
-	if err != nil {
+	if err := e.check(req, 0); err != nil {
 		return nil, err
 	}
-	s := e.newSeq(req, sb, kindPrefill)
+	s := e.newSeq(req, nil, kindPrefill)
 	e.dev.enqueue(ctx, s)
 	for {
 		e.dev.mu.Lock()
@@ -53,7 +53,7 @@ func (e *Engine) Prefill(ctx context.Context, req engine.Request) (engine.Export
 			e.dev.cancel(s, ctx.Err())
 		}
 	}
-	return &export{e: e, prompt: req.Prompt, blocks: sb, first: e.token(s.hash, req.Sampling, 0),
+	return &export{e: e, prompt: req.Prompt, blocks: s.blocks, first: e.token(s.hash, req.Sampling, 0),
 		queue: s.started.Sub(s.enqueued), took: s.ended.Sub(s.started)}, nil
 }
 
@@ -74,7 +74,7 @@ func (x *export) NumBlocks() int                       { return x.e.blocksFor(le
 func (x *export) CachedBlocks() int                    { return 0 }
 func (x *export) QueueTime() time.Duration             { return x.queue }
 func (x *export) PrefillTime() time.Duration           { return x.took }
-func (x *export) Release()                             { x.once.Do(func() { x.e.pool.Release(x.blocks.ids) }) }
+func (x *export) Release()                             { x.once.Do(func() { x.e.release(x.blocks.ids) }) }
 func (x *export) AppendBlock(dst []byte, i int) ([]byte, error) {
 	if i < 0 || i >= x.NumBlocks() {
 		return dst, fmt.Errorf("sim: block %d out of range [0,%d)", i, x.NumBlocks())
@@ -93,8 +93,15 @@ func (e *Engine) Import(ctx context.Context, req engine.Request, spec engine.Imp
 	if want := e.blocksFor(len(req.Prompt)); spec.NumBlocks != want || spec.SkipBlocks < 0 || spec.SkipBlocks >= want {
 		return nil, fmt.Errorf("%w: %d blocks skipping %d for a %d-token prompt", engine.ErrBadBlock, spec.NumBlocks, spec.SkipBlocks, len(req.Prompt))
 	}
-	sb, err := e.admit(req, e.outputBudget(req), spec.SkipBlocks)
+	if err := e.check(req, e.outputBudget(req)); err != nil {
+		return nil, err
+	}
+	sb, err := e.pin(req, spec.SkipBlocks)
 	if err != nil {
+		return nil, err
+	}
+	if err := e.reserve(ctx, req, sb, e.outputBudget(req), spec.BlockWait); err != nil {
+		e.release(sb.ids) // cached blocks unpinned may be evicted for those waiting
 		return nil, err
 	}
 	moved := len(req.Prompt) - spec.SkipBlocks*e.cfg.BlockSize
@@ -168,4 +175,4 @@ func (m *importer) Commit(ctx context.Context) (engine.Stream, error) {
 	return s, nil
 }
 
-func (m *importer) Abort() { m.once.Do(func() { m.e.pool.Release(m.blocks.ids) }) }
+func (m *importer) Abort() { m.once.Do(func() { m.e.release(m.blocks.ids) }) }

@@ -23,8 +23,8 @@ type seq struct {
 	kind   seqKind
 	req    engine.Request
 	hash   uint64
-	blocks *seqBlocks
-	max    int // tokens it may produce
+	blocks *seqBlocks // nil while it waits in the admission queue
+	max    int        // tokens it may produce
 	stop   func() bool
 
 	// prefillLeft prompt tokens are still to compute, the first prefillDone of
@@ -42,13 +42,28 @@ type seq struct {
 	enqueued, started, ended time.Time
 }
 
+// newSeq is a sequence holding sb, or (sb nil) one still to be given its blocks,
+// whose prompt left to compute is then what the prefix cache would spare it now.
 func (e *Engine) newSeq(req engine.Request, sb *seqBlocks, kind seqKind) *seq {
 	s := &seq{e: e, kind: kind, req: req, hash: promptHash(req.Prompt), blocks: sb, max: e.outputBudget(req),
 		wake: make(chan struct{}, 1)}
-	if kind != kindImported {
+	switch {
+	case kind == kindImported:
+	case sb == nil:
+		s.prefillLeft = len(req.Prompt) - e.CachedPrefix(req.Prompt)
+	default:
 		s.prefillLeft = len(req.Prompt) - sb.cached*e.cfg.BlockSize
 	}
 	return s
+}
+
+// maxTokens is the output it reserves blocks for: none for a prefill done for
+// another worker, which ends with its first token.
+func (s *seq) maxTokens() int {
+	if s.kind == kindPrefill {
+		return 0
+	}
+	return s.max
 }
 
 func (s *seq) signal() {
@@ -87,9 +102,10 @@ func (s *seq) end(f engine.FinishReason, err error) {
 		s.stop()
 	}
 	s.ended = s.e.cfg.Clock.Now()
-	if !s.released && (s.kind != kindPrefill || err != nil) {
+	if s.blocks != nil && !s.released && (s.kind != kindPrefill || err != nil) {
 		s.released = true
 		s.e.pool.Release(s.blocks.ids)
+		s.e.dev.grantLocked() // the blocks may let the requests waiting for some in
 	}
 	s.signal()
 }
@@ -152,8 +168,11 @@ func (s *seq) Usage() engine.Usage {
 	s.e.dev.mu.Lock()
 	defer s.e.dev.mu.Unlock()
 	// Completion tokens are those handed to the reader, as a stream counts them.
-	return engine.Usage{PromptTokens: len(s.req.Prompt), CachedTokens: s.blocks.cached * s.e.cfg.BlockSize,
-		CompletionTokens: s.delivered()}
+	u := engine.Usage{PromptTokens: len(s.req.Prompt), CompletionTokens: s.delivered()}
+	if s.blocks != nil { // else it ended before it was admitted
+		u.CachedTokens = s.blocks.cached * s.e.cfg.BlockSize
+	}
+	return u
 }
 
 // delivered counts the tokens the reader has taken.

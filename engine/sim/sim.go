@@ -180,18 +180,32 @@ type seqBlocks struct {
 	cached int      // leading blocks reused from the prefix cache
 }
 
-// admit pins the cached prefix (at most skip blocks if skip >= 0) and allocates the
-// rest of the blocks for a sequence of up to prompt + maxTokens tokens.
-func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlocks, error) {
+// check refuses what no wait would make servable.
+func (e *Engine) check(req engine.Request, maxTokens int) error {
 	if len(req.Prompt) == 0 {
-		return nil, fmt.Errorf("sim: empty prompt")
+		return fmt.Errorf("sim: empty prompt")
 	}
 	if len(req.Prompt) >= e.cfg.ContextLength {
-		return nil, engine.ErrPromptTooLong
+		return engine.ErrPromptTooLong
 	}
 	if e.closing.Err() != nil {
-		return nil, engine.ErrClosed
+		return engine.ErrClosed
 	}
+	if n := e.seqBlocksFor(len(req.Prompt), maxTokens); n > e.cfg.NumBlocks {
+		return fmt.Errorf("%w: %d tokens need %d blocks, the whole pool is %d", engine.ErrNoBlocks,
+			min(len(req.Prompt)+maxTokens, e.cfg.ContextLength), n, e.cfg.NumBlocks)
+	}
+	return nil
+}
+
+// seqBlocksFor is what a sequence of up to prompt + maxTokens tokens holds.
+func (e *Engine) seqBlocksFor(prompt, maxTokens int) int {
+	return e.blocksFor(min(prompt+maxTokens, e.cfg.ContextLength))
+}
+
+// pin takes the cached prefix (at most wantCached blocks if wantCached >= 0) for
+// a sequence, so that eviction cannot take it.
+func (e *Engine) pin(req engine.Request, wantCached int) (*seqBlocks, error) {
 	sb := &seqBlocks{hashes: blockhash.Hash(req.Prompt, e.cfg.BlockSize)}
 	reusable := e.cacheable(req.Prompt, len(sb.hashes)) / e.cfg.BlockSize
 	if wantCached >= 0 {
@@ -203,18 +217,38 @@ func (e *Engine) admit(req engine.Request, maxTokens, wantCached int) (*seqBlock
 		e.pool.Release(sb.ids)
 		return nil, fmt.Errorf("%w: only %d of the %d blocks to skip are cached here", engine.ErrBadBlock, sb.cached, wantCached)
 	}
-	n := e.blocksFor(min(len(req.Prompt)+maxTokens, e.cfg.ContextLength)) - sb.cached
-	ids, ok := e.pool.Allocate(sb.ids, n)
+	return sb, nil
+}
+
+// fill allocates the rest of a pinned sequence's blocks, all or none, and counts
+// its prompt in the prefix cache's queries and hits once it has them.
+func (e *Engine) fill(req engine.Request, sb *seqBlocks, maxTokens int) bool {
+	ids, ok := e.pool.Allocate(sb.ids, e.seqBlocksFor(len(req.Prompt), maxTokens)-sb.cached)
 	if !ok {
-		e.pool.Release(sb.ids)
-		return nil, engine.ErrNoBlocks
+		return false
 	}
 	sb.ids = ids
 	// Queries before hits, and Stats loads hits first: a scrape between the two
 	// never reads a hit rate above 1.
 	e.prefixQueries.Add(uint64(len(req.Prompt)))
 	e.prefixHits.Add(uint64(sb.cached * e.cfg.BlockSize))
-	return sb, nil
+	return true
+}
+
+// allocate pins the cached prefix and allocates the rest of a local prompt's
+// blocks now, or returns false holding nothing. The prefix is matched when the
+// blocks are granted, as vLLM's scheduler matches it when it schedules a request,
+// so a request waiting for blocks pins nothing while it waits.
+func (e *Engine) allocate(req engine.Request, maxTokens int) (*seqBlocks, bool) {
+	sb, err := e.pin(req, -1)
+	if err != nil { // unreachable with no skip asked for
+		return nil, false
+	}
+	if !e.fill(req, sb, maxTokens) {
+		e.pool.Release(sb.ids)
+		return nil, false
+	}
+	return sb, true
 }
 
 // storePrompt enters the prompt's computed full blocks into the prefix cache.
@@ -261,13 +295,15 @@ func promptHash(prompt []uint32) uint64 {
 }
 
 // Generate queues the prompt's uncached tokens for prefill on this device; the
-// sequence decodes once its last chunk has run.
+// sequence decodes once its last chunk has run. A prompt that cannot have its
+// blocks yet waits for them in arrival order (the device's admission queue) and
+// the stream's first Next blocks meanwhile, as vLLM keeps a request it cannot
+// schedule waiting; only one that could never fit the pool is refused.
 func (e *Engine) Generate(ctx context.Context, req engine.Request) (engine.Stream, error) {
-	sb, err := e.admit(req, e.outputBudget(req), -1)
-	if err != nil {
+	if err := e.check(req, e.outputBudget(req)); err != nil {
 		return nil, err
 	}
-	s := e.newSeq(req, sb, kindGenerate)
+	s := e.newSeq(req, nil, kindGenerate)
 	e.dev.enqueue(ctx, s)
 	return s, nil
 }
