@@ -10,6 +10,7 @@ type metrics struct {
 	routed       *prometheus.CounterVec
 	otherWeights *prometheus.CounterVec
 	gate         *prometheus.CounterVec
+	path         [2]prometheus.Counter // by load order, by the full pass
 	resyncs      *prometheus.CounterVec
 	busyFallback prometheus.Counter
 	adaptMoves   prometheus.Counter
@@ -62,6 +63,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-6, math.Sqrt2, 36),
 		}),
 	}
+	paths := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_router_decision_path_total",
+		Help: "Decisions by how they were made: load_order (the prompt's holders and the least loaded others) or full_pass (every worker: temperature above 0, an explanation, workers of several models).",
+	}, []string{"path"})
+	m.path = [2]prometheus.Counter{paths.WithLabelValues("load_order"), paths.WithLabelValues("full_pass")}
+	reg.MustRegister(paths)
 	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.adaptMoves, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)
 	return m
 }

@@ -108,12 +108,16 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		for _, st := range r.order {
 			st.waitingBlocks = float64(st.waiting) / float64(bs)
 		}
+		r.reindexAll()
 	}
+	excluded := r.excluded[:0]
 	for _, id := range m.GetExcludeWorkerIds() {
-		if st := r.workers[id]; st != nil {
+		if st := r.workers[id]; st != nil && st.excluded != r.requests {
 			st.excluded = r.requests
+			excluded = append(excluded, st)
 		}
 	}
+	r.excluded = excluded
 	cached, best := r.match(m.GetBlockHashes())
 	effective := max(0, int(m.GetPromptTokens())-best*bs)
 	gateClass, want := classAll, kindDecodes
@@ -124,6 +128,62 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		}
 	}
 
+	fp := m.GetModelFingerprint()
+	model := r.fingerprints[fp] // 0, no worker's, when none has reported fp
+	var (
+		ch         choice
+		prefillers []candidate
+		pass       passResult // what an explanation needs, from the full pass only
+		err        error
+	)
+	if r.byLoad(p, m.GetExplain(), fp, model) {
+		var ok bool
+		r.metrics.path[0].Inc()
+		if ch, prefillers, ok = r.decideByLoad(p, cached, excluded, gateClass, want, promptBlocks, bs, effective); !ok {
+			err = connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
+		}
+	} else {
+		r.metrics.path[1].Inc()
+		ch, prefillers, pass, err = r.decideByPass(p, cached, gateClass, want, fp, model, promptBlocks, bs, effective)
+	}
+	if err != nil {
+		return nil, err
+	}
+	win := &ch.win
+	resp := &routerv1.RouteResponse{
+		DecodeWorker:       workerProto(win.st.w),
+		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks, bs),
+		DecodeCachedBlocks: uint32(win.cached),
+		Reason:             r.reasonFor(win, promptBlocks, ch.scored, classNames[ch.class], effective),
+	}
+	if m.GetExplain() {
+		// Before the winner's pending blocks grow: the terms shown are those it won with.
+		resp.Explanation = r.explain(p, effective, gateClass, ch.class, pass.need, pass.decoders, pass.chosen, promptBlocks, bs)
+	}
+	win.st.pendingBlocks += promptBlocks - int(win.cached)
+	r.reindex(win.st)
+	if win.st.routed == nil {
+		win.st.routed = r.metrics.routed.WithLabelValues(win.st.w.ID)
+	}
+	win.st.routed.Inc()
+	win.st.routedTotal++
+	r.gateCounter(ch.class).Inc()
+	r.metrics.cachedBlocks.Observe(float64(win.cached))
+	r.metrics.latency.Observe(time.Since(start).Seconds())
+	return connect.NewResponse(resp), nil
+}
+
+// passResult is what the full pass leaves for an explanation.
+type passResult struct {
+	need     candFlags
+	decoders []candidate
+	chosen   int
+}
+
+// decideByPass scores every worker in one pass: the decision at any temperature,
+// for an explanation, and among workers of several models.
+func (r *Router) decideByPass(p Params, cached []int32, gateClass int, want workerKind, fp string, model uint32,
+	promptBlocks, bs, effective int) (choice, []candidate, passResult, error) {
 	// One pass over the workers scores every decode candidate; what is decided
 	// from all of them at once is settled from the tally afterwards.
 	decoders, prefillers := r.decoders[:0], r.prefills[:0]
@@ -131,8 +191,7 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	inf := math.Inf(1)
 	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf}
 	nIn, nFits, nBoth := 0, 0, 0
-	fp, otherWeights := m.GetModelFingerprint(), 0
-	model := r.fingerprints[fp] // 0, no worker's, when none has reported fp
+	otherWeights := 0
 	for _, st := range r.order {
 		// A worker waiting for a resync is still a healthy member: it is routable,
 		// with no cache credited until its snapshot arrives.
@@ -177,10 +236,10 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	t.n = [4]int{len(decoders) - nIn - nFits + nBoth, nIn - nBoth, nFits - nBoth, nBoth}
 	if len(decoders) == 0 {
 		if otherWeights > 0 {
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+			return choice{}, nil, passResult{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf(
 				"no decode worker serves model fingerprint %s (%d workers serve other weights)", fp, otherWeights))
 		}
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
+		return choice{}, nil, passResult{}, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
 	}
 
 	class, need := gateClass, candFlags(0)
@@ -200,29 +259,10 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	scored, lo := t.among(need)
 	chosen := r.pick(p, decoders, need, lo)
 	if chosen < 0 {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker could be scored"))
+		return choice{}, nil, passResult{}, connect.NewError(connect.CodeUnavailable, errors.New("no decode worker could be scored"))
 	}
-	win := &decoders[chosen]
-	resp := &routerv1.RouteResponse{
-		DecodeWorker:       workerProto(win.st.w),
-		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks, bs),
-		DecodeCachedBlocks: uint32(win.cached),
-		Reason:             r.reasonFor(win, promptBlocks, scored, classNames[class], effective),
-	}
-	if m.GetExplain() {
-		// Before the winner's pending blocks grow: the terms shown are those it won with.
-		resp.Explanation = r.explain(p, effective, gateClass, class, need, decoders, chosen, promptBlocks, bs)
-	}
-	win.st.pendingBlocks += promptBlocks - int(win.cached)
-	if win.st.routed == nil {
-		win.st.routed = r.metrics.routed.WithLabelValues(win.st.w.ID)
-	}
-	win.st.routed.Inc()
-	win.st.routedTotal++
-	r.gateCounter(class).Inc()
-	r.metrics.cachedBlocks.Observe(float64(win.cached))
-	r.metrics.latency.Observe(time.Since(start).Seconds())
-	return connect.NewResponse(resp), nil
+	return choice{win: decoders[chosen], scored: scored, class: class}, prefillers,
+		passResult{need: need, decoders: decoders, chosen: chosen}, nil
 }
 
 // match returns the leading prompt blocks each index slot holds, and the most that
@@ -363,101 +403,8 @@ func (r *Router) pick(p Params, cs []candidate, need candFlags, lo float64) int 
 	return last
 }
 
-// MaxRankedPrefill is how many prefill workers a route reply names, best first:
-// the one to use, one to retry on, and a few more among which the decode worker
-// may prefer one it has sent less to since the router last heard
-// (decode's re-ranking by its pending prefills). Ranking the whole pool built a
-// message per prefill worker per request: with 100 prefill workers, a third of
-// the decision's time and most of its garbage.
-const MaxRankedPrefill = 8
-
 // maxBlockSize bounds a request's block size: engines use 16 to 256 tokens.
 const maxBlockSize = 1 << 12
-
-// ranked is a prefill candidate's cost and its index among the candidates.
-type ranked struct {
-	cost float64
-	i    int
-}
-
-// rankPrefill orders prefill workers by what they would add, uncached blocks to
-// compute and blocks already queued, and returns the first MaxRankedPrefill. It
-// orders only those: the cheapest few are kept in a short sorted buffer as the
-// costs are worked out, and the workers that tie with the last one kept are then
-// drawn from fairly (shuffleTies), as if the whole pool had been sorted.
-func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize int) []*routerv1.RankedWorker {
-	bs := float64(blockSize)
-	cost := func(c candidate) float64 {
-		return p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(c.st.waitingBlocks+float64(c.st.pendingBlocks))
-	}
-	// The candidates come in id order, and a cost enters the buffer only below
-	// the last kept: equal costs stay in id order, as a stable sort leaves them.
-	rs := r.ranked[:0]
-	for i, c := range ps {
-		x := cost(c)
-		if len(rs) == MaxRankedPrefill && x >= rs[len(rs)-1].cost {
-			continue
-		}
-		if len(rs) < MaxRankedPrefill {
-			rs = append(rs, ranked{})
-		}
-		k := len(rs) - 1
-		for ; k > 0 && rs[k-1].cost > x; k-- {
-			rs[k] = rs[k-1]
-		}
-		rs[k] = ranked{cost: x, i: i}
-	}
-	if n := len(rs); n == MaxRankedPrefill && n < len(ps) {
-		// The group tying with the last kept may run on among those not kept: it
-		// is gathered whole, in id order, and shuffled with the rest.
-		last, g := rs[n-1].cost, n-1
-		for g > 0 && rs[g-1].cost == last {
-			g--
-		}
-		rs = rs[:g]
-		for i, c := range ps {
-			if x := cost(c); x == last {
-				rs = append(rs, ranked{cost: x, i: i})
-			}
-		}
-	}
-	r.ranked = rs
-	r.shuffleTies(rs, MaxRankedPrefill)
-	n := min(len(rs), MaxRankedPrefill)
-	out := make([]*routerv1.RankedWorker, n)
-	// One allocation for all the messages, one for all their workers: fewer
-	// objects, less of the GC in the decisions' tail.
-	msgs, workers := make([]routerv1.RankedWorker, n), make([]routerv1.Worker, n)
-	for k := range n {
-		c := ps[rs[k].i]
-		setWorkerProto(&workers[k], c.st.w)
-		msgs[k] = routerv1.RankedWorker{
-			Worker: &workers[k], CachedBlocks: uint32(c.cached), QueuedTokens: c.st.waiting,
-			Cost: rs[k].cost, QueueCostPerToken: p.QueueWeight / bs,
-		}
-		out[k] = &msgs[k]
-	}
-	return out
-}
-
-// shuffleTies puts workers of equal cost in random order, for the groups of ties
-// that begin within the first keep. Ordered by id, the first of several idle
-// prefill workers would get every remote prefill until its next load report
-// showed a queue, while the others sat idle. A group that runs past keep is
-// shuffled whole, so that those kept are a fair draw from it.
-func (r *Router) shuffleTies(ws []ranked, keep int) {
-	for i := 0; i < len(ws) && i < keep; {
-		j := i + 1
-		for j < len(ws) && ws[j].cost == ws[i].cost {
-			j++
-		}
-		for k := j - 1; k > i; k-- {
-			m := i + r.rng.IntN(k-i+1)
-			ws[k], ws[m] = ws[m], ws[k]
-		}
-		i = j
-	}
-}
 
 // reasonFor is the decision in a line. It is built by hand: fmt.Sprintf was a
 // measurable part of every decision.

@@ -85,6 +85,7 @@ func BenchmarkRoute(b *testing.B) {
 					r.mu.Lock()
 					for _, st := range r.workers {
 						st.pendingBlocks = 0 // as load reports would
+						r.reindex(st)
 					}
 					r.mu.Unlock()
 				}

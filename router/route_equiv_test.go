@@ -127,8 +127,8 @@ func TestRouteEqualsReference(t *testing.T) {
 	}
 }
 
-// gatherText renders every metric but the decision latency, without creation
-// times: those are timing.
+// gatherText renders every metric but the decision latency and path, without
+// creation times: those are timing, and how the decision was made.
 func gatherText(t *testing.T, reg *prometheus.Registry) string {
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -136,7 +136,7 @@ func gatherText(t *testing.T, reg *prometheus.Registry) string {
 	}
 	var out strings.Builder
 	for _, mf := range mfs {
-		if mf.GetName() == "tandem_router_route_seconds" {
+		if mf.GetName() == "tandem_router_route_seconds" || mf.GetName() == "tandem_router_decision_path_total" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -94,6 +94,12 @@ type state struct {
 	routedTotal uint64             // requests routed here, for the fleet view
 	// policy is a decode worker's prefill policy as its stream last said.
 	policy *workerv1.PrefillPolicy
+	// pos is its index in Router.order, which ties are drawn in.
+	pos int
+	// listed are the kinds by which it is in the load lists, with the keys it is
+	// there under (order.go).
+	listed            workerKind
+	loadKey, slackKey float64
 }
 
 type workerKind uint8
@@ -154,6 +160,15 @@ type Router struct {
 	ranked   []ranked
 	weights  []float64
 	reason   []byte
+	excluded []*state
+	ties     []candidate
+	// lists keeps the workers ordered by load, for the decision by load order.
+	lists loadOrder
+	// modelCount counts the workers in order by model number.
+	modelCount map[uint32]int
+	// fullPass makes every decision by the pass over every worker: for the tests
+	// that check the decision by load order against it.
+	fullPass bool
 	// fingerprints numbers the model fingerprints workers have reported, from 1.
 	fingerprints map[string]uint32
 	// fleetChanged is closed at the next change of the fleet view (fleet.go).
@@ -179,6 +194,7 @@ func New(cfg Config, rng *rand.Rand, reg prometheus.Registerer) (*Router, error)
 		cfg: cfg, metrics: newMetrics(reg), params: cfg.Params, rng: rng,
 		ix: NewIndex(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
 		stopping: make(chan struct{}), blockSize: cfg.BlockSize, fingerprints: map[string]uint32{},
+		modelCount: map[uint32]int{},
 	}
 	r.metrics.threshold.Set(float64(r.threshold))
 	return r, nil
@@ -198,8 +214,12 @@ func (r *Router) SetParams(p Params) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	old := r.params
 	r.params, r.threshold, r.evidence = p, p.ISLThreshold, 0
 	r.metrics.threshold.Set(float64(r.threshold))
+	if p.QueueWeight != old.QueueWeight {
+		r.reindexAll() // the keys include the queue term
+	}
 	r.fleetChange()
 	return nil
 }
@@ -239,10 +259,18 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		r.byRef[st.ref] = st
 		i, _ := slices.BinarySearchFunc(r.order, w.ID, func(s *state, id string) int { return strings.Compare(s.w.ID, id) })
 		r.order = slices.Insert(r.order, i, st)
+		r.renumber(i)
 		r.fleetChange()
 	}
 	defer r.noteFleet(st, msg, st.w, st.load)
+	// Deferred after noteFleet, so run before it: every return below leaves the
+	// lists in step with the worker's state.
+	defer r.reindex(st)
+	if st.model != 0 {
+		r.modelCount[st.model]--
+	}
 	st.w, st.kind, st.model = w, kindOf(w), r.modelID(w.Fingerprint)
+	r.modelCount[st.model]++
 	if msg.GetDraining() {
 		// A draining worker keeps its index entries (it may be undrained) but is
 		// no candidate for anything, as if discovery had dropped it.
@@ -298,11 +326,22 @@ func (r *Router) Leave(w Worker) {
 	defer r.mu.Unlock()
 	if st := r.workers[w.ID]; st != nil {
 		r.ix.Remove(st.ref)
+		r.unlist(st)
 		r.byRef[st.ref] = nil
+		r.modelCount[st.model]--
 		delete(r.workers, w.ID)
-		r.order = slices.DeleteFunc(r.order, func(s *state) bool { return s == st })
+		i := slices.Index(r.order, st)
+		r.order = slices.Delete(r.order, i, i+1)
+		r.renumber(i)
 		r.metrics.indexBlocks.Set(float64(r.ix.Blocks()))
 		r.fleetChange()
+	}
+}
+
+// renumber sets pos for the workers of order from i on.
+func (r *Router) renumber(i int) {
+	for ; i < len(r.order); i++ {
+		r.order[i].pos = i
 	}
 }
 
