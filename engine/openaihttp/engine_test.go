@@ -217,6 +217,84 @@ func TestCancelReachesEngine(t *testing.T) {
 	}
 }
 
+// Close may run on another goroutine while Next is reading, and Next may be
+// given a new context at any token (which rebinds the stream's cancellation):
+// run under -race, the two must not race, and the reader ends with the
+// cancellation, not a hang.
+func TestNextAndCloseConcurrently(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, TokenDelay: time.Millisecond}).Start(t)
+	e := connect(t, f, openaihttp.TokenIDs)
+	ctxs := [2]context.Context{t.Context(), context.WithValue(t.Context(), struct{}{}, 1)}
+	for i := range 20 { // fewer than the fake's 64 cancellation slots
+		s, err := e.Generate(t.Context(), engine.Request{ID: "req-race", Prompt: []uint32{1}, MaxTokens: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, ended := make(chan struct{}), make(chan error, 1)
+		go func() {
+			for n := 0; ; n++ {
+				if _, err := s.Next(ctxs[n%2]); err != nil {
+					ended <- err
+					return
+				}
+				if n == i%3 {
+					close(first)
+				}
+			}
+		}()
+		select {
+		case <-first:
+		case err := <-ended:
+			t.Fatalf("stream %d ended before Close: %v", i, err)
+		}
+		s.Close()
+		select {
+		case err := <-ended:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("stream %d: Next after Close: %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stream %d: Next still running 10s after Close", i)
+		}
+	}
+}
+
+// Next binds the context it is given; a later Next with another context
+// replaces that binding, so ending the first context no longer aborts the
+// stream, and ending the second does.
+func TestNextRebindsContext(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, TokenDelay: 5 * time.Millisecond}).Start(t)
+	e := connect(t, f, openaihttp.TokenIDs)
+	s, err := e.Generate(t.Context(), engine.Request{ID: "req-rebind", Prompt: []uint32{1}, MaxTokens: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx1, cancel1 := context.WithCancel(t.Context())
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	defer cancel2()
+	for _, ctx := range []context.Context{ctx1, ctx1, ctx2} {
+		if _, err := s.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel1()
+	for range 3 {
+		if _, err := s.Next(ctx2); err != nil {
+			t.Fatalf("Next after the replaced context ended: %v", err)
+		}
+	}
+	cancel2()
+	for {
+		if _, err := s.Next(ctx2); err != nil {
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Next after its context ended: %v", err)
+			}
+			break
+		}
+	}
+}
+
 // Load comes from each engine's own metric names.
 func TestLoad(t *testing.T) {
 	for _, k := range []fakeengine.Kind{fakeengine.VLLM, fakeengine.TRTLLM, fakeengine.SGLang} {

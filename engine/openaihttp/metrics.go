@@ -1,17 +1,20 @@
 package openaihttp
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/tandem-serve/tandem/engine"
 )
@@ -39,90 +42,72 @@ type Sample struct {
 	Value  float64
 }
 
-// ParseMetrics reads the Prometheus text format: comments skipped, one sample a
-// line, labels with escaped quoted values. A malformed line is an error naming it.
+// ParseMetrics reads the Prometheus text exposition format (version 0.0.4, what
+// vLLM, SGLang and TRT-LLM serve) into one Sample per series, sorted by name. A
+// histogram or summary comes out as its _bucket (le), quantile, _sum and _count
+// series, as they appear on the wire. A malformed exposition is an error naming
+// the line.
+//
+// The parsing is expfmt's, the Prometheus server's own: the format has corners
+// (escapes, quoted UTF-8 names, TYPE and HELP ordering, histogram grouping)
+// that a hand-written reader got partly right.
 func ParseMetrics(b []byte) ([]Sample, error) {
-	var out []Sample
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d: %w", n, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseSample(line string) (Sample, error) {
-	i := strings.IndexAny(line, "{ \t")
-	if i <= 0 {
-		return Sample{}, fmt.Errorf("no value in %q", line)
-	}
-	s := Sample{Name: line[:i]}
-	rest := line[i:]
-	if rest[0] == '{' {
-		labels, after, err := parseLabels(rest[1:])
-		if err != nil {
-			return Sample{}, fmt.Errorf("%s: %w", s.Name, err)
-		}
-		s.Labels, rest = labels, after
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 || len(f) > 2 {
-		return Sample{}, fmt.Errorf("%s: want a value and an optional timestamp, got %q", s.Name, rest)
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
-		return Sample{}, fmt.Errorf("%s: value %q: %w", s.Name, f[0], err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	s.Value = v
-	return s, nil
+	var out []Sample
+	for _, name := range slices.Sorted(maps.Keys(families)) {
+		out = appendSamples(out, families[name])
+	}
+	return out, nil
 }
 
-// parseLabels reads `k="v",...}` and returns the labels and what follows the brace.
-func parseLabels(s string) (map[string]string, string, error) {
-	labels := map[string]string{}
-	for {
-		s = strings.TrimLeft(s, " \t,")
-		if s == "" {
-			return nil, "", errors.New("labels not closed")
+// appendSamples flattens one family into the series it was exposed as.
+func appendSamples(out []Sample, mf *dto.MetricFamily) []Sample {
+	name := mf.GetName()
+	for _, m := range mf.GetMetric() {
+		labels := make(map[string]string, len(m.GetLabel()))
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
-		if s[0] == '}' {
-			return labels, s[1:], nil
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			return nil, "", fmt.Errorf("label at %q", s)
-		}
-		key := strings.TrimSpace(s[:eq])
-		var val strings.Builder
-		j := eq + 2
-		for ; j < len(s) && s[j] != '"'; j++ {
-			if s[j] == '\\' && j+1 < len(s) {
-				j++
-				switch s[j] {
-				case 'n':
-					val.WriteByte('\n')
-				default:
-					val.WriteByte(s[j])
-				}
-				continue
+		with := func(k, v string) map[string]string {
+			l := maps.Clone(labels)
+			if l == nil {
+				l = map[string]string{}
 			}
-			val.WriteByte(s[j])
+			l[k] = v
+			return l
 		}
-		if j >= len(s) {
-			return nil, "", fmt.Errorf("label %s: value not closed", key)
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			out = append(out, Sample{Name: name, Labels: labels, Value: m.GetCounter().GetValue()})
+		case dto.MetricType_GAUGE:
+			out = append(out, Sample{Name: name, Labels: labels, Value: m.GetGauge().GetValue()})
+		case dto.MetricType_SUMMARY:
+			sm := m.GetSummary()
+			for _, q := range sm.GetQuantile() {
+				out = append(out, Sample{Name: name, Labels: with("quantile", formatFloat(q.GetQuantile())), Value: q.GetValue()})
+			}
+			out = append(out, Sample{Name: name + "_sum", Labels: labels, Value: sm.GetSampleSum()},
+				Sample{Name: name + "_count", Labels: labels, Value: float64(sm.GetSampleCount())})
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+			h := m.GetHistogram()
+			for _, b := range h.GetBucket() {
+				out = append(out, Sample{Name: name + "_bucket", Labels: with("le", formatFloat(b.GetUpperBound())),
+					Value: float64(b.GetCumulativeCount())})
+			}
+			out = append(out, Sample{Name: name + "_sum", Labels: labels, Value: h.GetSampleSum()},
+				Sample{Name: name + "_count", Labels: labels, Value: float64(h.GetSampleCount())})
+		default: // untyped
+			out = append(out, Sample{Name: name, Labels: labels, Value: m.GetUntyped().GetValue()})
 		}
-		labels[key] = val.String()
-		s = s[j+1:]
 	}
+	return out
 }
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Load is what an engine's metrics say of its load.
 type Load struct {

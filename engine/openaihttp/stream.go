@@ -30,6 +30,14 @@ type stream struct {
 	returned  int
 	usage     engine.Usage
 	closeOnce sync.Once
+
+	// The context Next was last called with, bound to cancel once rather than
+	// per token (an AfterFunc registration per token was a lock and an
+	// allocation on every decode step). Close may run on another goroutine.
+	bindMu  sync.Mutex
+	bound   context.Context
+	unbind  func() bool
+	unbound bool // Close ran: bind nothing more
 }
 
 func newStream(e *Engine, req engine.Request, ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *stream {
@@ -45,10 +53,7 @@ func newStream(e *Engine, req engine.Request, ctx context.Context, cancel contex
 // stream and is not returned, as engine.Stream requires, whether or not the
 // engine included it in its token ids.
 func (s *stream) Next(ctx context.Context) (uint32, error) {
-	// The caller's context may differ from the one the request was started
-	// with: either ending aborts the engine's request.
-	stop := context.AfterFunc(ctx, s.cancel)
-	defer stop()
+	s.bind(ctx)
 	for len(s.pending) == 0 {
 		if s.done {
 			return 0, io.EOF
@@ -84,6 +89,23 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 		s.done = true
 	}
 	return tok, nil
+}
+
+// bind makes ctx's end abort the engine's request. The caller's context may
+// differ from the one the request was started with: either ending aborts it.
+// Callers pass the same context to every Next, so this registers once; a new
+// context replaces the old binding (the old one no longer governs the stream,
+// as when each Next had its own).
+func (s *stream) bind(ctx context.Context) {
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	if s.unbound || ctx == s.bound {
+		return
+	}
+	if s.unbind != nil {
+		s.unbind()
+	}
+	s.bound, s.unbind = ctx, context.AfterFunc(ctx, s.cancel)
 }
 
 func (s *stream) end(f engine.FinishReason) {
@@ -196,6 +218,12 @@ func (s *stream) Usage() engine.Usage {
 // Close cancels the engine's request, which aborts it there and frees its KV.
 func (s *stream) Close() {
 	s.closeOnce.Do(func() {
+		s.bindMu.Lock()
+		s.unbound = true
+		if s.unbind != nil {
+			s.unbind() // the registration would otherwise live as long as ctx
+		}
+		s.bindMu.Unlock()
 		s.cancel()
 		_ = s.body.Close()
 	})
