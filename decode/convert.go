@@ -60,6 +60,7 @@ type metrics struct {
 	rejected       prometheus.Counter
 	pendingTokens  *prometheus.GaugeVec
 	reranked       prometheus.Counter
+	tpotSlack      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -108,7 +109,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Requests for which this worker put another prefill worker ahead of the router's first choice, because of tokens pending " +
 			"there from this worker that the router had not heard of.",
 	})
-	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked)
+	m.tpotSlack = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tandem_decode_tpot_slack_seconds",
+		Help: "slo policy: the least TPOT slack among the sequences decoding here that can still meet their SLOs, at the last decision " +
+			"that saw one (seconds of stall the tightest can take).",
+	})
+	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked, m.tpotSlack)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

@@ -14,6 +14,10 @@ type situation struct {
 	// kvUsage the fraction of its KV pool referenced by them.
 	running int
 	kvUsage float64
+	// localQueued are prompt tokens waiting to be prefilled here; slack is the
+	// TPOT budget of the sequences decoding here (slo policy only).
+	localQueued int
+	slack       slack
 }
 
 func (s situation) effective() int { return s.prompt - s.cached }
@@ -25,11 +29,13 @@ type choice struct {
 	detail string // for humans
 }
 
-// decide applies the policy. It does not ask whether a prefill worker is available:
+// decide applies the policy. The slo policy's remote choices ignore
+// MaxPrefillQueueTokens: the prefill queue is in its TTFT estimate, and a full
+// queue must not override the TPOT of the sequences decoding here. It does not ask whether a prefill worker is available:
 // a remote choice that cannot be carried out is a fallback, and counted as one.
 func decide(p Params, s situation) choice {
 	c := policy(p, s)
-	if c.remote && p.Policy != PolicyAlwaysRemote && p.Policy != PolicyLoad && p.MaxPrefillQueueTokens > 0 && s.prefillQueued >= p.MaxPrefillQueueTokens {
+	if c.remote && p.Policy != PolicyAlwaysRemote && p.Policy != PolicyLoad && p.Policy != PolicySLO && p.MaxPrefillQueueTokens > 0 && s.prefillQueued >= p.MaxPrefillQueueTokens {
 		return choice{reason: "prefill_queue_full",
 			detail: fmt.Sprintf("%s, but the prefill worker has %d tokens queued (limit %d)", c.detail, s.prefillQueued, p.MaxPrefillQueueTokens)}
 	}
@@ -56,6 +62,8 @@ func policy(p Params, s situation) choice {
 		return choice{remote: true, reason: "always_remote", detail: "policy always-remote"}
 	case PolicyLoad:
 		return load(p, s, threshold)
+	case PolicySLO:
+		return slo(p, s, threshold)
 	case PolicyCost:
 		if !s.est.Warm {
 			return threshold("cold_")

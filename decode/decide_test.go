@@ -1,12 +1,17 @@
 package decode
 
 import (
+	"math"
 	"testing"
 	"time"
 )
 
 func TestDecide(t *testing.T) {
 	warm := Estimate{Warm: true, Local: 0.050, ITLPenalty: 0.010, Remote: 0.030}
+	sloP := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 2000, TPOTSLOMs: 30}
+	sloEst := func(local, remote float64) Estimate {
+		return Estimate{Warm: true, Local: local, LocalPrefill: local, Remote: remote}
+	}
 	for _, tc := range []struct {
 		name   string
 		p      Params
@@ -48,6 +53,25 @@ func TestDecide(t *testing.T) {
 			LocalMaxKVUsage: 0.5, LocalMaxTokens: 4096}, situation{prompt: 5000}, true, "load_too_long"},
 		{"load: within the cap", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
 			LocalMaxKVUsage: 0.5, LocalMaxTokens: 4096}, situation{prompt: 5000, cached: 1000}, false, "load_decode_idle"},
+		// slo, TTFT SLO 2 s: a stall of est.Local against half the least slack.
+		{"slo: cold uses the threshold", sloP, situation{prompt: 5000, est: Estimate{Local: 0.01, Remote: 9}}, true, "slo_cold_above_threshold"},
+		{"slo: nothing decoding, TTFT met", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2)}, false, "slo_local_fits"},
+		{"slo: the stall fits half the slack", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
+			slack: slack{decoding: 10, min: 0.7}}, false, "slo_local_fits"},
+		{"slo: the stall takes more than half the slack", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
+			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
+		{"slo: ... even when remote misses its TTFT", sloP, situation{prompt: 5000, est: sloEst(0.3, 5),
+			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
+		{"slo: sequences that miss an SLO anyway do not hold it back", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
+			slack: slack{decoding: 3, lost: 3, min: math.Inf(1)}}, false, "slo_local_fits"},
+		{"slo: local misses TTFT, remote meets it", sloP, situation{prompt: 5000, est: sloEst(2.5, 1.5),
+			slack: slack{decoding: 10, min: 100}}, true, "slo_remote_ttft"},
+		{"slo: neither meets TTFT, local keeps TPOT", sloP, situation{prompt: 5000, est: sloEst(2.5, 3),
+			slack: slack{decoding: 10, min: 100}}, false, "slo_local_no_ttft_either"},
+		{"slo: remote faster, both miss TTFT: local still spares the pool", sloP, situation{prompt: 5000, est: sloEst(4, 3),
+			slack: slack{decoding: 10, min: 100}}, false, "slo_local_no_ttft_either"},
+		{"slo ignores the prefill queue limit", Params{Policy: PolicySLO, TTFTSLOMs: 2000, TPOTSLOMs: 30, MaxPrefillQueueTokens: 10},
+			situation{prompt: 500, prefillQueued: 5000, est: sloEst(0.3, 0.2), slack: slack{decoding: 1, min: 0.1}}, true, "slo_remote_tpot_budget"},
 		{"always-remote ignores the queue limit", Params{Policy: PolicyAlwaysRemote, MaxPrefillQueueTokens: 10}, situation{prompt: 500,
 			prefillQueued: 5000}, true, "always_remote"},
 	} {
@@ -67,10 +91,18 @@ func TestParamsValidate(t *testing.T) {
 		{Policy: PolicyLoad, LocalMaxRunning: -1},
 		{Policy: PolicyLoad, LocalMaxTokens: -1},
 		{Policy: PolicyLoad, LocalMaxKVUsage: 1.5},
+		{Policy: PolicySLO, TTFTSLOMs: 0, TPOTSLOMs: 30},
+		{Policy: PolicySLO, TTFTSLOMs: 2000},
+		{Policy: PolicyThreshold, TTFTSLOMs: -1},
+		{Policy: PolicyThreshold, TPOTSLOMs: math.NaN()},
+		{Policy: PolicyThreshold, TPOTSLOMs: math.Inf(1)},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)
 		}
+	}
+	if err := (Params{Policy: PolicySLO, TTFTSLOMs: 500, TPOTSLOMs: 7.5}).Validate(); err != nil {
+		t.Errorf("good slo params: %v", err)
 	}
 	if err := (Params{Policy: PolicyCost, ShortPrefillThreshold: 256, ITLWeight: 0.25}).Validate(); err != nil {
 		t.Errorf("good params: %v", err)

@@ -73,6 +73,7 @@ type Service struct {
 	prefill   Prefillers
 	estimator Estimator
 	pending   pendingPrefills
+	live      liveStreams
 	log       *slog.Logger
 	metrics   *metrics
 	running   atomic.Int64
@@ -139,13 +140,19 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	sit := situation{
 		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
-		prompt:     len(ereq.Prompt), cached: cached, prefillQueued: queued, running: st.Running,
+		prompt:     len(ereq.Prompt), cached: cached, prefillQueued: queued, running: st.Running, localQueued: st.WaitingTokens,
 	}
 	if st.TotalBlocks > 0 {
 		sit.kvUsage = float64(st.ActiveBlocks) / float64(st.TotalBlocks)
 	}
 	kvBytes := ((len(ereq.Prompt)+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
 	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)
+	if p.Policy == PolicySLO {
+		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, sit.est.LocalLine.Fixed)
+		if sit.slack.decoding > sit.slack.lost {
+			s.metrics.tpotSlack.Set(sit.slack.min)
+		}
+	}
 	c := decide(p, sit)
 	decision := &decodev1.PrefillDecision{
 		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: c.reason, Detail: c.detail, Policy: string(p.Policy),
@@ -173,13 +180,21 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		}
 	}
 	defer stream.Close()
+	// The most tokens it may emit: max_tokens, or the context's room; unknown
+	// (0) when the request set none, which the slo policy reads conservatively.
+	maxTokens := 0
+	if m.GetMaxTokens() > 0 {
+		maxTokens = min(int(m.GetMaxTokens()), info.ContextLength-len(ereq.Prompt))
+	}
+	lv, gone := s.live.add(start, maxTokens)
+	defer gone()
 	path := decision.Path.Name()
 	s.metrics.decisions.WithLabelValues(path, decision.Reason).Inc()
 	s.log.InfoContext(ctx, "prefill decision", "request_id", ereq.ID, "path", path, "reason", decision.Reason,
 		"detail", decision.Detail, "policy", decision.Policy, "prompt_tokens", decision.PromptTokens,
 		"cached_tokens", decision.CachedTokens, "effective_tokens", decision.EffectiveTokens,
 		"prefill_worker", decision.PrefillWorkerId, "failed_prefill_workers", decision.FailedPrefillWorkerIds)
-	return s.pump(ctx, stream, decision, start, out)
+	return s.pump(ctx, stream, decision, start, lv, out)
 }
 
 // knownPrefill reports whether discovery knows prefill worker id.

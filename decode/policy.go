@@ -20,6 +20,10 @@ const (
 	// prefill: Dynamo's isl_or_load, seen from the decode worker, which knows its
 	// own batch and KV exactly.
 	PolicyLoad Policy = "load"
+	// PolicySLO prefills locally when the stall it inflicts fits within the TPOT
+	// budget left to every sequence decoding here and its TTFT is met (or beaten
+	// nowhere else); remote otherwise (decode/slo.go).
+	PolicySLO Policy = "slo"
 	// PolicyAlwaysLocal is aggregated serving.
 	PolicyAlwaysLocal Policy = "always-local"
 	// PolicyAlwaysRemote is plain disaggregation.
@@ -27,7 +31,7 @@ const (
 )
 
 // Policies lists the valid policy names.
-var Policies = []Policy{PolicyThreshold, PolicyCost, PolicyLoad, PolicyAlwaysLocal, PolicyAlwaysRemote}
+var Policies = []Policy{PolicyThreshold, PolicyCost, PolicyLoad, PolicySLO, PolicyAlwaysLocal, PolicyAlwaysRemote}
 
 // Params are the decision's tunables; they can be replaced at run time.
 type Params struct {
@@ -58,13 +62,21 @@ type Params struct {
 	// step's token budget stalls the batch for several steps, and the trace's
 	// longest (100k tokens) for seconds.
 	LocalMaxTokens int `json:"local_max_tokens"`
+	// TTFTSLOMs and TPOTSLOMs are the slo policy's objectives, in milliseconds
+	// of this worker's clock (a sim engine's modelled time times its time scale):
+	// time to first token, and the mean gap between the later tokens.
+	TTFTSLOMs float64 `json:"ttft_slo_ms"`
+	TPOTSLOMs float64 `json:"tpot_slo_ms"`
 }
 
 // DefaultParams are the decision's parameters unless flags or Consul KV say
 // otherwise; docs/BENCHMARKS.md ("Short-prefill threshold") says how the
 // threshold's was chosen.
 func DefaultParams() Params {
-	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25, LocalMaxRunning: 4, LocalMaxKVUsage: 0.5, LocalMaxTokens: 8192}
+	// The SLOs are those of ai-dynamo/dynamo's SLA-profiling tests for a
+	// long-prompt workload (docs/BENCHMARKS.md, issue 14).
+	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25, LocalMaxRunning: 4, LocalMaxKVUsage: 0.5, LocalMaxTokens: 8192,
+		TTFTSLOMs: 2000, TPOTSLOMs: 30}
 }
 
 // Validate checks the params.
@@ -90,6 +102,17 @@ func (p Params) Validate() error {
 	}
 	if !(p.LocalMaxKVUsage >= 0 && p.LocalMaxKVUsage <= 1) {
 		return fmt.Errorf("local_max_kv_usage %g: want a fraction in [0, 1]", p.LocalMaxKVUsage)
+	}
+	for _, slo := range []struct {
+		name string
+		v    float64
+	}{{"ttft_slo_ms", p.TTFTSLOMs}, {"tpot_slo_ms", p.TPOTSLOMs}} {
+		if !(slo.v >= 0 && slo.v <= 3.6e6) {
+			return fmt.Errorf("%s %g: want milliseconds in [0, 3600000]", slo.name, slo.v)
+		}
+		if p.Policy == PolicySLO && slo.v == 0 {
+			return fmt.Errorf("%s: the slo policy needs it above 0", slo.name)
+		}
 	}
 	if p.ITLWeight < 0 || math.IsNaN(p.ITLWeight) || p.ITLWeight > 100 {
 		return fmt.Errorf("itl_weight %g: want a number in [0, 100]", p.ITLWeight)

@@ -30,7 +30,7 @@ func localPrefillTime(stream engine.Stream, start, now time.Time) time.Duration 
 // pump relays tokens from the engine to the client. Tokens are sent one message
 // each so that the inter-token latency the client sees is the engine's. The time to
 // the first token of a local prefill teaches the estimator this worker's speed.
-func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time,
+func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, lv *live,
 	out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	first := true
 	last := start
@@ -44,6 +44,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 			return errcode.Error(err)
 		}
 		now := time.Now()
+		lv.token(now)
 		msg := &decodev1.GenerateResponse{TokenIds: []uint32{tok}}
 		if lp := stream.Logprobs(); lp != nil {
 			msg.Logprobs = []*workerv1.TokenLogprobs{handoff.LogprobsProto(lp)}

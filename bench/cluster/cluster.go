@@ -39,7 +39,7 @@ type Deployment struct {
 }
 
 // Policies are the decode policies tandem has.
-var Policies = []string{"threshold", "cost", "load", "always-local", "always-remote"}
+var Policies = []string{"threshold", "cost", "load", "slo", "always-local", "always-remote"}
 
 // Standard returns the deployments of a policy comparison on workers workers
 // (at least 2): all of them aggregated, and for each policy one prefill worker

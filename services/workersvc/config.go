@@ -113,7 +113,7 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	c.Decode = decode.DefaultConfig()
 	d := &c.Decode
 	fs.StringVar((*string)(&d.Params.Policy), "policy", string(d.Params.Policy),
-		"decode mode: local-or-remote prefill policy: threshold, cost, load, always-local or always-remote")
+		"decode mode: local-or-remote prefill policy: threshold, cost, load, slo, always-local or always-remote")
 	fs.IntVar(&d.Params.ShortPrefillThreshold, "short-prefill-threshold", d.Params.ShortPrefillThreshold,
 		"decode mode: prefill locally when prompt tokens minus cached tokens are at most this (threshold policy, and cost policy until warmed up)")
 	fs.Float64Var(&d.Params.ITLWeight, "itl-weight", d.Params.ITLWeight,
@@ -128,6 +128,10 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"decode mode, load policy: ... and while at most this fraction of the KV pool is in use")
 	fs.IntVar(&d.Params.LocalMaxTokens, "local-max-tokens", d.Params.LocalMaxTokens,
 		"decode mode, load policy: ... and only prompts of at most this many effective tokens (0: no cap)")
+	fs.Float64Var(&d.Params.TTFTSLOMs, "ttft-slo-ms", d.Params.TTFTSLOMs,
+		"decode mode, slo policy: time-to-first-token objective in ms of this worker's clock (a sim engine's: modelled ms x --sim-time-scale)")
+	fs.Float64Var(&d.Params.TPOTSLOMs, "tpot-slo-ms", d.Params.TPOTSLOMs,
+		"decode mode, slo policy: objective for the mean gap between a request's tokens after the first, in ms of this worker's clock")
 	fs.DurationVar(&d.MinRemoteDeadline, "remote-deadline-min", d.MinRemoteDeadline,
 		"decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
 	fs.DurationVar(&d.MaxRemoteDeadline, "remote-deadline-max", d.MaxRemoteDeadline, "decode mode: most time a remote prefill is given before falling back")

@@ -1,0 +1,46 @@
+package decode
+
+import "fmt"
+
+// sloSlackShare is the share of the least TPOT slack a local prefill may take:
+// half, for the estimate's own error and for the stalls that other requests'
+// prefills will bring before those sequences end.
+const sloSlackShare = 0.5
+
+// slo is the slo policy. A local prefill stalls every sequence decoding here for
+// about as long as it takes, together with the prompts already waiting here
+// (they are prefilled first, in the same steps): est.Local, the fitted
+// fixed cost per engine step plus the cost per token. It goes local when that
+// stall fits within sloSlackShare of the least TPOT slack among the sequences
+// decoding here, and its own TTFT estimate meets the objective, or the remote
+// one does not meet it either (local then keeps the prefill pool for prompts it
+// can still serve in time). Otherwise remote: the TPOT of the sequences already
+// decoding comes before the TTFT of the new one.
+func slo(p Params, s situation, threshold func(string) choice) choice {
+	if !s.est.Warm {
+		return threshold("slo_cold_")
+	}
+	ttft := p.TTFTSLOMs / 1e3
+	stall := s.est.Local
+	budget := sloSlackShare * s.slack.min
+	fits := s.slack.decoding == s.slack.lost || stall <= budget
+	tpotDetail := "no sequence decoding here has a TPOT left to keep"
+	if s.slack.decoding > s.slack.lost {
+		tpotDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
+			100*sloSlackShare, s.slack.min*1e3, s.slack.decoding, s.slack.lost, s.slack.emitted, s.slack.remaining, s.slack.step*1e3, p.TPOTSLOMs)
+	} else if s.slack.decoding > 0 {
+		tpotDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already", s.slack.decoding)
+	}
+	detail := fmt.Sprintf("stall %.1fms (%d queued + %d effective tokens at %s) vs %s; TTFT local %.1fms, remote %.1fms (queue %.1fms), SLO %.0fms",
+		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, tpotDetail, s.est.Local*1e3, s.est.Remote*1e3, s.est.RemoteQueue*1e3, p.TTFTSLOMs)
+	switch {
+	case !fits:
+		return choice{remote: true, reason: "slo_remote_tpot_budget", detail: detail}
+	case s.est.Local <= ttft:
+		return choice{reason: "slo_local_fits", detail: detail}
+	case s.est.Remote > ttft:
+		return choice{reason: "slo_local_no_ttft_either", detail: detail}
+	default:
+		return choice{remote: true, reason: "slo_remote_ttft", detail: detail}
+	}
+}
