@@ -57,7 +57,7 @@ type metrics struct {
 	handoffBytes   prometheus.Histogram
 	handoffSeconds prometheus.Histogram
 	queueWait      prometheus.Histogram
-	rejected       prometheus.Counter
+	rejected       *prometheus.CounterVec
 	pendingTokens  *prometheus.GaugeVec
 	reranked       prometheus.Counter
 	tpotSlack      prometheus.Gauge
@@ -96,9 +96,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_handoff_queue_wait_seconds", Help: "Time remote prefills waited in the prefill worker's queue.", Buckets: lat,
 		}),
 	}
-	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tandem_decode_rejected_total", Help: "Requests refused because the worker already held its maximum of requests.",
-	})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_decode_rejected_total",
+		Help: "Requests refused at admission (ResourceExhausted), by reason: max_running (the request limit), " +
+			"kv_usage (the KV pool fuller than its limit), waiting_tokens (too many prompt tokens waiting for prefill).",
+	}, []string{"reason"})
+	for _, r := range []string{RejectMaxRunning, RejectKVUsage, RejectWaitingTokens} {
+		m.rejected.WithLabelValues(r) // every reason a series from the start, at 0
+	}
 	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tandem_decode_pending_remote_prefill_tokens",
 		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the " +

@@ -38,6 +38,12 @@ type Config struct {
 	// past it Generate answers ResourceExhausted at once, and the frontend tries
 	// another worker or tells the client to retry.
 	MaxRunning int
+	// MaxKVUsage refuses new requests, the same way, while more than this fraction
+	// of the engine's KV blocks are in use (0: no limit); MaxWaitingTokens while
+	// more than this many prompt tokens wait for prefill here (0: no limit).
+	// Admission on load, not only on count (admission.go).
+	MaxKVUsage       float64
+	MaxWaitingTokens int
 }
 
 // DefaultConfig is the decode service's config unless flags say otherwise; the
@@ -61,6 +67,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRunning < 0 {
 		return fmt.Errorf("decode: MaxRunning %d: want 0 (no bound) or more", c.MaxRunning)
+	}
+	if !(c.MaxKVUsage >= 0 && c.MaxKVUsage <= 1) {
+		return fmt.Errorf("decode: MaxKVUsage %g: want a fraction in (0, 1], or 0 for no limit", c.MaxKVUsage)
+	}
+	if c.MaxWaitingTokens < 0 {
+		return fmt.Errorf("decode: MaxWaitingTokens %d: want 0 (no limit) or more", c.MaxWaitingTokens)
 	}
 	return c.Params.Validate()
 }
@@ -116,10 +128,13 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	if n := s.running.Add(1); s.cfg.MaxRunning > 0 && n > int64(s.cfg.MaxRunning) {
 		s.running.Add(-1)
-		s.metrics.rejected.Inc()
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s is at capacity (%d requests)", s.cfg.WorkerID, s.cfg.MaxRunning))
+		return s.reject(ctx, m.GetRequestId(), RejectMaxRunning, fmt.Sprintf("at capacity (%d requests, --max-running-requests)", s.cfg.MaxRunning))
 	}
 	defer s.running.Add(-1)
+	st := s.eng.Stats()
+	if reason, detail := s.overloaded(st); reason != "" {
+		return s.reject(ctx, m.GetRequestId(), reason, detail)
+	}
 	ereq := engine.Request{
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: handoff.Sampling(m.GetSampling()),
 		MaxTokens: int(m.GetMaxTokens()), StopTokens: m.GetStopTokenIds(),
@@ -127,7 +142,6 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	start := time.Now()
 	p := s.Params()
-	st := s.eng.Stats()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
 	bs := info.Layout.BlockSize
 	candidates, displaced := s.pending.rerank(s.candidates(m.GetPrefillWorkers()), len(ereq.Prompt), bs, s.knownPrefill)

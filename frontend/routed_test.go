@@ -164,6 +164,19 @@ func TestRoutedFullOnlyWorker(t *testing.T) {
 		t.Errorf("only worker full: %v, want ResourceExhausted saying it is at capacity", err)
 	}
 
+	// Every worker full (decode workers refusing on load, --max-kv-usage): the
+	// request is tried on two, then the client hears the last one's refusal, a 429,
+	// never the router's "no worker" or an internal error.
+	r = &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, &fakeDecode{id: "full-1", full: true}),
+		serveDecode(t, &fakeDecode{id: "full-2", full: true}), serveDecode(t, &fakeDecode{id: "full-3", full: true})}}
+	_, err = routedGenerate(t, newTestBackend(t, r))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "full-2 is at capacity") {
+		t.Errorf("every worker full: %v, want ResourceExhausted from the second worker tried", err)
+	}
+	if len(r.excluded) != 2 {
+		t.Errorf("routes asked %d times (%v), want 2: one worker, then one more", len(r.excluded), r.excluded)
+	}
+
 	// The only worker unreachable: the router's answer, not a dial error naming an
 	// internal address.
 	r = &fakeRouter{workers: []*routerv1.Worker{{Id: "dead", Address: deadAddr(t)}}}

@@ -1,0 +1,49 @@
+package decode
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/tandem-serve/tandem/engine"
+)
+
+// Reasons a decode worker refuses a request at admission, the label of
+// tandem_decode_rejected_total.
+const (
+	RejectMaxRunning    = "max_running"    // MaxRunning requests already here
+	RejectKVUsage       = "kv_usage"       // the engine's KV pool fuller than MaxKVUsage
+	RejectWaitingTokens = "waiting_tokens" // more than MaxWaitingTokens prompt tokens waiting
+)
+
+// overloaded says why a new request should be refused on the engine's load, or
+// "" to take it. The request count alone lets a worker take requests its engine
+// can only queue: past the pool's capacity a real engine (and the sim) keeps them
+// waiting, every one of them then missing its TTFT, and past the device's prefill
+// rate the queue grows without bound. Refused at once instead, a request goes to
+// another worker, or back to the client as a 429 to retry, while this worker
+// serves what it holds. The limits are on what the worker already holds, not on
+// the request's own size: a long prompt arriving at an idle worker is taken.
+func (s *Service) overloaded(st engine.Stats) (reason, detail string) {
+	if s.cfg.MaxKVUsage > 0 && st.TotalBlocks > 0 {
+		if u := float64(st.ActiveBlocks) / float64(st.TotalBlocks); u > s.cfg.MaxKVUsage {
+			return RejectKVUsage, fmt.Sprintf("KV cache %.1f%% in use (%d of %d blocks), above the limit of %.1f%% (--max-kv-usage %g)",
+				100*u, st.ActiveBlocks, st.TotalBlocks, 100*s.cfg.MaxKVUsage, s.cfg.MaxKVUsage)
+		}
+	}
+	if s.cfg.MaxWaitingTokens > 0 && st.WaitingTokens > s.cfg.MaxWaitingTokens {
+		return RejectWaitingTokens, fmt.Sprintf("%d prompt tokens waiting for prefill (%d requests), above the limit of %d (--max-waiting-tokens)",
+			st.WaitingTokens, st.Waiting, s.cfg.MaxWaitingTokens)
+	}
+	return "", ""
+}
+
+// reject refuses a request before it starts: counted by reason, logged with its
+// id, and answered ResourceExhausted, which the frontend takes as "try another
+// worker", then as a 429 for the client.
+func (s *Service) reject(ctx context.Context, reqID, reason, detail string) error {
+	s.metrics.rejected.WithLabelValues(reason).Inc()
+	s.log.InfoContext(ctx, "request refused at admission", "request_id", reqID, "reason", reason, "detail", detail)
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s refuses new requests: %s", s.cfg.WorkerID, detail))
+}
