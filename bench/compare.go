@@ -105,8 +105,13 @@ func Compare(ctx context.Context, p *Plan, model string, c CompareOptions, stdou
 		// threshold's moves are seen here or nowhere.
 		wctx, stopWatch := context.WithCancel(ctx)
 		watched := make(chan struct{})
+		var gating *Gating
 		if f, ferr := os.Create(filepath.Join(opts.LogDir, cluster.LogName(d.Name)+"-router-gating.txt")); ferr == nil {
-			go func() { defer close(watched); defer f.Close(); watchRouter(wctx, cl.RouterURL, time.Second, f) }()
+			go func() {
+				defer close(watched)
+				defer f.Close()
+				gating = watchRouter(wctx, cl.RouterURL, time.Second, f)
+			}()
 		} else {
 			close(watched)
 		}
@@ -114,7 +119,10 @@ func Compare(ctx context.Context, p *Plan, model string, c CompareOptions, stdou
 		stopWatch()
 		<-watched
 		for _, r := range rs {
-			r.Group = d.Name
+			r.Group, r.Gating = d.Name, gating
+		}
+		if gating != nil && gating.MovesUp+gating.MovesDown > 0 {
+			fmt.Fprintf(stdout, "%s router: %s\n", d.Name, gating)
 		}
 		if serr := cl.Stop(); serr != nil {
 			fmt.Fprintf(stderr, "compare: %v\n", serr)

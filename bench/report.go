@@ -35,6 +35,8 @@ type Report struct {
 	StartedAt   time.Time `json:"started_at"`
 	Overall     Summary   `json:"overall"`
 	Classes     []Summary `json:"classes"`
+	// Gating is the router's gating through the deployment's runs (compare only).
+	Gating *Gating `json:"router_gating,omitempty"`
 	// Requests holds every request, warm-up ones included (marked).
 	Requests []Record `json:"requests,omitempty"`
 	// Results are the raw measurements Requests is made from.
@@ -271,7 +273,38 @@ func WriteComparison(w io.Writer, runs []*Report) error {
 				s.ITL.P50, s.ITL.P99, s.E2E.P50, s.E2E.P99, paths(s.PrefillPaths))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeGating(w, runs, "")
+}
+
+// writeGating writes, once per deployment whose router gated, the adaptive
+// threshold's path and the requests sent to each class. prefix starts each line.
+func writeGating(w io.Writer, runs []*Report, prefix string) error {
+	seen := map[*Gating]bool{}
+	for _, r := range runs {
+		g := r.Gating
+		if g == nil || seen[g] {
+			continue
+		}
+		seen[g] = true
+		gated := g.MovesUp+g.MovesDown > 0
+		for c := range g.Routed {
+			gated = gated || c != "all"
+		}
+		if !gated {
+			continue
+		}
+		name := r.Group
+		if name == "" {
+			name = r.Label
+		}
+		if _, err := fmt.Fprintf(w, "%s%s router: %s\n", prefix, name, g); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // attained is the share of requests that met every objective, or "-".
@@ -317,7 +350,8 @@ func WriteMarkdown(w io.Writer, runs []*Report) error {
 			}
 		}
 	}
-	return nil
+	fmt.Fprintln(w)
+	return writeGating(w, runs, "- ")
 }
 
 // RestoreResults rebuilds Results from Requests, for a report read back from JSON

@@ -35,7 +35,7 @@ type choice struct {
 
 // decideByLoad is the decision by load order. excluded are the workers this
 // request excludes, once each; cached and hits are match's.
-func (r *Router) decideByLoad(p Params, cached []int32, excluded []*state, gateClass int, want workerKind,
+func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded []*state, gateClass int, want workerKind,
 	promptBlocks, bs int, effective int) (ch choice, prefillers []candidate, ok bool) {
 	// The holders, scored as the full pass scores them.
 	held, prefillers := r.decoders[:0], r.prefills[:0]
@@ -81,9 +81,17 @@ func (r *Router) decideByLoad(p Params, cached []int32, excluded []*state, gateC
 		return ch, prefillers, false
 	}
 	if p.ISLGate && p.ISLAdaptive {
-		local := r.leastOf(p, held, listLocal, false, cached, promptBlocks, bs)
-		disagg := r.leastOf(p, held, listDisagg, false, cached, promptBlocks, bs)
-		r.adapt(p, effective, local, disagg)
+		bestLocal, stalled := r.leastOf(p, held, listLocal, cached, promptBlocks, bs)
+		bestDisagg, _ := r.leastOf(p, held, listDisagg, cached, promptBlocks, bs)
+		prefillQueue := math.Inf(1)
+		for _, e := range r.lists.prefill {
+			if r.byRef[e.ref].excluded != r.requests {
+				prefillQueue = e.key // the queue term, as the full pass works it out
+				break
+			}
+		}
+		local, disagg := adaptCosts(p, bestLocal, stalled, bestDisagg, prefillQueue)
+		r.adapt(p, reqID, effective, local, disagg)
 	}
 
 	// How many fit: the slack list counts those with room for the whole prompt;
@@ -150,20 +158,35 @@ func (r *Router) decideByLoad(p Params, cached []int32, excluded []*state, gateC
 }
 
 // leastOf is the least cost of the workers of list l that are not excluded, the
-// holders among them as scored.
-func (r *Router) leastOf(p Params, held []candidate, l int, needFit bool, cached []int32, promptBlocks, bs int) float64 {
-	lo := math.Inf(1)
-	least := r.leastByLoad(p, r.lists.load[l], needFit, cached, promptBlocks, bs, r.ties[:0])
+// holders among them as scored, and the least running sequences x uncached
+// blocks among the workers at that cost.
+func (r *Router) leastOf(p Params, held []candidate, l int, cached []int32, promptBlocks, bs int) (lo, stalled float64) {
+	least := r.leastByLoad(p, r.lists.load[l], false, cached, promptBlocks, bs, r.ties[:0])
+	r.ties = least[:0]
+	lo = math.Inf(1)
 	if len(least) > 0 {
 		lo = least[0].cost
 	}
-	r.ties = least[:0]
 	for _, c := range held {
 		if c.st.kind&listKinds[l] != 0 {
 			lo = min(lo, c.cost)
 		}
 	}
-	return lo
+	stalled = math.Inf(1)
+	for _, c := range least {
+		if c.cost == lo {
+			stalled = min(stalled, float64(c.st.running)*float64(promptBlocks))
+		}
+	}
+	for _, c := range held {
+		if c.st.kind&listKinds[l] != 0 && c.cost == lo {
+			stalled = min(stalled, float64(c.st.running)*float64(promptBlocks-int(c.cached)))
+		}
+	}
+	if math.IsInf(stalled, 1) {
+		stalled = 0
+	}
+	return lo, stalled
 }
 
 // leastByLoad appends to out the workers of list l holding none of the prompt,

@@ -13,7 +13,7 @@ type metrics struct {
 	path         [2]prometheus.Counter // by load order, by the full pass
 	resyncs      *prometheus.CounterVec
 	busyFallback prometheus.Counter
-	adaptMoves   prometheus.Counter
+	adaptMoves   [2]prometheus.Counter // up, down
 	events       prometheus.Counter
 	threshold    prometheus.Gauge
 	indexBlocks  prometheus.Gauge
@@ -39,9 +39,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		busyFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_router_busy_fallback_total", Help: "Requests for which no scored worker had free blocks, so busy workers were scored too.",
-		}),
-		adaptMoves: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tandem_router_isl_threshold_moves_total", Help: "Moves of the adaptive ISL threshold.",
 		}),
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_router_kv_events_total", Help: "KV events applied to the index.",
@@ -69,6 +66,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, []string{"path"})
 	m.path = [2]prometheus.Counter{paths.WithLabelValues("load_order"), paths.WithLabelValues("full_pass")}
 	reg.MustRegister(paths)
-	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.adaptMoves, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)
+	moves := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_router_isl_threshold_moves_total", Help: "Moves of the adaptive ISL threshold, by direction (up: more prompts to the local class).",
+	}, []string{"direction"})
+	m.adaptMoves = [2]prometheus.Counter{moves.WithLabelValues("up"), moves.WithLabelValues("down")}
+	reg.MustRegister(moves)
+	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)
 	return m
 }

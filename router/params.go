@@ -26,7 +26,10 @@ type Params struct {
 	// disaggregated decode workers.
 	ISLThreshold int `json:"isl_threshold"`
 	// ISLAdaptive nudges ISLThreshold within [ISLMin, ISLMax] by comparing the two
-	// classes' best costs.
+	// classes' best costs: the disaggregated class's plus the least prefill queue
+	// term among the prefill workers (where its prompts wait), the local class's
+	// plus the stall its prefill inflicts on the sequences it decodes
+	// (ISLITLWeight).
 	ISLAdaptive bool `json:"isl_adaptive"`
 	ISLMin      int  `json:"isl_min"`
 	ISLMax      int  `json:"isl_max"`
@@ -37,6 +40,13 @@ type Params struct {
 	ISLMargin float64 `json:"isl_margin"`
 	// ISLHysteresis is how many consecutive requests must agree before a move.
 	ISLHysteresis int `json:"isl_hysteresis"`
+	// ISLITLWeight prices, in the adaptive comparison, the stall a local prefill
+	// inflicts on the sequences decoding beside it: the local class's best worker
+	// costs ISLITLWeight x its running sequences x the prompt's uncached blocks x
+	// PrefillWeight more (each running sequence waits as long as the prefill takes).
+	// 0 ignores them, 1 counts each one's stall as fully as the new request's own
+	// wait; the default is the decode workers' --itl-weight default.
+	ISLITLWeight float64 `json:"isl_itl_weight"`
 }
 
 // DefaultParams are Dynamo's defaults for the cost (scale 1, temperature 0), gating
@@ -45,6 +55,7 @@ func DefaultParams() Params {
 	return Params{
 		PrefillWeight: 1, QueueWeight: 1, Temperature: 0,
 		ISLThreshold: 1024, ISLMin: 64, ISLMax: 8192, ISLStep: 64, ISLMargin: 4, ISLHysteresis: 16,
+		ISLITLWeight: 0.25,
 	}
 }
 
@@ -61,6 +72,7 @@ func (p Params) Validate() error {
 		finite("queue_weight", p.QueueWeight, 0, 1e6),
 		finite("temperature", p.Temperature, 0, 100),
 		finite("isl_margin", p.ISLMargin, 0, 1e9),
+		finite("isl_itl_weight", p.ISLITLWeight, 0, 100),
 	} {
 		if err != nil {
 			return err

@@ -53,6 +53,9 @@ type tally struct {
 	n                     [4]int
 	lo                    [4]float64
 	bestLocal, bestDisagg float64
+	// For the adaptive threshold: the least running sequences x uncached blocks
+	// among the local workers at bestLocal, and the least prefill queue term.
+	stalled, prefillQueue float64
 }
 
 // among returns how many candidates have every flag in need, and their least cost.
@@ -139,12 +142,12 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	if r.byLoad(p, m.GetExplain(), fp, model) {
 		var ok bool
 		r.metrics.path[0].Inc()
-		if ch, prefillers, ok = r.decideByLoad(p, cached, excluded, gateClass, want, promptBlocks, bs, effective); !ok {
+		if ch, prefillers, ok = r.decideByLoad(p, m.GetRequestId(), cached, excluded, gateClass, want, promptBlocks, bs, effective); !ok {
 			err = connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
 		}
 	} else {
 		r.metrics.path[1].Inc()
-		ch, prefillers, pass, err = r.decideByPass(p, cached, gateClass, want, fp, model, promptBlocks, bs, effective)
+		ch, prefillers, pass, err = r.decideByPass(p, m.GetRequestId(), cached, gateClass, want, fp, model, promptBlocks, bs, effective)
 	}
 	if err != nil {
 		return nil, err
@@ -182,14 +185,15 @@ type passResult struct {
 
 // decideByPass scores every worker in one pass: the decision at any temperature,
 // for an explanation, and among workers of several models.
-func (r *Router) decideByPass(p Params, cached []int32, gateClass int, want workerKind, fp string, model uint32,
+func (r *Router) decideByPass(p Params, reqID string, cached []int32, gateClass int, want workerKind, fp string, model uint32,
 	promptBlocks, bs, effective int) (choice, []candidate, passResult, error) {
 	// One pass over the workers scores every decode candidate; what is decided
 	// from all of them at once is settled from the tally afterwards.
 	decoders, prefillers := r.decoders[:0], r.prefills[:0]
 	defer func() { r.decoders, r.prefills = decoders[:0], prefillers[:0] }()
 	inf := math.Inf(1)
-	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf}
+	t := tally{lo: [4]float64{inf, inf, inf, inf}, bestLocal: inf, bestDisagg: inf, prefillQueue: inf}
+	adaptive := p.ISLGate && p.ISLAdaptive
 	nIn, nFits, nBoth := 0, 0, 0
 	otherWeights := 0
 	for _, st := range r.order {
@@ -208,6 +212,9 @@ func (r *Router) decideByPass(p Params, cached []int32, gateClass int, want work
 		if st.kind&kindDecodes == 0 {
 			if st.kind&kindPrefill != 0 {
 				prefillers = append(prefillers, c)
+				if adaptive {
+					t.prefillQueue = min(t.prefillQueue, p.QueueWeight*(st.waitingBlocks+float64(st.pendingBlocks)))
+				}
 			}
 			continue
 		}
@@ -225,8 +232,13 @@ func (r *Router) decideByPass(p Params, cached []int32, gateClass int, want work
 		if c.cost < t.lo[c.flags] {
 			t.lo[c.flags] = c.cost
 		}
-		if st.kind&kindLocal != 0 && c.cost < t.bestLocal {
-			t.bestLocal = c.cost
+		if st.kind&kindLocal != 0 && c.cost <= t.bestLocal {
+			stalled := float64(st.running) * float64(promptBlocks-int(c.cached))
+			if c.cost < t.bestLocal {
+				t.bestLocal, t.stalled = c.cost, stalled
+			} else {
+				t.stalled = min(t.stalled, stalled)
+			}
 		}
 		if st.kind&kindDisagg != 0 && c.cost < t.bestDisagg {
 			t.bestDisagg = c.cost
@@ -250,7 +262,10 @@ func (r *Router) decideByPass(p Params, cached []int32, gateClass int, want work
 			class = classFallback
 		}
 	}
-	r.adapt(p, effective, t.bestLocal, t.bestDisagg)
+	if adaptive {
+		local, disagg := adaptCosts(p, t.bestLocal, t.stalled, t.bestDisagg, t.prefillQueue)
+		r.adapt(p, reqID, effective, local, disagg)
+	}
 	if n, _ := t.among(need | fits); n > 0 {
 		need |= fits
 	} else {
@@ -309,47 +324,6 @@ func (r *Router) gateCounter(class int) prometheus.Counter {
 		r.gateCount[class] = r.metrics.gate.WithLabelValues(classNames[class])
 	}
 	return r.gateCount[class]
-}
-
-// adapt moves the threshold when the class on the other side keeps offering a
-// clearly cheaper worker: consecutive agreeing requests (hysteresis) move it one
-// step, within [ISLMin, ISLMax].
-func (r *Router) adapt(p Params, effective int, bestLocal, bestDisagg float64) {
-	if !p.ISLGate || !p.ISLAdaptive {
-		return
-	}
-	if math.IsInf(bestLocal, 1) || math.IsInf(bestDisagg, 1) {
-		return
-	}
-	signal := 0
-	switch {
-	case effective < r.threshold && bestLocal-bestDisagg > p.ISLMargin:
-		signal = -1 // sent local, but disaggregated workers were clearly cheaper
-	case effective >= r.threshold && bestDisagg-bestLocal > p.ISLMargin:
-		signal = +1 // sent disaggregated, but local workers were clearly cheaper
-	}
-	switch {
-	case signal == 0:
-		return
-	case signal*r.evidence < 0:
-		r.evidence = signal
-	default:
-		r.evidence += signal
-	}
-	if abs(r.evidence) < p.ISLHysteresis {
-		return
-	}
-	r.threshold = min(max(r.threshold+signal*p.ISLStep, p.ISLMin), p.ISLMax)
-	r.evidence = 0
-	r.metrics.threshold.Set(float64(r.threshold))
-	r.metrics.adaptMoves.Inc()
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // pick returns the index of the chosen candidate among those whose flags include

@@ -80,6 +80,7 @@ func TestRouteEqualsReference(t *testing.T) {
 					l = &workerv1.Load{
 						ActiveBlocks: uint32(rng.IntN(4)), WaitingTokens: uint64(16 * rng.IntN(3)),
 						FreeBlocks: uint32(rng.IntN(12)), TotalBlocks: uint32(rng.IntN(2) * 64),
+						RunningSequences: uint32(rng.IntN(4)),
 					}
 				} else {
 					l = &workerv1.Load{}

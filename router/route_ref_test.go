@@ -93,7 +93,7 @@ func (r *Router) routeRef(_ context.Context, req *connect.Request[routerv1.Route
 		c.cost = c.prefill + c.decode + c.queue
 	}
 	class := r.refGate(p, effective, decoders)
-	r.refAdapt(p, effective, decoders)
+	r.refAdapt(p, m.GetRequestId(), effective, decoders, prefillers, promptBlocks)
 	r.refBusyGate(decoders, promptBlocks)
 
 	chosen := r.refPick(p, decoders)
@@ -152,8 +152,9 @@ func (r *Router) refGate(p Params, effective int, cs []refCandidate) string {
 
 // refAdapt moves the threshold when the class on the other side keeps offering a
 // clearly cheaper worker: consecutive agreeing requests (hysteresis) move it one
-// step, within [ISLMin, ISLMax].
-func (r *Router) refAdapt(p Params, effective int, cs []refCandidate) {
+// step, within [ISLMin, ISLMax]. Since the ITL term (and the prefill queue on the
+// disaggregated side) it compares adaptCosts's sums, worked out here apart.
+func (r *Router) refAdapt(p Params, reqID string, effective int, cs, prefillers []refCandidate, promptBlocks int) {
 	if !p.ISLGate || !p.ISLAdaptive {
 		return
 	}
@@ -166,14 +167,31 @@ func (r *Router) refAdapt(p Params, effective int, cs []refCandidate) {
 			bestDisagg = min(bestDisagg, c.cost)
 		}
 	}
-	if math.IsInf(bestLocal, 1) || math.IsInf(bestDisagg, 1) {
+	stalled := math.Inf(1)
+	for _, c := range cs {
+		if c.st.w.PrefillsLocally() && c.cost == bestLocal {
+			stalled = min(stalled, float64(c.st.load.GetRunningSequences())*float64(promptBlocks-c.cached))
+		}
+	}
+	if math.IsInf(stalled, 1) {
+		stalled = 0
+	}
+	queue := math.Inf(1)
+	for _, c := range prefillers {
+		queue = min(queue, p.QueueWeight*(float64(c.st.load.GetWaitingTokens())/float64(r.blockSize)+float64(c.st.pendingBlocks)))
+	}
+	local := bestLocal + p.ISLITLWeight*p.PrefillWeight*stalled
+	if !math.IsInf(queue, 1) {
+		bestDisagg += queue
+	}
+	if math.IsInf(local, 1) || math.IsInf(bestDisagg, 1) {
 		return
 	}
 	signal := 0
 	switch {
-	case effective < r.threshold && bestLocal-bestDisagg > p.ISLMargin:
+	case effective < r.threshold && local-bestDisagg > p.ISLMargin:
 		signal = -1 // sent local, but disaggregated workers were clearly cheaper
-	case effective >= r.threshold && bestDisagg-bestLocal > p.ISLMargin:
+	case effective >= r.threshold && bestDisagg-local > p.ISLMargin:
 		signal = +1 // sent disaggregated, but local workers were clearly cheaper
 	}
 	switch {
@@ -187,10 +205,14 @@ func (r *Router) refAdapt(p Params, effective int, cs []refCandidate) {
 	if abs(r.evidence) < p.ISLHysteresis {
 		return
 	}
+	from := r.threshold
 	r.threshold = min(max(r.threshold+signal*p.ISLStep, p.ISLMin), p.ISLMax)
 	r.evidence = 0
+	if r.threshold == from {
+		return
+	}
 	r.metrics.threshold.Set(float64(r.threshold))
-	r.metrics.adaptMoves.Inc()
+	r.metrics.adaptMoves[(1-signal)/2].Inc()
 }
 
 // refBusyGate unscores workers that lack free blocks for the request, unless that

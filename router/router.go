@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -63,6 +64,9 @@ type Config struct {
 	// requests carry the model card's (RouteRequest.block_size).
 	BlockSize int
 	Params    Params
+	// Logger receives the decisions worth a line (the adaptive threshold's moves);
+	// nil discards them.
+	Logger *slog.Logger
 }
 
 // state is what the router knows of one worker.
@@ -83,6 +87,7 @@ type state struct {
 	waiting             uint64  // tokens; this and the next from load, zero without a report
 	waitingBlocks       float64 // waiting / block size
 	active, free, total uint32  // blocks
+	running             uint32  // sequences decoding, from load
 
 	w           Worker
 	load        *workerv1.Load
@@ -131,6 +136,7 @@ func kindOf(w Worker) workerKind {
 func (st *state) setLoad(l *workerv1.Load, blockSize int) {
 	st.load, st.pendingBlocks = l, 0
 	st.active, st.waiting, st.free, st.total = l.GetActiveBlocks(), l.GetWaitingTokens(), l.GetFreeBlocks(), l.GetTotalBlocks()
+	st.running = l.GetRunningSequences()
 	// Divided once here rather than for every candidate of every request (a
 	// sixth of the scoring pass at 1,000 workers); the same division, so the same cost.
 	st.waitingBlocks = float64(st.waiting) / float64(blockSize)
@@ -140,6 +146,7 @@ func (st *state) setLoad(l *workerv1.Load, blockSize int) {
 type Router struct {
 	cfg     Config
 	metrics *metrics
+	log     *slog.Logger
 
 	mu        sync.Mutex
 	params    Params
@@ -194,7 +201,10 @@ func New(cfg Config, rng *rand.Rand, reg prometheus.Registerer) (*Router, error)
 		cfg: cfg, metrics: newMetrics(reg), params: cfg.Params, rng: rng,
 		ix: NewIndex(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
 		stopping: make(chan struct{}), blockSize: cfg.BlockSize, fingerprints: map[string]uint32{},
-		modelCount: map[uint32]int{},
+		modelCount: map[uint32]int{}, log: cfg.Logger,
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
 	}
 	r.metrics.threshold.Set(float64(r.threshold))
 	return r, nil

@@ -60,6 +60,8 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.ISLStep, "isl-step", p.ISLStep, "tokens one adaptive move changes the threshold by")
 	fs.Float64Var(&p.ISLMargin, "isl-margin", p.ISLMargin, "cost difference between classes that counts as evidence for a move")
 	fs.IntVar(&p.ISLHysteresis, "isl-hysteresis", p.ISLHysteresis, "consecutive agreeing requests needed before the threshold moves")
+	fs.Float64Var(&p.ISLITLWeight, "isl-itl-weight", p.ISLITLWeight,
+		"in the adaptive comparison, weight of the stall a local prefill inflicts on each sequence decoding on the local class's best worker (0 ignores them, 1 counts each as fully as the new request's wait)")
 }
 
 // Validate checks the flags.
@@ -94,7 +96,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r, err := router.New(router.Config{BlockSize: cfg.BlockSize, Params: cfg.Params}, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), env.Registry)
+	r, err := router.New(router.Config{BlockSize: cfg.BlockSize, Params: cfg.Params, Logger: env.Logger}, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), env.Registry)
 	if err != nil {
 		return nil, err
 	}
