@@ -33,7 +33,7 @@ type SubscriberConfig struct {
 func (c SubscriberConfig) Validate() error {
 	if c.Endpoint == "" {
 		if c.ReplayEndpoint != "" {
-			return errors.New("--kv-events-replay-endpoint without --kv-events-endpoint")
+			return fmt.Errorf("KV events replay endpoint %q without an endpoint to subscribe to", c.ReplayEndpoint)
 		}
 		return nil
 	}

@@ -1,6 +1,37 @@
 package native
 
-import "math"
+import (
+	"math"
+
+	"github.com/tandem-serve/tandem/internal/parallel"
+)
+
+// attnPlan is how a forward pass's attention is cut into work items: the same for
+// every layer, so made once per pass.
+type attnPlan struct {
+	segs  []segment // split into runs of at most attnRows query rows
+	items []attnItem
+	cost  int // per item, for the split among the cores
+}
+
+type attnItem struct{ seg, head int }
+
+func (m *model) planAttention(segs []segment) attnPlan {
+	mc := m.mc
+	cost := 0
+	for _, s := range segs {
+		cost += s.n * (s.pos0 + s.n)
+	}
+	p := attnPlan{segs: splitRows(segs)}
+	p.items = make([]attnItem, 0, len(p.segs)*mc.Heads)
+	for si := range p.segs {
+		for h := range mc.Heads {
+			p.items = append(p.items, attnItem{si, h})
+		}
+	}
+	p.cost = cost * mc.HeadDim / max(len(p.segs), 1)
+	return p
+}
 
 // attention computes causal grouped-query attention for every segment and query head,
 // reading K and V from the paged store (the batch's own K and V are already there).
@@ -10,26 +41,14 @@ import "math"
 // Q*K^T and for P*V, with a streaming ("online") softmax in between, so no score
 // matrix longer than a block is ever held. A row's arithmetic is the same whatever
 // rows share its tile: fully masked blocks add exact zeros.
-func (m *model) attention(layer int, qkv []float32, ldq int, out []float32, segs []segment) {
+func (m *model) attention(layer int, qkv []float32, ldq int, out []float32, p attnPlan) {
 	mc := m.mc
-	type item struct{ seg, head int }
-	cost := 0
-	for _, s := range segs {
-		cost += s.n * (s.pos0 + s.n)
-	}
-	segs = splitRows(segs)
-	items := make([]item, 0, len(segs)*mc.Heads)
-	for si := range segs {
-		for h := range mc.Heads {
-			items = append(items, item{si, h})
-		}
-	}
 	ldo := mc.Heads * mc.HeadDim
 	group := mc.Heads / mc.KVHeads
-	parallelFor(len(items), cost*mc.HeadDim/max(len(segs), 1), func(lo, hi int) {
+	parallel.For(len(p.items), p.cost, parallel.MinWork, func(lo, hi int) {
 		sc := newAttnScratch(m.blockSize, m.kvDim)
-		for _, it := range items[lo:hi] {
-			s := segs[it.seg]
+		for _, it := range p.items[lo:hi] {
+			s := p.segs[it.seg]
 			q := qkv[s.row0*ldq+it.head*mc.HeadDim:]
 			o := out[s.row0*ldo+it.head*mc.HeadDim:]
 			m.attendHead(sc, layer, it.head/group, s, q, ldq, o, ldo)

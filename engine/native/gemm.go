@@ -10,6 +10,8 @@ package native
 // bit-identical activations, which is what makes sampling reproducible across batches
 // and across engine instances.
 
+import "github.com/tandem-serve/tandem/internal/parallel"
+
 const (
 	maxRows   = 6  // rows per micro-kernel call
 	rowsBlock = 96 // rows of A per pass over a panel, so A stays in L2 while W streams
@@ -22,7 +24,7 @@ func gemm(m int, a []float32, lda int, w *packed, c []float32, ldc int) {
 		return
 	}
 	k := w.K
-	parallelForOver(w.panels, m*k*panelWidth, minSplitProduct, func(lo, hi int) {
+	parallel.For(w.panels, m*k*panelWidth, parallel.MinProduct, func(lo, hi int) {
 		for r0 := 0; r0 < m; r0 += rowsBlock {
 			r1 := min(m, r0+rowsBlock)
 			for p := lo; p < hi; p++ {

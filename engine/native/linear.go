@@ -55,9 +55,12 @@ func newConcat(parts ...linear) *concat {
 
 func (c *concat) mulAdd(m int, a []float32, lda int, out []float32, ldc int) {
 	if c.quant != nil {
-		ps := make([]quant.Product, len(c.quant))
+		// On the stack for Q, K and V or gate and up: MulAddShared keeps no
+		// reference to ps, and this runs for every layer of every decode step.
+		var buf [4]quant.Product
+		ps := buf[:0]
 		for i, w := range c.quant {
-			ps[i] = quant.Product{W: w, Out: out[c.offs[i]:], Ldo: ldc}
+			ps = append(ps, quant.Product{W: w, Out: out[c.offs[i]:], Ldo: ldc})
 		}
 		quant.MulAddShared(m, a, lda, ps)
 		return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine/quant"
 	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/internal/parallel"
 	"github.com/tandem-serve/tandem/models"
 	"github.com/zeebo/xxh3"
 )
@@ -263,7 +264,7 @@ func packTensors(k int, ts ...gguf.TensorInfo) (*packed, error) {
 
 // fillColumns sets columns [col0, col0+n) of p from rows 0..n-1 of src.
 func fillColumns(p *packed, col0, n int, src rowSource) {
-	parallelFor(n, p.K, func(lo, hi int) {
+	parallel.For(n, p.K, parallel.MinWork, func(lo, hi int) {
 		row := make([]float32, p.K)
 		for j := lo; j < hi; j++ {
 			src.row(j, row)

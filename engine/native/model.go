@@ -3,6 +3,7 @@ package native
 import (
 	"math"
 
+	"github.com/tandem-serve/tandem/internal/parallel"
 	"github.com/tandem-serve/tandem/kvcache"
 )
 
@@ -99,6 +100,7 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 		m.w.embed.row(int(tok), x[t*d:(t+1)*d])
 	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
+	plan := m.planAttention(segs)
 	for l := range m.w.layers {
 		lw := &m.w.layers[l]
 		h := ws.h[:T*d]
@@ -129,7 +131,7 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 			}
 		}
 		att := ws.att[:T*mc.Heads*hd]
-		m.attention(l, qkv, qkvLd, att, segs)
+		m.attention(l, qkv, qkvLd, att, plan)
 		lw.wo.mulAdd(T, att, mc.Heads*hd, x, d)
 		normRows(h, x, T, d, lw.mlpNorm, mc.NormEps)
 		f, guLd := mc.FFN, m.guLd
@@ -137,7 +139,7 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 		clear(gu)
 		lw.wgu.mulAdd(T, h, d, gu, guLd)
 		act := ws.act[:T*f]
-		parallelForOver(T, 8*f, minSplitProduct, func(lo, hi int) {
+		parallel.For(T, 8*f, parallel.MinProduct, func(lo, hi int) {
 			for t := lo; t < hi; t++ {
 				swiglu(act[t*f:(t+1)*f], gu[t*guLd:t*guLd+f], gu[t*guLd+f:t*guLd+2*f])
 			}
@@ -166,7 +168,7 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 // normRows is rmsNorm over T rows of d, split among the cores for a prompt's rows:
 // with the products split, a serial loop here would idle the other cores.
 func normRows(dst, x []float32, T, d int, g []float32, eps float32) {
-	parallelForOver(T, 2*d, minSplitProduct, func(lo, hi int) {
+	parallel.For(T, 2*d, parallel.MinProduct, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			rmsNorm(dst[t*d:(t+1)*d], x[t*d:(t+1)*d], g, eps)
 		}

@@ -105,7 +105,7 @@ func ones(n int) []float32 {
 // fill draws every real (unpadded) element uniformly with standard deviation std.
 func fill(p *packed, seed, tensor uint64, std float64) {
 	scale := float32(std * math.Sqrt(3) * 2 / (1 << 24))
-	parallelFor(p.panels, p.K*panelWidth, func(lo, hi int) {
+	parallel.For(p.panels, p.K*panelWidth, parallel.MinWork, func(lo, hi int) {
 		for pi := lo; pi < hi; pi++ {
 			rng := splitmix(seed ^ splitmix(tensor<<32^uint64(pi)))
 			cols := min(panelWidth, p.N-pi*panelWidth)
@@ -153,23 +153,4 @@ func fingerprint(mc ModelConfig, w *weights, mats []*packed) string {
 	}
 	write(w.finalNorm)
 	return fmt.Sprintf("native-%s-%016x", mc.Name, h.Sum64())
-}
-
-// parallelFor splits [0, n) among the cores when the work (n items of cost each,
-// about a multiply-add per unit) is big enough to repay waking a goroutine, which
-// on a busy machine can take longer than a small matrix product.
-func parallelFor(n, cost int, fn func(lo, hi int)) {
-	parallelForOver(n, cost, 1<<20, fn)
-}
-
-// minSplitProduct is the work above which a matrix product is split among the cores.
-// A decode step's products (one row) are bound by reading the weights, not by the
-// multiply-adds: a 576 x 576 matrix is 1.3 MB of f32 read in some 60 µs, far more
-// than waking a goroutine, and under parallelFor's 2^20 rule only the largest of
-// them were split, so two threads decoded hardly faster than one.
-const minSplitProduct = 1 << 16
-
-// parallelForOver is parallelFor with the threshold given.
-func parallelForOver(n, cost, minWork int, fn func(lo, hi int)) {
-	parallel.For(n, cost, minWork, fn)
 }

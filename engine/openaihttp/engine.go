@@ -98,11 +98,15 @@ var (
 	_ engine.RefImporter = (*Engine)(nil)
 )
 
+// ErrNoContextLength is New's error when the engine does not report the model's
+// context length (TRT-LLM does not) and Config.ContextLength is 0.
+var ErrNoContextLength = errors.New("the engine does not report max_model_len and no context length is configured")
+
 // New waits for the engine to serve its models, learns the served model id and
 // context length, settles how token ids come back, and starts scraping load.
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.Tokenizer == nil {
-		return nil, errors.New("openaihttp: a tokenizer is required (--tokenizer)")
+		return nil, errors.New("openaihttp: Config.Tokenizer is required")
 	}
 	if cfg.BlockSize <= 0 {
 		return nil, errors.New("openaihttp: block size must be positive")
@@ -133,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		e.ctxLen = m.MaxModelLen
 	}
 	if e.ctxLen <= 0 {
-		return nil, fmt.Errorf("%s at %s does not report max_model_len for %q: give --max-model-len", e.d.Name, cfg.URL, m.ID)
+		return nil, fmt.Errorf("%s at %s, model %q: %w", e.d.Name, cfg.URL, m.ID, ErrNoContextLength)
 	}
 	if e.mode, err = e.settleTokenMode(ctx, cfg.TokenMode); err != nil {
 		return nil, err

@@ -114,7 +114,7 @@ func TestGenerateBody(t *testing.T) {
 func TestContextLengthRequired(t *testing.T) {
 	f := (&fakeengine.Server{Kind: fakeengine.TRTLLM, TokenIDs: true}).Start(t)
 	_, err := openaihttp.New(t.Context(), openaihttp.Config{URL: f.URL(), Dialect: trtllm.Dialect(), Tokenizer: cl100k(t), BlockSize: 16})
-	if err == nil || !strings.Contains(err.Error(), "--max-model-len") {
+	if !errors.Is(err, openaihttp.ErrNoContextLength) || !strings.Contains(err.Error(), "max_model_len") {
 		t.Fatalf("New: %v", err)
 	}
 }

@@ -191,7 +191,7 @@ func (s *stream) tokens(c Choice) ([]uint32, error) {
 	vocab := uint32(s.e.cfg.Tokenizer.VocabSize())
 	for _, t := range toks {
 		if t >= vocab {
-			return nil, fmt.Errorf("token id %d is outside the tokenizer's vocabulary of %d: is --tokenizer the model's?", t, vocab)
+			return nil, fmt.Errorf("token id %d is outside the tokenizer's vocabulary of %d: is the tokenizer the model's?", t, vocab)
 		}
 	}
 	return toks, nil

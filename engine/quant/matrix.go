@@ -2,10 +2,8 @@ package quant
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/parallel"
 )
 
 // Matrix is N rows of K values in a quantized format, as a GGUF file stores a 2-D
@@ -74,41 +72,5 @@ func (w *Matrix) row(j int) []byte { return w.data[j*w.rowBytes : (j+1)*w.rowByt
 // on its row of x and its row of W: the same bits whatever m is, whichever rows share
 // the call and however the work is split among threads.
 func (w *Matrix) MulAdd(m int, x []float32, ldx int, out []float32, ldo int) {
-	if m <= 0 {
-		if m < 0 {
-			panic(fmt.Sprintf("quant: MulAdd of %d rows", m))
-		}
-		return
-	}
-	if ldx < w.k || ldo < w.n || len(x) < (m-1)*ldx+w.k || len(out) < (m-1)*ldo+w.n {
-		panic(fmt.Sprintf("quant: MulAdd of %d rows of %d values (stride %d, %d given) into %d outputs (stride %d, %d given)",
-			m, w.k, ldx, len(x), w.n, ldo, len(out)))
-	}
-	s := scratchPool.Get().(*acts)
-	defer scratchPool.Put(s)
-	k := kernels()
-	if formats[w.t].block == qkK {
-		s.quantizeK(m, x, ldx, w.k, k.rowK)
-	} else {
-		s.quantize32(m, x, ldx, w.k, laneMode(w.t), k.row32)
-	}
-	units := (w.n + k.cols - 1) / k.cols
-	parallelFor(units, m*w.k*k.cols, func(lo, hi int) {
-		k.mul(w, s, lo*k.cols, min(w.n, hi*k.cols), out, ldo)
-	})
-}
-
-// minSplit is the work (multiply-adds) above which a product is split among the
-// cores. A decode step's products are bound by reading the weights: a Q8_0 576 x 576
-// matrix is 350 KB, some 25 µs from memory, well worth a goroutine; under the
-// engine's 2^20 rule for f32 work no decode product but the output was split, and
-// two threads decoded hardly faster than one.
-const minSplit = 1 << 16
-
-var scratchPool = sync.Pool{New: func() any { return new(acts) }}
-
-// parallelFor runs fn over [0, n) split among the cores when the work, n units of
-// cost multiply-adds each, is worth it (minSplit).
-func parallelFor(n, cost int, fn func(lo, hi int)) {
-	parallel.For(n, cost, minSplit, fn)
+	MulAddShared(m, x, ldx, []Product{{W: w, Out: out, Ldo: ldo}})
 }

@@ -1,6 +1,11 @@
 package quant
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tandem-serve/tandem/internal/parallel"
+)
 
 // Product is one matrix of a group that reads the same input, and where its outputs go.
 type Product struct {
@@ -13,7 +18,10 @@ type Product struct {
 // Q, K and V, or gate and up. x is quantized once for each activation format the
 // matrices need, not once per matrix, and the columns of all of them are split among
 // the cores together, so that the small K and V products of a decode step do not each
-// pay for waking the other cores. The outputs are the same bits as MulAdd's.
+// pay for waking the other cores. The outputs are the same bits as MulAdd's (MulAdd is
+// this with one product).
+//
+// It allocates nothing once warm: a decode step makes some 120 products.
 func MulAddShared(m int, x []float32, ldx int, ps []Product) {
 	if len(ps) == 0 || m == 0 {
 		return
@@ -28,44 +36,83 @@ func MulAddShared(m int, x []float32, ldx int, ps []Product) {
 				m, kk, ldx, len(x), p.W.n, p.Ldo, len(p.Out)))
 		}
 	}
-	k := kernels()
-	// One quantized copy of x per activation format: K-quant blocks, or 32-value
-	// blocks with a lane mode.
-	type format struct {
-		kq   bool
-		mode int
-	}
-	xs := make([]*acts, len(ps))
-	byFormat := map[format]*acts{}
-	for i, p := range ps {
-		f := format{kq: formats[p.W.t].block == qkK}
+	c := callPool.Get().(*sharedCall)
+	c.prepare(m, x, ldx, kk, ps)
+	parallel.For(c.first[len(ps)], m*kk*c.k.cols, parallel.MinProduct, c.run)
+	c.release()
+	callPool.Put(c)
+}
+
+// actFormat is how x is quantized for a weight format: K-quant blocks, or 32-value
+// blocks with a lane mode.
+type actFormat struct {
+	kq   bool
+	mode int
+}
+
+// sharedCall is one MulAddShared's state. It is pooled with the activation buffers it
+// quantized x into, and run is bound once, so a call allocates neither.
+type sharedCall struct {
+	k     *kernelSet
+	ps    []Product // a copy, so the caller's slice may live on its stack
+	xs    []*acts   // the activations product i reads
+	first []int     // product i's units (k.cols columns each) are first[i] to first[i+1]
+	fmts  []actFormat
+	bufs  []*acts // bufs[f] holds x quantized as fmts[f]
+	run   func(lo, hi int)
+}
+
+var callPool = sync.Pool{New: func() any {
+	c := new(sharedCall)
+	c.run = c.units
+	return c
+}}
+
+// prepare quantizes x once per activation format and numbers the units.
+func (c *sharedCall) prepare(m int, x []float32, ldx, kk int, ps []Product) {
+	c.k = kernels()
+	c.ps = append(c.ps[:0], ps...)
+	c.xs, c.fmts = c.xs[:0], c.fmts[:0]
+	c.first = append(c.first[:0], 0)
+	for _, p := range ps {
+		f := actFormat{kq: formats[p.W.t].block == qkK}
 		if !f.kq {
 			f.mode = laneMode(p.W.t)
 		}
-		s, ok := byFormat[f]
-		if !ok {
-			s = scratchPool.Get().(*acts)
-			defer scratchPool.Put(s)
+		fi := 0
+		for fi < len(c.fmts) && c.fmts[fi] != f {
+			fi++
+		}
+		if fi == len(c.fmts) {
+			c.fmts = append(c.fmts, f)
+			if fi == len(c.bufs) {
+				c.bufs = append(c.bufs, new(acts))
+			}
 			if f.kq {
-				s.quantizeK(m, x, ldx, kk, k.rowK)
+				c.bufs[fi].quantizeK(m, x, ldx, kk, c.k.rowK)
 			} else {
-				s.quantize32(m, x, ldx, kk, f.mode, k.row32)
-			}
-			byFormat[f] = s
-		}
-		xs[i] = s
-	}
-	// Units of k.cols columns, numbered through the products in order.
-	first := make([]int, len(ps)+1)
-	for i, p := range ps {
-		first[i+1] = first[i] + (p.W.n+k.cols-1)/k.cols
-	}
-	parallelFor(first[len(ps)], m*kk*k.cols, func(lo, hi int) {
-		for i, p := range ps {
-			a, b := max(lo, first[i]), min(hi, first[i+1])
-			if a < b {
-				k.mul(p.W, xs[i], (a-first[i])*k.cols, min(p.W.n, (b-first[i])*k.cols), p.Out, p.Ldo)
+				c.bufs[fi].quantize32(m, x, ldx, kk, f.mode, c.k.row32)
 			}
 		}
-	})
+		c.xs = append(c.xs, c.bufs[fi])
+		c.first = append(c.first, c.first[len(c.first)-1]+(p.W.n+c.k.cols-1)/c.k.cols)
+	}
+}
+
+// units computes units [lo, hi), numbered through the products in order.
+func (c *sharedCall) units(lo, hi int) {
+	cols := c.k.cols
+	for i, p := range c.ps {
+		a, b := max(lo, c.first[i]), min(hi, c.first[i+1])
+		if a < b {
+			c.k.mul(p.W, c.xs[i], (a-c.first[i])*cols, min(p.W.n, (b-c.first[i])*cols), p.Out, p.Ldo)
+		}
+	}
+}
+
+// release drops the call's references to the caller's weights and outputs, so the
+// pool pins only its own buffers.
+func (c *sharedCall) release() {
+	clear(c.ps)
+	clear(c.xs)
 }

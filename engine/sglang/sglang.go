@@ -64,7 +64,7 @@ type Params struct {
 // allocates. The export's Wait is the prefill leg's answer.
 func (b Bootstrap) Prefill(ctx context.Context, e *openaihttp.Engine, req engine.Request, body openaihttp.CompletionRequest) (engine.RefExport, error) {
 	if b.Host == "" || b.Port <= 0 {
-		return nil, fmt.Errorf("%w: this sglang prefill worker has no bootstrap host and port (--engine-bootstrap)", engine.ErrNoTransferParams)
+		return nil, fmt.Errorf("%w: this sglang prefill worker has no bootstrap host and port configured", engine.ErrNoTransferParams)
 	}
 	p := Params{Host: b.Host, Port: b.Port, Room: rand.Uint64() >> 1} // a non-negative int64, as the gateway draws it
 	raw, err := json.Marshal(p)

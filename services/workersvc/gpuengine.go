@@ -87,6 +87,9 @@ func (c *Config) validateGPU() error {
 	if c.ContextLength < 0 {
 		return fmt.Errorf("--max-model-len %d must not be negative", c.ContextLength)
 	}
+	if g.KVEvents.Endpoint == "" && g.KVEvents.ReplayEndpoint != "" {
+		return errors.New("--kv-events-replay-endpoint without --kv-events-endpoint")
+	}
 	return g.KVEvents.Validate()
 }
 
@@ -160,6 +163,9 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		TotalBlocks: c.NumBlocks, TokenMode: openaihttp.TokenMode(c.GPU.TokenMode), MetricsInterval: c.GPU.MetricsInterval,
 		Wait: c.GPU.Wait, Cache: mirror, Logger: log,
 	})
+	if errors.Is(err, openaihttp.ErrNoContextLength) {
+		return nil, fmt.Errorf("%w: give --max-model-len", err)
+	}
 	if err != nil {
 		return nil, err
 	}
