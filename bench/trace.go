@@ -45,14 +45,6 @@ type TraceRecord struct {
 	HashIDs      []int64
 }
 
-// traceLine is a line as JSON; pointers tell a missing field from a zero.
-type traceLine struct {
-	Timestamp    json.RawMessage `json:"timestamp"`
-	InputLength  json.RawMessage `json:"input_length"`
-	OutputLength json.RawMessage `json:"output_length"`
-	HashIDs      *[]int64        `json:"hash_ids"`
-}
-
 // traceFields are the fields a line may have. AIPerf's other mooncake_trace
 // fields (text_input, messages, session_id, delay, ...) are refused by name
 // rather than ignored: a trace that carries them means something this replay
@@ -96,6 +88,9 @@ func ParseTrace(r io.Reader, blockSize int) ([]TraceRecord, error) {
 	return recs, nil
 }
 
+// parseTraceLine decodes the line once, into its fields as raw JSON, then reads
+// each field from there: the field names are checked, and each error names its
+// field, without a second pass over the line.
 func parseTraceLine(line []byte, blockSize int) (TraceRecord, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(line, &raw); err != nil {
@@ -106,27 +101,19 @@ func parseTraceLine(line []byte, blockSize int) (TraceRecord, error) {
 			return TraceRecord{}, fmt.Errorf("field %s: not a Mooncake trace field (want %s)", k, strings.Join(traceFields, ", "))
 		}
 	}
-	var l traceLine
-	if err := json.Unmarshal(line, &l); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return TraceRecord{}, fmt.Errorf("field %s: %s is not %s", te.Field, te.Value, kindOf(te.Field))
-		}
-		return TraceRecord{}, err
-	}
 	var rec TraceRecord
 	var err error
-	if rec.Timestamp, err = traceInt(l.Timestamp, "timestamp", 0); err != nil {
+	if rec.Timestamp, err = traceInt(raw["timestamp"], "timestamp", 0); err != nil {
 		return rec, err
 	}
 	if rec.Timestamp > maxTimestamp {
 		return rec, fmt.Errorf("field timestamp: %d ms is over a year; timestamps are milliseconds from the start of the trace", rec.Timestamp)
 	}
-	in, err := traceInt(l.InputLength, "input_length", 1)
+	in, err := traceInt(raw["input_length"], "input_length", 1)
 	if err != nil {
 		return rec, err
 	}
-	out, err := traceInt(l.OutputLength, "output_length", 1)
+	out, err := traceInt(raw["output_length"], "output_length", 1)
 	if err != nil {
 		return rec, err
 	}
@@ -134,10 +121,13 @@ func parseTraceLine(line []byte, blockSize int) (TraceRecord, error) {
 		return rec, fmt.Errorf("field input_length or output_length: %d tokens is beyond any model", max(in, out))
 	}
 	rec.InputLength, rec.OutputLength = int(in), int(out)
-	if l.HashIDs == nil {
+	ids := raw["hash_ids"]
+	if len(ids) == 0 || string(ids) == "null" {
 		return rec, errors.New("field hash_ids: missing")
 	}
-	rec.HashIDs = *l.HashIDs
+	if err := json.Unmarshal(ids, &rec.HashIDs); err != nil {
+		return rec, fmt.Errorf("field hash_ids: %.40s is not a list of integers", ids)
+	}
 	if want := (rec.InputLength-1)/blockSize + 1; len(rec.HashIDs) != want {
 		return rec, fmt.Errorf("field hash_ids: %d ids, but input_length %d needs %d blocks of %d tokens (is --trace-block-size right?)",
 			len(rec.HashIDs), rec.InputLength, want, blockSize)
@@ -148,13 +138,6 @@ func parseTraceLine(line []byte, blockSize int) (TraceRecord, error) {
 		}
 	}
 	return rec, nil
-}
-
-func kindOf(field string) string {
-	if field == "hash_ids" {
-		return "a list of integers"
-	}
-	return "an integer"
 }
 
 // traceInt reads a required integer field of at least lo.

@@ -162,6 +162,24 @@ func fitContext(in, out, ctxLen int) (int, int) {
 // Done implements Workload.
 func (*TraceReplay) Done(Request, *Result) {}
 
+// ClassOrder implements ClassOrderer.
+func (*TraceReplay) ClassOrder() []string { return []string{ClassFresh, ClassReuse} }
+
+// NoteReport implements ReportNoter: the window's own reuse, and the requests
+// cut to fit the model's context.
+func (t *TraceReplay) NoteReport(rep *Report) {
+	reuse := t.PrefixReuse()
+	rep.TraceReuse, rep.TraceCut = &reuse, t.Cut
+}
+
+var (
+	_ Workload     = (*TraceReplay)(nil)
+	_ Preparer     = (*TraceReplay)(nil)
+	_ ReportNoter  = (*TraceReplay)(nil)
+	_ ClassOrderer = (*TraceReplay)(nil)
+	_ ClassOrderer = (*Mixed)(nil)
+)
+
 // traceName describes a replay for its report.
 func traceName(file string, w TraceWindow, n int) string {
 	parts := []string{fmt.Sprintf("trace %s [%d:%d]", file, w.Start, w.Start+n)}
