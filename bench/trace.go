@@ -169,6 +169,9 @@ type TraceWindow struct {
 	TokenScale float64
 	// BlockSize is the trace's block size, before scaling.
 	BlockSize int
+	// KVBlockSize is the servers' KV block size, for BlockWarning; 0: unknown,
+	// nothing checked.
+	KVBlockSize int
 }
 
 // Validate checks the window's numbers.
@@ -183,6 +186,9 @@ func (w TraceWindow) Validate() error {
 	if !(w.TokenScale > 0 && w.TokenScale <= 1) {
 		errs = append(errs, fmt.Errorf("bench: --trace-token-scale %g must be in (0, 1]", w.TokenScale))
 	}
+	if w.KVBlockSize < 0 {
+		errs = append(errs, fmt.Errorf("bench: --trace-kv-block-size %d must not be negative", w.KVBlockSize))
+	}
 	if w.BlockSize < 1 {
 		errs = append(errs, fmt.Errorf("bench: --trace-block-size %d must be positive", w.BlockSize))
 	} else if w.ScaledBlockSize() < 1 {
@@ -194,6 +200,32 @@ func (w TraceWindow) Validate() error {
 // ScaledBlockSize is the block size the prompts are built with.
 func (w TraceWindow) ScaledBlockSize() int {
 	return int(math.Round(float64(w.BlockSize) * w.TokenScale))
+}
+
+// BlockWarning says, when it is so, that the scaled trace block is not a whole
+// number of the servers' KV blocks. A prefix two prompts share then ends inside
+// a KV block, and a server caches only whole blocks: the tail of each shared
+// prefix, up to a KV block less a token, is reuse the trace offers that no
+// server's cache can hold, so the hit rate reads low against the trace's own.
+func (w TraceWindow) BlockWarning() string {
+	b := w.ScaledBlockSize()
+	if w.KVBlockSize <= 0 || b < 1 || b%w.KVBlockSize == 0 {
+		return ""
+	}
+	why := fmt.Sprintf("--trace-block-size %d", w.BlockSize)
+	if w.TokenScale != 1 {
+		why = fmt.Sprintf("--trace-token-scale %g makes the %d-token trace blocks %d tokens", w.TokenScale, w.BlockSize, b)
+	}
+	return fmt.Sprintf("%s, not a multiple of the servers' %d-token KV blocks (--trace-kv-block-size): a shared prefix ends "+
+		"inside a KV block, so up to %d tokens of each are reuse the servers' caches cannot hold, and their hit rate reads "+
+		"below the trace's own (a multiple: --trace-token-scale %g)", why, w.KVBlockSize, w.KVBlockSize-1, w.nearScale())
+}
+
+// nearScale is the token scale nearest TokenScale that makes the scaled block a
+// whole number of KV blocks (at least one).
+func (w TraceWindow) nearScale() float64 {
+	k := max(1, math.Round(float64(w.BlockSize)*w.TokenScale/float64(w.KVBlockSize)))
+	return k * float64(w.KVBlockSize) / float64(w.BlockSize)
 }
 
 // TraceRequest is one request to replay: when, and how long its prompt and

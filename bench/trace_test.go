@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"encoding/json"
+	"flag"
 	"os"
 	"strings"
 	"testing"
@@ -194,4 +196,66 @@ func FuzzParseTrace(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A scaled trace block that is not a whole number of KV blocks is warned of,
+// naming the scale that would be, and a whole one is not.
+func TestTraceBlockWarning(t *testing.T) {
+	for _, c := range []struct {
+		block, kv int
+		scale     float64
+		want      []string
+	}{
+		{512, 16, 1, nil},
+		{512, 16, 0.0625, nil},
+		{512, 0, 0.05, nil},
+		{512, 16, 0.05, []string{"--trace-token-scale 0.05 makes the 512-token trace blocks 26 tokens",
+			"servers' 16-token KV blocks", "up to 15 tokens", "--trace-token-scale 0.0625"}},
+		{100, 16, 1, []string{"--trace-block-size 100, not a multiple", "--trace-token-scale 0.96"}},
+		{512, 64, 0.01, []string{"5 tokens", "--trace-token-scale 0.125"}},
+	} {
+		w := TraceWindow{BlockSize: c.block, KVBlockSize: c.kv, TokenScale: c.scale, Speedup: 1}
+		got := w.BlockWarning()
+		if (got == "") != (c.want == nil) {
+			t.Errorf("%+v: warning %q", w, got)
+		}
+		for _, s := range c.want {
+			if !strings.Contains(got, s) {
+				t.Errorf("%+v: warning %q lacks %q", w, got, s)
+			}
+		}
+	}
+}
+
+// The warning reaches stderr (the plan's) and each report, in its JSON and its
+// text.
+func TestTraceBlockWarningReachesTheReport(t *testing.T) {
+	var o Options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--url", "http://127.0.0.1:1", "--trace", testTrace, "--trace-token-scale", "0.05"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := o.Plan(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "26 tokens") {
+		t.Fatalf("plan warnings %q", p.Warnings)
+	}
+	wl, err := p.NewLoad()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	wl.(ReportNoter).NoteReport(&rep)
+	var text strings.Builder
+	rep.writeNotes(&text)
+	if len(rep.Warnings) != 1 || !strings.Contains(text.String(), "warning: --trace-token-scale 0.05") {
+		t.Errorf("report warnings %q, text:\n%s", rep.Warnings, text.String())
+	}
+	b, _ := json.Marshal(&rep)
+	if !strings.Contains(string(b), `"warnings":["--trace-token-scale 0.05`) {
+		t.Errorf("JSON %s", b)
+	}
 }

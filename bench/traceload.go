@@ -39,6 +39,8 @@ type TraceReplay struct {
 	reuse     float64
 	// IgnoreEOS is sent with every request (NewTraceReplay sets it).
 	IgnoreEOS bool
+	// Warnings go into each report (TraceWindow.BlockWarning's).
+	Warnings []string
 
 	synth *Synth
 	// ctxLen is the served model's context length (0: unknown, nothing cut).
@@ -170,6 +172,7 @@ func (*TraceReplay) ClassOrder() []string { return []string{ClassFresh, ClassReu
 func (t *TraceReplay) NoteReport(rep *Report) {
 	reuse := t.PrefixReuse()
 	rep.TraceReuse, rep.TraceCut = &reuse, t.Cut
+	rep.Warnings = append(rep.Warnings, t.Warnings...)
 }
 
 var (
