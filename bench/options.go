@@ -67,7 +67,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PlotsDir, "plots", "", "write PNG charts to this directory: CDFs of TTFT and ITL, throughput against rate")
 	fs.BoolVar(&o.PerRequest, "per-request", true, "include every request in the JSON")
 	fs.StringVar(&o.Trace, "trace", "",
-		"replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace): "+
+		"replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace, "+
+			"whose text_input, session_id and delay are read too): "+
 			"each request at its timestamp, prompts of the served model's tokens with equal hash_ids as identical blocks, "+
 			"output_length enforced with ignore_eos (completions endpoint only)")
 	fs.IntVar(&o.TraceWindow.BlockSize, "trace-block-size", DefaultTraceBlockSize, "trace: tokens per hash_ids block (512 in Mooncake's traces)")

@@ -26,6 +26,28 @@ import (
 // release), hash_ids naming each block so that equal ids are identical blocks
 // (the last may be partial); output_length is the answer's length in tokens.
 // No text is published: the prompt is synthesized from the ids.
+//
+// AIPerf's optional fields are read as AIPerf defines them (its MooncakeTrace
+// model and trace-replay docs):
+//
+//   - text_input is the prompt's text, instead of input_length and hash_ids (AIPerf
+//     takes exactly one of the two, and hash_ids only with input_length). It is sent
+//     as it is: no --trace-token-scale (text cannot be scaled without a tokenizer),
+//     no blocks (so it counts neither in the trace's own reuse nor as a reuse
+//     request), and its length is what the server's usage says.
+//   - session_id names the conversation a line belongs to. It is kept with the
+//     request; the replay does not route by it (AIPerf sends it as a session
+//     affinity header, which tandem's router does not read: it routes by the
+//     prompt's blocks).
+//   - delay is, in AIPerf, the milliseconds a session's next turn waits after the
+//     previous turn's answer: a closed loop. This replay is open: every request
+//     goes at its timestamp, whatever the answers. A line with a timestamp keeps
+//     its delay as read (the timestamp fixes when it goes, as in AIPerf's fixed
+//     schedule); a line with a delay and no timestamp is refused, saying so, rather
+//     than sent at a time the trace does not give.
+//
+// messages, payload, tools and extra are still refused by name: they ask for
+// things this replay does not do (chat messages, verbatim bodies).
 
 // DefaultTraceBlockSize is the block size of Mooncake's published traces.
 const DefaultTraceBlockSize = 512
@@ -39,22 +61,32 @@ type TraceRecord struct {
 	// Line is the record's line in its file, counted from 1.
 	Line int
 	// Timestamp is the arrival in milliseconds from the start of the trace.
-	Timestamp    int64
+	Timestamp int64
+	// InputLength and HashIDs are the synthesized prompt's; 0 and nil when
+	// TextInput is the prompt.
 	InputLength  int
 	OutputLength int
 	HashIDs      []int64
+	// TextInput is the prompt's text, when the trace gives it.
+	TextInput string
+	// SessionID is the conversation the request belongs to, when given.
+	SessionID string
+	// DelayMS is AIPerf's delay as read (see above): not applied, the
+	// timestamp rules.
+	DelayMS float64
 }
 
 // traceFields are the fields a line may have. AIPerf's other mooncake_trace
-// fields (text_input, messages, session_id, delay, ...) are refused by name
-// rather than ignored: a trace that carries them means something this replay
-// does not do.
-var traceFields = []string{"timestamp", "input_length", "output_length", "hash_ids"}
+// fields (messages, payload, tools, extra, ...) are refused by name rather
+// than ignored: a trace that carries them means something this replay does
+// not do.
+var traceFields = []string{"timestamp", "input_length", "output_length", "hash_ids", "text_input", "session_id", "delay"}
 
 // ParseTrace reads a trace whose blocks are blockSize tokens. It is strict:
-// every field is required, lengths are positive integers, hash_ids holds
-// exactly the blocks input_length needs, timestamps never go back, and any
-// other field is an error; each error names the line and the field.
+// timestamp, output_length and a prompt (input_length with hash_ids, or
+// text_input) are required, lengths are positive integers, hash_ids holds
+// exactly the blocks input_length needs, timestamps never go back, and a field
+// not listed in traceFields is an error; each error names the line and the field.
 func ParseTrace(r io.Reader, blockSize int) ([]TraceRecord, error) {
 	if blockSize < 1 {
 		return nil, fmt.Errorf("bench: trace block size %d must be positive", blockSize)
@@ -103,11 +135,28 @@ func parseTraceLine(line []byte, blockSize int) (TraceRecord, error) {
 	}
 	var rec TraceRecord
 	var err error
+	if d, ok := present(raw, "delay"); ok {
+		if err := json.Unmarshal(d, &rec.DelayMS); err != nil || rec.DelayMS < 0 || math.IsInf(rec.DelayMS, 0) {
+			return rec, fmt.Errorf("field delay: %.40s is not a non-negative number of milliseconds", d)
+		}
+		if _, ok := present(raw, "timestamp"); !ok {
+			return rec, errors.New("field delay: without a timestamp, a turn goes a delay after its session's previous answer " +
+				"(AIPerf's closed-loop sessions); this replay sends each request at its timestamp, so give one")
+		}
+	}
+	if s, ok := present(raw, "session_id"); ok {
+		if err := json.Unmarshal(s, &rec.SessionID); err != nil {
+			return rec, fmt.Errorf("field session_id: %.40s is not a string", s)
+		}
+	}
 	if rec.Timestamp, err = traceInt(raw["timestamp"], "timestamp", 0); err != nil {
 		return rec, err
 	}
 	if rec.Timestamp > maxTimestamp {
 		return rec, fmt.Errorf("field timestamp: %d ms is over a year; timestamps are milliseconds from the start of the trace", rec.Timestamp)
+	}
+	if t, ok := present(raw, "text_input"); ok {
+		return textRecord(rec, raw, t)
 	}
 	in, err := traceInt(raw["input_length"], "input_length", 1)
 	if err != nil {
@@ -137,6 +186,37 @@ func parseTraceLine(line []byte, blockSize int) (TraceRecord, error) {
 			return rec, fmt.Errorf("field hash_ids: id %d at index %d is negative", h, i)
 		}
 	}
+	return rec, nil
+}
+
+// present returns a field that is there and not null.
+func present(raw map[string]json.RawMessage, field string) (json.RawMessage, bool) {
+	v, ok := raw[field]
+	return v, ok && len(v) > 0 && string(v) != "null"
+}
+
+// textRecord finishes a line whose prompt is text_input: AIPerf's rules (no
+// input_length, no hash_ids beside it), a non-empty string, and output_length.
+func textRecord(rec TraceRecord, raw map[string]json.RawMessage, text json.RawMessage) (TraceRecord, error) {
+	for _, f := range []string{"input_length", "hash_ids"} {
+		if _, ok := present(raw, f); ok {
+			return rec, fmt.Errorf("field %s: beside text_input; a line's prompt is text_input or input_length with hash_ids, not both", f)
+		}
+	}
+	if err := json.Unmarshal(text, &rec.TextInput); err != nil {
+		return rec, fmt.Errorf("field text_input: %.40s is not a string", text)
+	}
+	if rec.TextInput == "" {
+		return rec, errors.New("field text_input: empty")
+	}
+	out, err := traceInt(raw["output_length"], "output_length", 1)
+	if err != nil {
+		return rec, err
+	}
+	if out > math.MaxInt32 {
+		return rec, fmt.Errorf("field output_length: %d tokens is beyond any model", out)
+	}
+	rec.OutputLength = int(out)
 	return rec, nil
 }
 
@@ -235,9 +315,12 @@ type TraceRequest struct {
 	Line int
 	// At is the arrival, from the first arrival of the window.
 	At           time.Duration
-	InputLength  int
+	InputLength  int // 0 for a text prompt
 	OutputLength int
 	HashIDs      []int64
+	// Text is the prompt when the trace gave it (text_input), sent unscaled.
+	Text      string
+	SessionID string
 }
 
 // Apply cuts the window out of recs and scales it. Each prompt keeps its
@@ -262,10 +345,13 @@ func (w TraceWindow) Apply(recs []TraceRecord) ([]TraceRequest, error) {
 		in := int(math.Round(float64(r.InputLength) * w.TokenScale))
 		in = min(max(in, (n-1)*b+1), n*b)
 		ms := float64(r.Timestamp-t0) / w.Speedup
+		if r.TextInput != "" {
+			in = 0
+		}
 		out[i] = TraceRequest{
 			Line: r.Line, At: time.Duration(ms * float64(time.Millisecond)),
 			InputLength: in, OutputLength: max(1, int(math.Round(float64(r.OutputLength)*w.TokenScale))),
-			HashIDs: r.HashIDs,
+			HashIDs: r.HashIDs, Text: r.TextInput, SessionID: r.SessionID,
 		}
 	}
 	return out, nil

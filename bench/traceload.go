@@ -68,7 +68,7 @@ func NewTraceReplay(name string, reqs []TraceRequest, blockSize int, seed uint64
 			lead++
 		}
 		class := ClassFresh
-		if 2*min(lead*blockSize, r.InputLength) >= r.InputLength {
+		if r.Text == "" && 2*min(lead*blockSize, r.InputLength) >= r.InputLength {
 			class = ClassReuse
 		}
 		t.classes = append(t.classes, class)
@@ -113,14 +113,16 @@ func (t *TraceReplay) Prepare(ctx context.Context, c *Client) error {
 	}
 	var maxID int64
 	for _, r := range t.reqs {
-		maxID = max(maxID, slices.Max(r.HashIDs))
+		if len(r.HashIDs) > 0 {
+			maxID = max(maxID, slices.Max(r.HashIDs))
+		}
 	}
 	if t.synth, err = NewSynth(ids, t.blockSize, t.seed, maxID); err != nil {
 		return err
 	}
 	t.ctxLen, t.Cut = info.MaxModelLen, 0
 	for _, r := range t.reqs {
-		if t.ctxLen > 0 && r.InputLength+r.OutputLength > t.ctxLen {
+		if t.ctxLen > 0 && r.Text == "" && r.InputLength+r.OutputLength > t.ctxLen {
 			t.Cut++
 		}
 	}
@@ -140,6 +142,15 @@ func (t *TraceReplay) Next(*rand.Rand) (Request, error) {
 	r, class := t.reqs[t.next], t.classes[t.next]
 	t.next++
 	t.mu.Unlock()
+	if r.Text != "" {
+		// Its length is the server's to count; the output alone is kept inside
+		// the context.
+		out := r.OutputLength
+		if t.ctxLen > 1 {
+			out = min(out, t.ctxLen-1)
+		}
+		return Request{Class: class, Prompt: r.Text, MaxTokens: out, IgnoreEOS: t.IgnoreEOS, WantTokens: out, At: r.At}, nil
+	}
 	in, out := fitContext(r.InputLength, r.OutputLength, t.ctxLen)
 	blocks := (in-1)/t.blockSize + 1
 	ids, err := t.synth.Prompt(r.HashIDs[:blocks], in)
