@@ -191,7 +191,7 @@ func (c *Config) Validate() error {
 		return errors.New("--sim-time-scale must not be negative")
 	}
 	if c.Tokenizer != "" {
-		if _, _, err := loadTokenizer(c.Tokenizer); err != nil {
+		if _, err := loadTokenizer(c.Tokenizer); err != nil {
 			return fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
 		}
 	}
