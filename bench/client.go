@@ -91,35 +91,6 @@ func (c *Client) now() time.Time {
 	return time.Now()
 }
 
-// DiscoverModel asks GET /v1/models for the first model the server lists.
-func (c *Client) DiscoverModel(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/models", nil)
-	if err != nil {
-		return "", err
-	}
-	c.authorize(req)
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /v1/models: %s", resp.Status)
-	}
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return "", fmt.Errorf("GET /v1/models: %w", err)
-	}
-	if len(list.Data) == 0 {
-		return "", errors.New("GET /v1/models: the server lists no models")
-	}
-	return list.Data[0].ID, nil
-}
-
 func (c *Client) authorize(req *http.Request) {
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
 
 // Options are what tandem bench is asked to do: the server, the workload, the load
@@ -65,7 +67,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PlotsDir, "plots", "", "write PNG charts to this directory: CDFs of TTFT and ITL, throughput against rate")
 	fs.BoolVar(&o.PerRequest, "per-request", true, "include every request in the JSON")
 	fs.StringVar(&o.Trace, "trace", "",
-		"replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace): "+
+		"replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace, "+
+			"whose text_input, session_id and delay are read too): "+
 			"each request at its timestamp, prompts of the served model's tokens with equal hash_ids as identical blocks, "+
 			"output_length enforced with ignore_eos (completions endpoint only)")
 	fs.IntVar(&o.TraceWindow.BlockSize, "trace-block-size", DefaultTraceBlockSize, "trace: tokens per hash_ids block (512 in Mooncake's traces)")
@@ -76,6 +79,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.TraceIgnoreEOS, "trace-ignore-eos", true,
 		"trace: send ignore_eos so each answer is exactly output_length tokens; false leaves only max_tokens (for a server without it), "+
 			"and the report counts the answers that ended early")
+	fs.IntVar(&o.TraceWindow.KVBlockSize, "trace-kv-block-size", blockhash.DefaultBlockSize,
+		"trace: the servers' KV block size (tandem's --block-size), to warn when the scaled trace blocks are not whole KV blocks (0: no check)")
 	fs.IntVar(&o.TraceWindow.Start, "trace-start", 0, "trace: index of the first request to replay (0-based, blank lines not counted)")
 	fs.IntVar(&o.TraceWindow.Limit, "trace-limit", 0, "trace: replay at most this many requests (0: to the end; --requests caps it too)")
 }
@@ -88,6 +93,9 @@ type Plan struct {
 	// NewLoad makes a fresh workload, so each run of a sweep or comparison starts
 	// from the same state.
 	NewLoad func() (Workload, error)
+	// Warnings are said on stderr before the runs (and by the workload in each
+	// report).
+	Warnings []string
 
 	// base builds prompts in cl100k tokens; prompts is what NewLoad builds with:
 	// base until Run sizes them in the served model's tokens. base is nil for
@@ -222,10 +230,15 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 		return nil, err
 	}
 	name := traceName(filepath.Base(o.Trace), w, len(reqs))
+	var warnings []string
+	if msg := w.BlockWarning(); msg != "" {
+		warnings = append(warnings, msg)
+	}
+	p.Warnings = warnings
 	p.NewLoad = func() (Workload, error) {
 		t, err := NewTraceReplay(name, reqs, w.ScaledBlockSize(), o.Seed)
 		if t != nil {
-			t.IgnoreEOS = o.TraceIgnoreEOS
+			t.IgnoreEOS, t.Warnings = o.TraceIgnoreEOS, warnings
 		}
 		return t, err
 	}

@@ -17,6 +17,9 @@ import (
 // has.
 func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer) ([]*Report, error) {
 	var runs []*Report
+	for _, w := range p.Warnings {
+		fmt.Fprintf(stderr, "bench: warning: %s\n", w)
+	}
 	if err := p.sizePrompts(ctx, stderr); err != nil {
 		return nil, err
 	}

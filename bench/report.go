@@ -26,8 +26,10 @@ type Report struct {
 	// TraceReuse is a trace's own prefix reuse, the hit rate an unbounded cache
 	// shared by every server would have had; TraceCut counts its requests cut to
 	// fit the model's context.
-	TraceReuse  *float64  `json:"trace_prefix_reuse,omitempty"`
-	TraceCut    int       `json:"trace_cut,omitempty"`
+	TraceReuse *float64 `json:"trace_prefix_reuse,omitempty"`
+	TraceCut   int      `json:"trace_cut,omitempty"`
+	// Warnings are what the run's set-up made doubtful in its figures.
+	Warnings    []string  `json:"warnings,omitempty"`
 	Seed        uint64    `json:"seed"`
 	WarmupS     float64   `json:"warmup_s"`
 	SLO         string    `json:"slo,omitempty"`
@@ -231,6 +233,9 @@ func (r *Report) writeNotes(w io.Writer) {
 		hit += fmt.Sprintf("; the trace's own reuse (unbounded shared cache): %.1f%%", 100**r.TraceReuse)
 	}
 	fmt.Fprintln(w, hit)
+	for _, m := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", m)
+	}
 	if r.TraceCut > 0 {
 		fmt.Fprintf(w, "%d requests of the trace were cut to fit the model's context (prompt tail first)\n", r.TraceCut)
 	}

@@ -238,11 +238,14 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 	if cfg.SLO.Set() {
 		rep.SLO = cfg.SLO.String()
 	}
-	if t, ok := wl.(*TraceReplay); ok {
-		reuse := t.PrefixReuse()
-		rep.TraceReuse, rep.TraceCut = &reuse, t.Cut
+	if n, ok := wl.(ReportNoter); ok {
+		n.NoteReport(rep)
 	}
-	rep.summarize(cfg.SLO, window, classOrder(wl))
+	var order []string
+	if o, ok := wl.(ClassOrderer); ok {
+		order = o.ClassOrder()
+	}
+	rep.summarize(cfg.SLO, window, order)
 	return rep, nil
 }
 
@@ -266,20 +269,4 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // per second: exponentially distributed with mean 1/rate.
 func poissonGap(rng *rand.Rand, rate float64) time.Duration {
 	return time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
-}
-
-// classOrder returns the workload's classes in its own order, if it has one.
-func classOrder(wl Workload) []string {
-	if _, ok := wl.(*TraceReplay); ok {
-		return []string{ClassFresh, ClassReuse}
-	}
-	m, ok := wl.(*Mixed)
-	if !ok {
-		return nil
-	}
-	var names []string
-	for _, c := range m.Classes() {
-		names = append(names, c.Name)
-	}
-	return names
 }

@@ -21,6 +21,17 @@ type ModelInfo struct {
 // ModelInfo asks GET /v1/models for the client's model (the first listed when
 // the client names none).
 func (c *Client) ModelInfo(ctx context.Context) (ModelInfo, error) {
+	return c.modelInfo(ctx, c.Model)
+}
+
+// DiscoverModel asks GET /v1/models for the first model the server lists.
+func (c *Client) DiscoverModel(ctx context.Context) (string, error) {
+	m, err := c.modelInfo(ctx, "")
+	return m.ID, err
+}
+
+// modelInfo is the listed model of that id, or the first listed for "".
+func (c *Client) modelInfo(ctx context.Context, model string) (ModelInfo, error) {
 	var list struct {
 		Data []ModelInfo `json:"data"`
 	}
@@ -28,12 +39,12 @@ func (c *Client) ModelInfo(ctx context.Context) (ModelInfo, error) {
 		return ModelInfo{}, err
 	}
 	for _, m := range list.Data {
-		if c.Model == "" || m.ID == c.Model {
+		if model == "" || m.ID == model {
 			return m, nil
 		}
 	}
-	if c.Model != "" {
-		return ModelInfo{}, fmt.Errorf("GET /v1/models: the server does not list model %q", c.Model)
+	if model != "" {
+		return ModelInfo{}, fmt.Errorf("GET /v1/models: the server does not list model %q", model)
 	}
 	return ModelInfo{}, errors.New("GET /v1/models: the server lists no models")
 }

@@ -39,6 +39,8 @@ type TraceReplay struct {
 	reuse     float64
 	// IgnoreEOS is sent with every request (NewTraceReplay sets it).
 	IgnoreEOS bool
+	// Warnings go into each report (TraceWindow.BlockWarning's).
+	Warnings []string
 
 	synth *Synth
 	// ctxLen is the served model's context length (0: unknown, nothing cut).
@@ -66,7 +68,7 @@ func NewTraceReplay(name string, reqs []TraceRequest, blockSize int, seed uint64
 			lead++
 		}
 		class := ClassFresh
-		if 2*min(lead*blockSize, r.InputLength) >= r.InputLength {
+		if r.Text == "" && 2*min(lead*blockSize, r.InputLength) >= r.InputLength {
 			class = ClassReuse
 		}
 		t.classes = append(t.classes, class)
@@ -111,14 +113,16 @@ func (t *TraceReplay) Prepare(ctx context.Context, c *Client) error {
 	}
 	var maxID int64
 	for _, r := range t.reqs {
-		maxID = max(maxID, slices.Max(r.HashIDs))
+		if len(r.HashIDs) > 0 {
+			maxID = max(maxID, slices.Max(r.HashIDs))
+		}
 	}
 	if t.synth, err = NewSynth(ids, t.blockSize, t.seed, maxID); err != nil {
 		return err
 	}
 	t.ctxLen, t.Cut = info.MaxModelLen, 0
 	for _, r := range t.reqs {
-		if t.ctxLen > 0 && r.InputLength+r.OutputLength > t.ctxLen {
+		if t.ctxLen > 0 && r.Text == "" && r.InputLength+r.OutputLength > t.ctxLen {
 			t.Cut++
 		}
 	}
@@ -138,6 +142,15 @@ func (t *TraceReplay) Next(*rand.Rand) (Request, error) {
 	r, class := t.reqs[t.next], t.classes[t.next]
 	t.next++
 	t.mu.Unlock()
+	if r.Text != "" {
+		// Its length is the server's to count; the output alone is kept inside
+		// the context.
+		out := r.OutputLength
+		if t.ctxLen > 1 {
+			out = min(out, t.ctxLen-1)
+		}
+		return Request{Class: class, Prompt: r.Text, MaxTokens: out, IgnoreEOS: t.IgnoreEOS, WantTokens: out, At: r.At}, nil
+	}
 	in, out := fitContext(r.InputLength, r.OutputLength, t.ctxLen)
 	blocks := (in-1)/t.blockSize + 1
 	ids, err := t.synth.Prompt(r.HashIDs[:blocks], in)
@@ -161,6 +174,25 @@ func fitContext(in, out, ctxLen int) (int, int) {
 
 // Done implements Workload.
 func (*TraceReplay) Done(Request, *Result) {}
+
+// ClassOrder implements ClassOrderer.
+func (*TraceReplay) ClassOrder() []string { return []string{ClassFresh, ClassReuse} }
+
+// NoteReport implements ReportNoter: the window's own reuse, and the requests
+// cut to fit the model's context.
+func (t *TraceReplay) NoteReport(rep *Report) {
+	reuse := t.PrefixReuse()
+	rep.TraceReuse, rep.TraceCut = &reuse, t.Cut
+	rep.Warnings = append(rep.Warnings, t.Warnings...)
+}
+
+var (
+	_ Workload     = (*TraceReplay)(nil)
+	_ Preparer     = (*TraceReplay)(nil)
+	_ ReportNoter  = (*TraceReplay)(nil)
+	_ ClassOrderer = (*TraceReplay)(nil)
+	_ ClassOrderer = (*Mixed)(nil)
+)
 
 // traceName describes a replay for its report.
 func traceName(file string, w TraceWindow, n int) string {

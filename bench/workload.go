@@ -24,6 +24,18 @@ type Workload interface {
 	Done(req Request, res *Result)
 }
 
+// ReportNoter is a workload with something of its own to put in the report (a
+// trace replay: the reuse its window offers, the requests cut to fit).
+type ReportNoter interface {
+	NoteReport(*Report)
+}
+
+// ClassOrderer is a workload whose request classes have an order of their own,
+// which the report keeps.
+type ClassOrderer interface {
+	ClassOrder() []string
+}
+
 // Class is one kind of request in a mixed workload: a share of the traffic with
 // its own prompt and output lengths in tokens.
 type Class struct {
@@ -136,6 +148,15 @@ func (m *Mixed) Longest() (int, string) {
 
 // Classes returns the workload's classes.
 func (m *Mixed) Classes() []Class { return m.classes }
+
+// ClassOrder implements ClassOrderer: the classes as the mix gave them.
+func (m *Mixed) ClassOrder() []string {
+	names := make([]string, len(m.classes))
+	for i, c := range m.classes {
+		names[i] = c.Name
+	}
+	return names
+}
 
 // Next implements Workload.
 func (m *Mixed) Next(rng *rand.Rand) (Request, error) {

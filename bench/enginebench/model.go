@@ -14,6 +14,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/quant"
 	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/internal/ggufwrite"
+	"github.com/tandem-serve/tandem/internal/randmodel"
 	"github.com/tandem-serve/tandem/models"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
@@ -93,21 +94,13 @@ func tensorType(fileType, name string, layer, layers, k int) (gguf.Type, error) 
 	return t, nil
 }
 
-// splitmix is SplitMix64's finaliser over x+golden.
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
-}
-
 // uniform fills n values with mean and standard deviation std from tensor's own
 // stream of seed, so each tensor's values do not depend on the others.
 func uniform(n int, seed, tensor uint64, mean, std float64) []float32 {
 	v := make([]float32, n)
-	rng := splitmix(seed ^ splitmix(tensor))
+	rng := randmodel.SplitMix(seed ^ randmodel.SplitMix(tensor))
 	for i := range v {
-		rng = splitmix(rng)
+		rng = randmodel.SplitMix(rng)
 		v[i] = float32(mean + (float64(rng>>11)/(1<<53)*2-1)*std*math.Sqrt(3))
 	}
 	return v
@@ -136,44 +129,34 @@ func MakeModel(s Shape, fileType string, seed uint64) ([]byte, error) {
 	if err := writeTokenizer(&f, s.Vocab); err != nil {
 		return nil, err
 	}
-	var id uint64
 	var errs []error
-	add := func(name string, layer int, mean, std float64, k, n int) {
-		id++
-		v := uniform(k*n, seed, id, mean, std)
-		if n == 1 { // a norm: always F32, as llama.cpp keeps them
-			f.F32(name, []uint64{uint64(k)}, v)
-			return
+	for i, t := range randmodel.Tensors(randmodel.Shape{Arch: arch, D: s.D, Layers: s.Layers, Heads: s.Heads,
+		KVHeads: s.KVHeads, FFN: s.FFN, Vocab: s.Vocab}) {
+		n := 1
+		for _, d := range t.Dims {
+			n *= d
 		}
-		t, err := tensorType(fileType, name, layer, s.Layers, k)
+		v := uniform(n, seed, uint64(i+1), t.Mean, t.Std)
+		dims := make([]uint64, len(t.Dims))
+		for j, d := range t.Dims {
+			dims[j] = uint64(d)
+		}
+		if len(dims) == 1 { // a norm: always F32, as llama.cpp keeps them
+			f.F32(t.Name, dims, v)
+			continue
+		}
+		typ, err := tensorType(fileType, t.Name, t.Layer, s.Layers, t.Dims[0])
 		if err != nil {
 			errs = append(errs, err)
-			return
+			continue
 		}
-		b, err := quant.Quantize(t, v)
+		b, err := quant.Quantize(typ, v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("enginebench: %s as %s: %w", name, t, err))
-			return
+			errs = append(errs, fmt.Errorf("enginebench: %s as %s: %w", t.Name, typ, err))
+			continue
 		}
-		f.Tensor(name, t, []uint64{uint64(k), uint64(n)}, b)
+		f.Tensor(t.Name, typ, dims, b)
 	}
-	d, hd := s.D, s.D/s.Heads
-	inv := func(k int) float64 { return 1 / math.Sqrt(float64(k)) }
-	add("token_embd.weight", -1, 0, 1, d, s.Vocab)
-	for l := range s.Layers {
-		b := fmt.Sprintf("blk.%d.", l)
-		add(b+"attn_norm.weight", l, 1, 0.1, d, 1)
-		add(b+"attn_q.weight", l, 0, inv(d), d, s.Heads*hd)
-		add(b+"attn_k.weight", l, 0, inv(d), d, s.KVHeads*hd)
-		add(b+"attn_v.weight", l, 0, inv(d), d, s.KVHeads*hd)
-		add(b+"attn_output.weight", l, 0, inv(d), s.Heads*hd, d)
-		add(b+"ffn_norm.weight", l, 1, 0.1, d, 1)
-		add(b+"ffn_gate.weight", l, 0, inv(d), d, s.FFN)
-		add(b+"ffn_up.weight", l, 0, inv(d), d, s.FFN)
-		add(b+"ffn_down.weight", l, 0, inv(s.FFN), s.FFN, d)
-	}
-	add("output_norm.weight", -1, 1, 0.1, d, 1)
-	add("output.weight", -1, 0, 2*inv(d), d, s.Vocab)
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}

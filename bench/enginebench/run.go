@@ -17,6 +17,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/internal/randmodel"
 )
 
 // Options are what `tandem bench engine` measures.
@@ -234,7 +235,7 @@ func (b *bencher) prompt(n int) []uint32 {
 	p := make([]uint32, n)
 	for i := range p {
 		b.n++
-		p[i] = uint32(splitmix(b.seed^splitmix(b.n)) % uint64(b.vocab))
+		p[i] = uint32(randmodel.SplitMix(b.seed^randmodel.SplitMix(b.n)) % uint64(b.vocab))
 	}
 	return p
 }

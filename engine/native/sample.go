@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/randmodel"
 )
 
 // sampler draws tokens. The draw for output position k is a pure function of (seed,
@@ -18,7 +19,7 @@ type sampler struct {
 
 // uniform is the random number for output position k, in [0, 1).
 func uniform(seed uint64, k int) float64 {
-	x := splitmix(splitmix(seed) ^ uint64(k)*0xd1b54a32d192ed03)
+	x := randmodel.SplitMix(randmodel.SplitMix(seed) ^ uint64(k)*0xd1b54a32d192ed03)
 	return float64(x>>11) / (1 << 53)
 }
 

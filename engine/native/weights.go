@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/tandem-serve/tandem/internal/parallel"
+	"github.com/tandem-serve/tandem/internal/randmodel"
 	"github.com/zeebo/xxh3"
 )
 
@@ -107,26 +108,18 @@ func fill(p *packed, seed, tensor uint64, std float64) {
 	scale := float32(std * math.Sqrt(3) * 2 / (1 << 24))
 	parallel.For(p.panels, p.K*panelWidth, parallel.MinWork, func(lo, hi int) {
 		for pi := lo; pi < hi; pi++ {
-			rng := splitmix(seed ^ splitmix(tensor<<32^uint64(pi)))
+			rng := randmodel.SplitMix(seed ^ randmodel.SplitMix(tensor<<32^uint64(pi)))
 			cols := min(panelWidth, p.N-pi*panelWidth)
 			pan := p.panel(pi)
 			for k := range p.K {
 				for j := range cols {
-					rng = splitmix(rng)
+					rng = randmodel.SplitMix(rng)
 					// 24 random bits centred on zero.
 					pan[k*panelWidth+j] = float32(int32(rng>>40)-1<<23) * scale
 				}
 			}
 		}
 	})
-}
-
-// splitmix is SplitMix64's finaliser over x+golden: a cheap, well-mixed step.
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }
 
 func fingerprint(mc ModelConfig, w *weights, mats []*packed) string {

@@ -4,22 +4,14 @@
 package testmodel
 
 import (
-	"fmt"
 	"math"
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine/quant"
 	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/internal/ggufwrite"
+	"github.com/tandem-serve/tandem/internal/randmodel"
 )
-
-// splitmix is SplitMix64's finaliser over x+golden.
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
-}
 
 // Shape is a small model of a supported architecture, with random weights, for
 // checking the engine against a plain reference forward pass.
@@ -42,49 +34,25 @@ type Weights struct {
 // HeadDim is the width of each attention head.
 func (s Shape) HeadDim() int { return s.D / s.Heads }
 
+// Random draws every tensor of s from one SplitMix stream of seed, in file order.
 func Random(s Shape, seed uint64) *Weights {
 	w := &Weights{S: s, Tensors: map[string][]float32{}, Dims: map[string][]uint64{}}
 	rng := seed
-	add := func(name string, std float64, mean float32, dims ...int) {
+	for _, t := range randmodel.Tensors(randmodel.Shape{Arch: s.Arch, D: s.D, Layers: s.Layers, Heads: s.Heads,
+		KVHeads: s.KVHeads, FFN: s.FFN, Vocab: s.Vocab, Tied: s.Tied, RopeFreqs: s.RopeFreqs}) {
 		n := 1
-		ud := make([]uint64, len(dims))
-		for i, d := range dims {
+		ud := make([]uint64, len(t.Dims))
+		for i, d := range t.Dims {
 			n *= d
 			ud[i] = uint64(d)
 		}
 		v := make([]float32, n)
 		for i := range v {
-			rng = splitmix(rng)
-			v[i] = mean + float32((float64(rng>>11)/(1<<53)*2-1)*std*math.Sqrt(3))
+			rng = randmodel.SplitMix(rng)
+			v[i] = float32(t.Mean) + float32((float64(rng>>11)/(1<<53)*2-1)*t.Std*math.Sqrt(3))
 		}
-		w.Tensors[name], w.Dims[name] = v, ud
-		w.Order = append(w.Order, name)
-	}
-	d, hd := s.D, s.HeadDim()
-	add("token_embd.weight", 1, 0, d, s.Vocab)
-	for l := range s.Layers {
-		b := fmt.Sprintf("blk.%d.", l)
-		add(b+"attn_norm.weight", 0.1, 1, d)
-		add(b+"attn_q.weight", 1/math.Sqrt(float64(d)), 0, d, s.Heads*hd)
-		add(b+"attn_k.weight", 1/math.Sqrt(float64(d)), 0, d, s.KVHeads*hd)
-		add(b+"attn_v.weight", 1/math.Sqrt(float64(d)), 0, d, s.KVHeads*hd)
-		if s.Arch == "qwen2" {
-			add(b+"attn_q.bias", 0.5, 0, s.Heads*hd)
-			add(b+"attn_k.bias", 0.5, 0, s.KVHeads*hd)
-			add(b+"attn_v.bias", 0.5, 0, s.KVHeads*hd)
-		}
-		add(b+"attn_output.weight", 1/math.Sqrt(float64(d)), 0, s.Heads*hd, d)
-		add(b+"ffn_norm.weight", 0.1, 1, d)
-		add(b+"ffn_gate.weight", 1/math.Sqrt(float64(d)), 0, d, s.FFN)
-		add(b+"ffn_up.weight", 1/math.Sqrt(float64(d)), 0, d, s.FFN)
-		add(b+"ffn_down.weight", 1/math.Sqrt(float64(s.FFN)), 0, s.FFN, d)
-	}
-	add("output_norm.weight", 0.1, 1, d)
-	if !s.Tied {
-		add("output.weight", 2/math.Sqrt(float64(d)), 0, d, s.Vocab)
-	}
-	if s.RopeFreqs {
-		add("rope_freqs.weight", 1, 3, hd/2) // divisors in [1.3, 4.7]
+		w.Tensors[t.Name], w.Dims[t.Name] = v, ud
+		w.Order = append(w.Order, t.Name)
 	}
 	return w
 }

@@ -209,7 +209,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--sim-max-batched-tokens %d / --sim-max-seqs %d: must not be negative", c.SimMaxBatchedTokens, c.SimMaxSeqs)
 	}
 	if c.Tokenizer != "" {
-		if _, _, err := loadTokenizer(c.Tokenizer); err != nil {
+		if _, err := loadTokenizer(c.Tokenizer); err != nil {
 			return fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
 		}
 	}

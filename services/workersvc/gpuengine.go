@@ -126,27 +126,25 @@ func (c *Config) dialect() (openaihttp.Dialect, error) {
 
 // loadTokenizer reads --tokenizer: a GGUF file (its tokenizer metadata) or a
 // Hugging Face tokenizer.json.
-func loadTokenizer(path string) (tokenizer.Tokenizer, []byte, error) {
+func loadTokenizer(path string) (tokenizer.Tokenizer, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if bytes.HasPrefix(b, []byte("GGUF")) {
 		f, err := gguf.Parse(b)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		tok, err := tokenizer.FromGGUF(f)
-		return tok, b, err
+		return tokenizer.FromGGUF(f)
 	}
-	tok, err := tokenizer.FromHuggingFace(b)
-	return tok, b, err
+	return tokenizer.FromHuggingFace(b)
 }
 
 // gpuEngine connects to the engine server, waiting for it to serve, and starts
 // following its KV events when it publishes them.
 func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine, error) {
-	tok, _, err := loadTokenizer(c.Tokenizer)
+	tok, err := loadTokenizer(c.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("--tokenizer %s: %w", c.Tokenizer, err)
 	}

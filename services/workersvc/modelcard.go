@@ -54,8 +54,8 @@ func modelCard(cfg Config, eng engine.Engine) (*workerv1.ModelCard, error) {
 	}
 	if cfg.Tokenizer != "" {
 		// Validate checked it parses; what the frontend gets is the file as given
-		// (a GGUF's tokenizer metadata only).
-		_, b, err := loadTokenizer(cfg.Tokenizer)
+		// (a GGUF's tokenizer metadata only), so its bytes are all the card needs.
+		b, err := os.ReadFile(cfg.Tokenizer)
 		if err != nil {
 			return nil, fmt.Errorf("--tokenizer: %w", err)
 		}
