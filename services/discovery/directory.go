@@ -245,7 +245,7 @@ func (d *Directory) ask(ctx context.Context, addr string, e *entry, persist bool
 
 func (d *Directory) learn(addr string, e *entry, info *workerv1.WorkerInfo) {
 	w := router.Worker{ID: info.GetId(), Address: addr, Mode: info.GetMode(), Policy: info.GetPrefillPolicy(),
-		TotalBlocks: int(info.GetTotalBlocks()), Fingerprint: info.GetLayout().GetModelFingerprint(), NoKVEvents: info.GetNoKvEvents()}
+		TotalBlocks: int(info.GetTotalBlocks()), Fingerprint: info.GetLayout().GetModelFingerprint(), NoKVEvents: info.GetNoKvEvents(), LendsPrefill: info.GetLendsPrefill()}
 	if port := info.GetKvTransferPort(); port != 0 {
 		kv, err := kvAddress(addr, port)
 		if err != nil {
