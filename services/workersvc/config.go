@@ -146,7 +146,7 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"tries another worker, then answers 429) while more than this fraction of the engine's KV blocks are in use (0: no limit)")
 	fs.IntVar(&d.MaxWaitingTokens, "max-waiting-tokens", d.MaxWaitingTokens, "decode mode: refuse new requests (ResourceExhausted; the "+
 		"frontend tries another worker, then answers 429) while more than this many prompt tokens wait for prefill in the engine (0: no limit)")
-	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); "+
+	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode (and --lend-prefill): prompt tokens accepted and not yet prefilled (0: unbounded); "+
 		"past it requests are refused so decode workers prefill locally")
 }
 
