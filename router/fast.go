@@ -45,16 +45,17 @@ func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded [
 			continue
 		}
 		c := candidate{st: st, cached: cached[ref]}
-		switch {
-		case st.kind&kindDecodes != 0:
+		if st.kind&kindPrefill != 0 {
+			// A lender is both: a prefill candidate and a decode one.
+			prefillers = append(prefillers, c)
+		}
+		if st.kind&kindDecodes != 0 {
 			pre, dec, q := terms(p, st, int(c.cached), promptBlocks, bs)
 			c.cost = pre + dec + q
 			if st.total == 0 || int(st.free)-st.pendingBlocks >= promptBlocks-int(c.cached) {
 				c.flags = fits
 			}
 			held = append(held, c)
-		case st.kind&kindPrefill != 0:
-			prefillers = append(prefillers, c)
 		}
 	}
 	r.decoders = held

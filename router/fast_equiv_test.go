@@ -69,6 +69,8 @@ func TestRouteByLoadEqualsFullPass(t *testing.T) {
 				ID: fmt.Sprintf("w%03d", i), Address: fmt.Sprint(i), Mode: modes[rng.IntN(len(modes))],
 				Policy: policies[rng.IntN(len(policies))], TotalBlocks: 1 << 10, Fingerprint: "m1",
 			}
+			// Aggregated workers that lend prefill are both decode and prefill candidates.
+			w.LendsPrefill = w.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED && rng.IntN(2) == 0
 			if mixedModels && rng.IntN(5) == 0 {
 				w.Fingerprint = "m2"
 			}

@@ -103,17 +103,25 @@ const listedKinds = kindDecodes | kindLocal | kindDisagg | kindPrefill
 
 // keys are a worker's keys in the lists, from its state and the parameters.
 func keys(p Params, st *state) (load, slack float64) {
-	q := p.QueueWeight * (st.waitingBlocks + float64(st.pendingBlocks))
-	load = q
-	if st.kind&kindDecodes != 0 {
-		// As terms adds them, so that a key compares as the cost does.
-		load = float64(st.active) + q
-	}
+	load = prefillLoad(p, st)
 	slack = math.Inf(1)
 	if st.total != 0 {
 		slack = float64(int(st.free) - st.pendingBlocks)
 	}
 	return load, slack
+}
+
+// prefillLoad is a worker's cost besides the prompt: its queue term, and for a
+// worker that decodes its active blocks, added as terms adds them so that a key
+// compares as the cost does. A prefill worker that lends (an aggregated worker
+// with --lend-prefill) is so ranked among the prefill workers with its decode
+// load: a busy lender comes after idle prefill workers and idle lenders.
+func prefillLoad(p Params, st *state) float64 {
+	q := p.QueueWeight * (st.waitingBlocks + float64(st.pendingBlocks))
+	if st.kind&kindDecodes != 0 {
+		return float64(st.active) + q
+	}
+	return q
 }
 
 // reindex puts st where its state and the parameters now place it; r.mu is held.

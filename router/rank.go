@@ -20,7 +20,8 @@ type ranked struct {
 
 // rankPrefill orders prefill workers by what they would add, uncached blocks to
 // compute and blocks already queued, and returns the first MaxRankedPrefill. It
-// orders only those: the cheapest few are kept in a short sorted buffer as the
+// A lender (an aggregated worker lending prefill) adds its decode load, its active
+// blocks, as it does as a decode candidate. It orders only those: the cheapest few are kept in a short sorted buffer as the
 // costs are worked out, and the workers that tie with the last one kept are then
 // drawn from fairly (shuffleTies), as if the whole pool had been sorted.
 func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize int) []*routerv1.RankedWorker {
@@ -31,7 +32,7 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize i
 	rs := r.ranked[:0]
 	for i := range ps {
 		c := &ps[i]
-		c.cost = p.PrefillWeight*float64(promptBlocks-int(c.cached)) + p.QueueWeight*(c.st.waitingBlocks+float64(c.st.pendingBlocks))
+		c.cost = p.PrefillWeight*float64(promptBlocks-int(c.cached)) + prefillLoad(p, c.st)
 		x := c.cost
 		if len(rs) == MaxRankedPrefill && x >= rs[len(rs)-1].cost {
 			continue

@@ -209,13 +209,14 @@ func (r *Router) decideByPass(p Params, reqID string, cached []int32, gateClass 
 			continue
 		}
 		c := candidate{st: st, cached: cached[st.ref]}
-		if st.kind&kindDecodes == 0 {
-			if st.kind&kindPrefill != 0 {
-				prefillers = append(prefillers, c)
-				if adaptive {
-					t.prefillQueue = min(t.prefillQueue, p.QueueWeight*(st.waitingBlocks+float64(st.pendingBlocks)))
-				}
+		if st.kind&kindPrefill != 0 {
+			// A prefill worker, or a lender (it also decodes, below).
+			prefillers = append(prefillers, c)
+			if adaptive {
+				t.prefillQueue = min(t.prefillQueue, prefillLoad(p, st))
 			}
+		}
+		if st.kind&kindDecodes == 0 {
 			continue
 		}
 		pre, dec, q := terms(p, st, int(c.cached), promptBlocks, bs)

@@ -41,6 +41,15 @@ type Worker struct {
 	// NoKVEvents: its engine reports no KV events, so its cache is unknown and
 	// it is scored on load alone.
 	NoKVEvents bool
+	// LendsPrefill: an aggregated worker that serves Prefill for decode workers
+	// too; it is ranked among the prefill workers with its decode load added.
+	LendsPrefill bool
+}
+
+// ServesPrefill: a prefill worker, or an aggregated worker that lends prefill.
+func (w Worker) ServesPrefill() bool {
+	return w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL ||
+		(w.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED && w.LendsPrefill)
 }
 
 // PrefillsLocally: an aggregated worker, or a decode worker that may prefill itself.
@@ -121,7 +130,7 @@ func kindOf(w Worker) workerKind {
 	if w.decodes() {
 		k |= kindDecodes
 	}
-	if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL {
+	if w.ServesPrefill() {
 		k |= kindPrefill
 	}
 	if w.PrefillsLocally() {

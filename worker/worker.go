@@ -29,6 +29,7 @@ type Service struct {
 	policy     func() *workerv1.PrefillPolicy
 	setServing func(bool)
 	kvPort     int
+	lends      bool
 	card       *workerv1.ModelCard
 	// Heartbeat is the longest gap between WatchEvents messages.
 	Heartbeat time.Duration
@@ -89,6 +90,10 @@ func (s *Service) drainState() (bool, <-chan struct{}) {
 // transfers on.
 func (s *Service) SetKVTransferPort(port int) { s.kvPort = port }
 
+// SetLendsPrefill makes Info say that this aggregated worker serves Prefill for
+// decode workers too (--lend-prefill).
+func (s *Service) SetLendsPrefill(lends bool) { s.lends = lends }
+
 // SetModelCard sets what ModelCard returns; its model id is also the one Info reports.
 func (s *Service) SetModelCard(card *workerv1.ModelCard) { s.card = card }
 
@@ -110,7 +115,7 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	wi := &workerv1.WorkerInfo{
 		Id: s.id, Mode: s.mode, Model: info.Model, Engine: info.Engine,
 		Layout: handoff.LayoutProto(info.Layout), TotalBlocks: uint32(info.TotalBlocks), Version: s.version,
-		KvTransferPort: uint32(s.kvPort),
+		KvTransferPort: uint32(s.kvPort), LendsPrefill: s.lends,
 	}
 	if s.policy != nil {
 		wi.PrefillPolicy = s.policy().GetPolicy()

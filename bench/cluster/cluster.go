@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,17 @@ type Deployment struct {
 	// Aggregated workers serve beside the decode workers of a decode deployment:
 	// with the router's gating, the short prompts' class.
 	Aggregated int
+	// AggregatedFlags are extra flags for those aggregated workers; with
+	// --lend-prefill they lend prefill, and the decode workers list them among
+	// their prefill workers.
+	AggregatedFlags []string
+}
+
+// Lends says whether the deployment's aggregated workers lend prefill.
+func (d Deployment) Lends() bool {
+	return d.Aggregated > 0 && slices.ContainsFunc(d.AggregatedFlags, func(f string) bool {
+		return f == "--lend-prefill" || f == "-lend-prefill" || f == "--lend-prefill=true" || f == "-lend-prefill=true"
+	})
 }
 
 // Policies are the decode policies tandem has.
@@ -133,21 +145,28 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 		}
 		prefill = append(prefill, a)
 	}
-	for i := range d.Decode {
-		args := []string{"decode", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("decode-%d", i), "--mode", d.Mode}
-		if d.Mode == "decode" {
-			args = append(args, "--policy", d.Policy, "--prefill-workers", strings.Join(prefill, ","))
-		}
-		args = append(append(args, o.WorkerArgs...), d.ExtraDecodeFlags...)
-		a, err := start(fmt.Sprintf("%s-decode-%d", logName, i), true, args...)
+	// Aggregated workers first: the decode workers are given those that lend
+	// prefill as prefill workers.
+	lenders := slices.Clone(prefill)
+	for i := range d.Aggregated {
+		args := append([]string{"decode", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("aggregated-%d", i), "--mode", "aggregated"}, o.WorkerArgs...)
+		args = append(args, d.AggregatedFlags...)
+		a, err := start(fmt.Sprintf("%s-aggregated-%d", logName, i), true, args...)
 		if err != nil {
 			return fail(err)
 		}
 		decode = append(decode, a)
+		if d.Lends() {
+			lenders = append(lenders, a)
+		}
 	}
-	for i := range d.Aggregated {
-		args := append([]string{"decode", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("aggregated-%d", i), "--mode", "aggregated"}, o.WorkerArgs...)
-		a, err := start(fmt.Sprintf("%s-aggregated-%d", logName, i), true, args...)
+	for i := range d.Decode {
+		args := []string{"decode", "--listen", "127.0.0.1:0", "--id", fmt.Sprintf("decode-%d", i), "--mode", d.Mode}
+		if d.Mode == "decode" {
+			args = append(args, "--policy", d.Policy, "--prefill-workers", strings.Join(lenders, ","))
+		}
+		args = append(append(args, o.WorkerArgs...), d.ExtraDecodeFlags...)
+		a, err := start(fmt.Sprintf("%s-decode-%d", logName, i), true, args...)
 		if err != nil {
 			return fail(err)
 		}

@@ -160,3 +160,36 @@ func TestParseCPUList(t *testing.T) {
 		}
 	}
 }
+
+// Aggregated workers that lend prefill start first, with their flags, and the
+// decode workers are given them as prefill workers; the router tracks them once,
+// among the decode workers, and learns from them that they lend.
+func TestStartWiresLenders(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FAKE_TANDEM_DIR", dir)
+	ds, err := Parse("load@0+2{aggregated: --lend-prefill}", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Start(ctx, ds[0], Options{Binary: os.Args[0], WorkerArgs: []string{"--engine", "sim"}, LogDir: dir, Ready: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	for _, id := range []string{"aggregated-0", "aggregated-1"} {
+		if a := readArgs(t, dir, id); !strings.Contains(a, "--mode aggregated --engine sim --lend-prefill") {
+			t.Errorf("%s started as %q", id, a)
+		}
+	}
+	decode := readArgs(t, dir, "decode-0")
+	if _, after, ok := strings.Cut(decode, "--prefill-workers "); !ok || strings.Count(strings.Fields(after)[0], "127.0.0.1:") != 2 {
+		t.Errorf("decode started as %q; want both lenders as its prefill workers", decode)
+	}
+	router := readArgs(t, dir, "router")
+	if _, after, ok := strings.Cut(router, "--decode-workers "); !ok || strings.Count(strings.Fields(after)[0], "127.0.0.1:") != 3 ||
+		strings.Contains(router, "--prefill-workers") {
+		t.Errorf("router started as %q", router)
+	}
+}

@@ -16,9 +16,16 @@ import (
 //	POLICY@P                   P prefill workers, workers-P decode
 //	POLICY@*                   every split, P = 1 .. workers-1, one deployment each
 //	POLICY@P+A                 P prefill workers, A aggregated workers, the rest decode
-//	SPEC{--flag v ...}         extra flags for that deployment's decode (or aggregated) workers
-//	SPEC{...}{router: --f v}   extra flags for its router (the second braces)
+//	SPEC{--flag v ...}         extra flags for that deployment's decode workers (the
+//	                           aggregated workers of an aggregated deployment)
+//	SPEC{...}{router: --f v}   extra flags for its router
+//	SPEC{...}{aggregated: --f} extra flags for the A aggregated workers of POLICY@P+A;
+//	                           with --lend-prefill they lend prefill (role-flexible
+//	                           workers) and the decode workers list them as prefill
+//	                           workers, so POLICY@0+A{aggregated: --lend-prefill}
+//	                           has no prefill worker at all (P = 0 needs lenders)
 //
+// Braces of each kind may come in any order and repeat; their flags add up.
 // so that the best xP+yD split of plain disaggregation is found by running
 // always-remote@*, and a design lever is a deployment with its flags, e.g.
 // cost@1{--max-prefill-queue-tokens 8192}. The name is the spec as written.
@@ -68,7 +75,7 @@ func splitSpecs(s string) []string {
 }
 
 func parseOne(spec string, workers int) ([]Deployment, error) {
-	head, flags, routerFlags, err := cutFlags(spec)
+	head, flags, routerFlags, aggFlags, err := cutFlags(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +83,9 @@ func parseOne(spec string, workers int) ([]Deployment, error) {
 	if name == "aggregated" {
 		if hasSplit {
 			return nil, fmt.Errorf("deployment %q: aggregated has no prefill workers to split off", spec)
+		}
+		if len(aggFlags) > 0 {
+			return nil, fmt.Errorf("deployment %q: {aggregated: ...} is for the aggregated workers of POLICY@P+A; an aggregated deployment takes {--flags}", spec)
 		}
 		return []Deployment{{Name: spec, Mode: "aggregated", Decode: workers, ExtraDecodeFlags: flags, RouterFlags: routerFlags}}, nil
 	}
@@ -100,7 +110,7 @@ func parseOne(spec string, workers int) ([]Deployment, error) {
 		}
 	default:
 		p, err := strconv.Atoi(split)
-		if err != nil || p < 1 || p+agg >= workers {
+		if err != nil || p < 0 || p+agg >= workers {
 			return nil, fmt.Errorf("deployment %q: the prefill workers must be a number from 1 to %d (--workers %d less one decode worker)",
 				spec, workers-1-agg, workers)
 		}
@@ -109,6 +119,13 @@ func parseOne(spec string, workers int) ([]Deployment, error) {
 	if split == "*" && agg > 0 {
 		return nil, fmt.Errorf("deployment %q: @* searches plain splits; give P with +A", spec)
 	}
+	if len(aggFlags) > 0 && agg == 0 {
+		return nil, fmt.Errorf("deployment %q: {aggregated: ...} needs aggregated workers, POLICY@P+A", spec)
+	}
+	if d := (Deployment{Aggregated: agg, AggregatedFlags: aggFlags}); len(ps) == 1 && ps[0] == 0 && !d.Lends() {
+		return nil, fmt.Errorf("deployment %q: no prefill worker for the decode workers; P = 0 needs aggregated workers that lend prefill, "+
+			"POLICY@0+A{aggregated: --lend-prefill}", spec)
+	}
 	var out []Deployment
 	for _, p := range ps {
 		n := spec
@@ -116,23 +133,26 @@ func parseOne(spec string, workers int) ([]Deployment, error) {
 			n = strings.Replace(spec, "@*", "@"+strconv.Itoa(p), 1)
 		}
 		out = append(out, Deployment{Name: n, Mode: "decode", Policy: name, Prefill: p, Decode: workers - p - agg, Aggregated: agg,
-			ExtraDecodeFlags: flags, RouterFlags: routerFlags})
+			ExtraDecodeFlags: flags, RouterFlags: routerFlags, AggregatedFlags: aggFlags})
 	}
 	return out, nil
 }
 
-// cutFlags splits "head{flags}{router: flags}" into its parts.
-func cutFlags(spec string) (head string, flags, routerFlags []string, err error) {
+// cutFlags splits "head{flags}{router: flags}{aggregated: flags}" into its parts.
+func cutFlags(spec string) (head string, flags, routerFlags, aggFlags []string, err error) {
 	head, rest, ok := strings.Cut(spec, "{")
 	head = strings.TrimSpace(head)
 	for ok {
 		var body string
 		body, rest, ok = strings.Cut(rest, "}")
 		if !ok {
-			return "", nil, nil, fmt.Errorf("deployment %q: a '{' is not closed", spec)
+			return "", nil, nil, nil, fmt.Errorf("deployment %q: a '{' is not closed", spec)
 		}
-		if r, isRouter := strings.CutPrefix(strings.TrimSpace(body), "router:"); isRouter {
+		body = strings.TrimSpace(body)
+		if r, isRouter := strings.CutPrefix(body, "router:"); isRouter {
 			routerFlags = append(routerFlags, strings.Fields(r)...)
+		} else if a, isAgg := strings.CutPrefix(body, "aggregated:"); isAgg {
+			aggFlags = append(aggFlags, strings.Fields(a)...)
 		} else {
 			flags = append(flags, strings.Fields(body)...)
 		}
@@ -141,8 +161,8 @@ func cutFlags(spec string) (head string, flags, routerFlags []string, err error)
 			break
 		}
 		if rest, ok = strings.CutPrefix(rest, "{"); !ok {
-			return "", nil, nil, fmt.Errorf("deployment %q: unexpected %q after the flags", spec, rest)
+			return "", nil, nil, nil, fmt.Errorf("deployment %q: unexpected %q after the flags", spec, rest)
 		}
 	}
-	return head, flags, routerFlags, nil
+	return head, flags, routerFlags, aggFlags, nil
 }

@@ -49,18 +49,46 @@ func TestParseHybrid(t *testing.T) {
 	}
 }
 
+// Role-flexible workers: aggregated workers given --lend-prefill lend prefill,
+// with or without prefill workers beside them.
+func TestParseLenders(t *testing.T) {
+	ds, err := Parse("load@0+2{aggregated: --lend-prefill}, cost@1+1{--x 1}{aggregated: --lend-prefill --y}{router: --isl-gate}, cost@1+1", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := ds[0]
+	if d.Name != "load@0+2{aggregated: --lend-prefill}" || d.Prefill != 0 || d.Aggregated != 2 || d.Decode != 2 || d.Policy != "load" ||
+		!d.Lends() || !slices.Equal(d.AggregatedFlags, []string{"--lend-prefill"}) || len(d.ExtraDecodeFlags) != 0 {
+		t.Errorf("load@0+2 lending: %+v", d)
+	}
+	d = ds[1]
+	if d.Prefill != 1 || d.Aggregated != 1 || d.Decode != 2 || !d.Lends() ||
+		!slices.Equal(d.AggregatedFlags, []string{"--lend-prefill", "--y"}) || !slices.Equal(d.ExtraDecodeFlags, []string{"--x", "1"}) ||
+		!slices.Equal(d.RouterFlags, []string{"--isl-gate"}) {
+		t.Errorf("cost@1+1 lending: %+v", d)
+	}
+	if ds[2].Lends() {
+		t.Errorf("cost@1+1 without the flag lends: %+v", ds[2])
+	}
+}
+
 func TestParseRejects(t *testing.T) {
 	for spec, want := range map[string]string{
-		"sometimes":                       "unknown deployment",
-		"cost@4":                          "from 1 to 3",
-		"cost@0":                          "from 1 to 3",
-		"aggregated@1":                    "no prefill workers",
-		"cost{--x":                        "not closed",
-		"cost,cost":                       "listed twice",
-		"cost{--x} junk":                  "unexpected",
-		"always-remote@x":                 "from 1 to 3",
-		" , ":                             "no deployment",
-		"always-remote@*,always-remote@2": "listed twice",
+		"sometimes":                              "unknown deployment",
+		"cost@4":                                 "from 1 to 3",
+		"cost@0":                                 "P = 0 needs aggregated workers that lend prefill",
+		"cost@0+2":                               "P = 0 needs aggregated workers that lend prefill",
+		"cost@0+2{aggregated: --x}":              "P = 0 needs aggregated workers that lend prefill",
+		"cost@1{aggregated: --lend-prefill}":     "needs aggregated workers",
+		"aggregated{aggregated: --lend-prefill}": "takes {--flags}",
+		"cost@-1+1":                              "from 1 to 2",
+		"aggregated@1":                           "no prefill workers",
+		"cost{--x":                               "not closed",
+		"cost,cost":                              "listed twice",
+		"cost{--x} junk":                         "unexpected",
+		"always-remote@x":                        "from 1 to 3",
+		" , ":                                    "no deployment",
+		"always-remote@*,always-remote@2":        "listed twice",
 	} {
 		if _, err := Parse(spec, 4); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q): %v, want an error saying %q", spec, err, want)

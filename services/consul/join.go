@@ -14,6 +14,7 @@ type Member struct {
 	Client    *Client
 	registrar *Registrar
 	interval  time.Duration
+	addr      string // advertised
 }
 
 // Join prepares the registration of a service listening on listenAddr. It returns
@@ -34,7 +35,18 @@ func Join(cfg Config, log *slog.Logger, reg prometheus.Registerer, name, id, lis
 	if err != nil {
 		return nil, err
 	}
-	return &Member{Client: c, registrar: r, interval: cfg.CheckInterval}, nil
+	return &Member{Client: c, registrar: r, interval: cfg.CheckInterval, addr: addr}, nil
+}
+
+// Also prepares a second registration of m's address under another service name
+// and id, sharing m's client: an aggregated worker lending prefill is listed as a
+// decode and as a prefill worker at one address. Run and Deregister it apart.
+func (m *Member) Also(cfg Config, name, id string, meta map[string]string) (*Member, error) {
+	r, err := m.Client.NewRegistrar(cfg, Registration{Name: name, ID: id, Addr: m.addr, Meta: meta})
+	if err != nil {
+		return nil, err
+	}
+	return &Member{Client: m.Client, registrar: r, interval: m.interval, addr: m.addr}, nil
 }
 
 // Run keeps the service registered until ctx ends.

@@ -122,6 +122,10 @@ func (d *Directory) SetInstances(instances []Instance) {
 	m := make(map[string]router.Worker, len(instances))
 	for _, in := range instances {
 		w := router.Worker{ID: in.ID, Address: in.Addr, Mode: d.mode}
+		if in.LendsPrefill && d.mode == workerv1.WorkerMode_WORKER_MODE_PREFILL {
+			// Listed as a prefill worker, but an aggregated one lending prefill.
+			w.Mode, w.LendsPrefill = workerv1.WorkerMode_WORKER_MODE_AGGREGATED, true
+		}
 		if p, err := strconv.ParseUint(in.KVPort, 10, 16); err == nil && p != 0 {
 			if kv, err := kvAddress(in.Addr, uint32(p)); err == nil {
 				w.KVAddress = kv
@@ -141,6 +145,9 @@ type Instance struct {
 	ID, Addr string
 	// KVPort is its kv_transfer_port metadata; empty without a KV transfer port.
 	KVPort string
+	// LendsPrefill: its lends_prefill metadata says it is an aggregated worker
+	// serving Prefill too (--lend-prefill).
+	LendsPrefill bool
 }
 
 // ByID finds a worker by id. A miss has every static address asked again (at most
@@ -245,7 +252,7 @@ func (d *Directory) ask(ctx context.Context, addr string, e *entry, persist bool
 
 func (d *Directory) learn(addr string, e *entry, info *workerv1.WorkerInfo) {
 	w := router.Worker{ID: info.GetId(), Address: addr, Mode: info.GetMode(), Policy: info.GetPrefillPolicy(),
-		TotalBlocks: int(info.GetTotalBlocks()), Fingerprint: info.GetLayout().GetModelFingerprint(), NoKVEvents: info.GetNoKvEvents()}
+		TotalBlocks: int(info.GetTotalBlocks()), Fingerprint: info.GetLayout().GetModelFingerprint(), NoKVEvents: info.GetNoKvEvents(), LendsPrefill: info.GetLendsPrefill()}
 	if port := info.GetKvTransferPort(); port != 0 {
 		kv, err := kvAddress(addr, port)
 		if err != nil {
@@ -254,8 +261,10 @@ func (d *Directory) learn(addr string, e *entry, info *workerv1.WorkerInfo) {
 		}
 		w.KVAddress = kv
 	}
-	if w.Mode != d.mode {
-		// Listed as one but is another: known, so that lookups say why, never called.
+	if w.Mode != d.mode && !(d.mode == workerv1.WorkerMode_WORKER_MODE_PREFILL && w.ServesPrefill()) {
+		// Listed as one but is another (an aggregated worker without
+		// --lend-prefill listed as a prefill worker): known, so that lookups say
+		// why, never called.
 		d.log.Error("static worker is not in the expected mode; it will not be called", "peer_addr", addr, "peer_id", w.ID,
 			"mode", w.Mode.String(), "want", d.mode.String())
 	}

@@ -144,7 +144,7 @@ func (t *Tracker) session(ctx context.Context, client workerv1.WorkerServiceClie
 	}
 	wi := info.GetInfo()
 	w := router.Worker{ID: wi.GetId(), Address: addr, Mode: wi.GetMode(), Policy: wi.GetPrefillPolicy(),
-		TotalBlocks: int(wi.GetTotalBlocks()), Fingerprint: wi.GetLayout().GetModelFingerprint(), NoKVEvents: wi.GetNoKvEvents()}
+		TotalBlocks: int(wi.GetTotalBlocks()), Fingerprint: wi.GetLayout().GetModelFingerprint(), NoKVEvents: wi.GetNoKvEvents(), LendsPrefill: wi.GetLendsPrefill()}
 	if port := wi.GetKvTransferPort(); port != 0 {
 		if w.KVAddress, err = kvAddress(addr, port); err != nil {
 			return err

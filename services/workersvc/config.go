@@ -59,6 +59,9 @@ type Config struct {
 	// it listens on).
 	KVListen        string
 	KVAdvertisePort int
+	// LendPrefill: an aggregated worker also serves Prefill for decode workers
+	// (a role-flexible worker), with a KV transfer port like a prefill worker's.
+	LendPrefill bool
 
 	// GPU is the engine server a vllm, trtllm or sglang worker fronts.
 	GPU GPUEngine
@@ -74,10 +77,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, mode string) {
 	c.Serve.RegisterFlags(fs, "127.0.0.1:0")
 	fs.StringVar(&c.ID, "id", "", "worker id the router and logs know this worker by (default: mode and a random suffix)")
 	fs.Var(&c.PrefillWorkers, "prefill-workers", "decode mode: comma-separated prefill worker addresses (static discovery)")
-	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode: address of the KV transfer port, Prefill on grpc-go's transport for bulk data "+
+	fs.BoolVar(&c.LendPrefill, "lend-prefill", false, "aggregated mode: also serve remote prefills for decode workers over this worker's "+
+		"engine, and register as a prefill worker too; the router ranks it after idle prefill workers by its decode load")
+	fs.StringVar(&c.KVListen, "kv-listen", "", "prefill mode (or aggregated with --lend-prefill): address of the KV transfer port, Prefill on grpc-go's transport for bulk data "+
 		"(default: --listen's host and port + 1, a free port when --listen's is 0; \"off\": Prefill on the main port only)")
 	fs.IntVar(&c.KVAdvertisePort, "kv-advertise-port", 0,
-		"prefill mode: the KV transfer port decode workers reach, when a port mapping or proxy makes it differ from --kv-listen's (0: the same)")
+		"prefill mode (or --lend-prefill): the KV transfer port decode workers reach, when a port mapping or proxy makes it differ from --kv-listen's (0: the same)")
 	c.Consul.RegisterFlags(fs)
 	c.GPU.RegisterFlags(fs)
 	c.RegisterRoleFlags(fs, mode)
@@ -141,7 +146,7 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"tries another worker, then answers 429) while more than this fraction of the engine's KV blocks are in use (0: no limit)")
 	fs.IntVar(&d.MaxWaitingTokens, "max-waiting-tokens", d.MaxWaitingTokens, "decode mode: refuse new requests (ResourceExhausted; the "+
 		"frontend tries another worker, then answers 429) while more than this many prompt tokens wait for prefill in the engine (0: no limit)")
-	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode: prompt tokens accepted and not yet prefilled (0: unbounded); "+
+	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode (and --lend-prefill): prompt tokens accepted and not yet prefilled (0: unbounded); "+
 		"past it requests are refused so decode workers prefill locally")
 }
 
@@ -163,6 +168,11 @@ func (c *Config) WorkerMode() (workerv1.WorkerMode, error) {
 		return workerv1.WorkerMode_WORKER_MODE_PREFILL, nil
 	}
 	return 0, fmt.Errorf("--mode %q: want aggregated, decode or prefill", c.Mode)
+}
+
+// servesPrefill: a prefill worker, or an aggregated one lending prefill.
+func (c *Config) servesPrefill(mode workerv1.WorkerMode) bool {
+	return mode == workerv1.WorkerMode_WORKER_MODE_PREFILL || (c.LendPrefill && mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED)
 }
 
 // Validate checks the flags.
@@ -188,8 +198,15 @@ func (c *Config) Validate() error {
 	if c.KVAdvertisePort < 0 || c.KVAdvertisePort > 65535 {
 		return fmt.Errorf("--kv-advertise-port %d: want a port number, or 0", c.KVAdvertisePort)
 	}
-	if mode != workerv1.WorkerMode_WORKER_MODE_PREFILL && (c.KVListen != "" || c.KVAdvertisePort != 0) {
-		return errors.New("--kv-listen and --kv-advertise-port are for prefill workers (--mode prefill)")
+	if c.LendPrefill && mode != workerv1.WorkerMode_WORKER_MODE_AGGREGATED {
+		return fmt.Errorf("--lend-prefill is for aggregated workers (--mode aggregated), not --mode %s", c.Mode)
+	}
+	if c.LendPrefill && isGPU(c.Engine) {
+		// Its engine server runs in one disaggregation role, set where it starts.
+		return fmt.Errorf("--lend-prefill needs the native or sim engine, not --engine %s", c.Engine)
+	}
+	if !c.servesPrefill(mode) && (c.KVListen != "" || c.KVAdvertisePort != 0) {
+		return errors.New("--kv-listen and --kv-advertise-port are for prefill workers (--mode prefill, or aggregated with --lend-prefill)")
 	}
 	if c.KVListen == process.KVListenOff && c.KVAdvertisePort != 0 {
 		return errors.New("--kv-advertise-port with --kv-listen off: there is no KV transfer port to advertise")

@@ -55,7 +55,12 @@ func (s *Service) serveOncePeersKnown(ctx context.Context) {
 func instances(is []consul.Instance) []discovery.Instance {
 	out := make([]discovery.Instance, len(is))
 	for i, in := range is {
-		out[i] = discovery.Instance{ID: in.ID, Addr: in.Addr, KVPort: in.Meta["kv_transfer_port"]}
+		out[i] = discovery.Instance{ID: in.ID, Addr: in.Addr, KVPort: in.Meta["kv_transfer_port"], LendsPrefill: in.Meta["lends_prefill"] == "true"}
+		if id := in.Meta["worker_id"]; id != "" {
+			// A lender's registration as a prefill worker has an id of its own;
+			// the router names it by its worker id.
+			out[i].ID = id
+		}
 	}
 	return out
 }

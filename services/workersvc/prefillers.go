@@ -11,12 +11,12 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/handoff"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
-	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services/rpc"
 )
 
-// prefillers resolves prefill worker ids through the worker's directory and
+// prefillers resolves prefill worker ids (prefill workers, and aggregated workers
+// that lend prefill) through the worker's directory and
 // calls them over the process's peer connections, dialled the first time a
 // request goes to that worker and closed when idle: a worker's KV transfer port
 // when it has one (with its main port behind it), else its main port.
@@ -45,7 +45,7 @@ func newPrefillers(dir members, conns *rpc.Conns, log *slog.Logger) *prefillers 
 
 func (p *prefillers) Client(id string) (handoff.Client, bool) {
 	w, ok := p.dir.ByID(id)
-	if !ok || w.Mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
+	if !ok || !w.ServesPrefill() {
 		return nil, false
 	}
 	main, err := p.conns.Get(w.Address)
@@ -98,7 +98,7 @@ func (p *prefillers) IDs() []string {
 	for _, w := range p.dir.Workers() {
 		// A draining worker refuses new prefills (the ladder then moves on); it
 		// is not offered here when the directory already knows it drains.
-		if w.Mode == workerv1.WorkerMode_WORKER_MODE_PREFILL && !w.Draining {
+		if w.ServesPrefill() && !w.Draining {
 			ids = append(ids, w.ID)
 		}
 	}

@@ -8,16 +8,12 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"google.golang.org/grpc"
-
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sglang"
 	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/prefill"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
-	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
-	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
 	"github.com/tandem-serve/tandem/services/consul"
@@ -37,7 +33,10 @@ type Service struct {
 	eng    engine.Engine
 	worker *worker.Service
 	member *consul.Member // nil without Consul
-	// Prefill mode: the KV transfer port (nil when --kv-listen is off).
+	// lender is an aggregated worker's registration as a prefill worker too
+	// (--lend-prefill with Consul).
+	lender *consul.Member
+	// Prefill mode and lenders: the KV transfer port (nil when --kv-listen is off).
 	kv  *kvport.Server
 	log *slog.Logger
 	// Decode and aggregated modes: the decision service, and the prefill workers it
@@ -45,7 +44,8 @@ type Service struct {
 	decode  *decode.Service
 	dir     *discovery.Directory
 	prefill *prefillers
-	// prefillSvc is a prefill worker's service, refusing new prefills while drained.
+	// prefillSvc is a prefill worker's (or a lender's) service, refusing new
+	// prefills while drained.
 	prefillSvc *prefill.Service
 	// drained is what the last drain (or undo) asked; a decode worker serves once
 	// it knows its prefill workers and is not drained.
@@ -87,27 +87,16 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		}
 	}()
 	name := consul.DecodeService
-	switch mode {
-	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
-		name = consul.PrefillService
-		pc := prefill.DefaultConfig()
-		pc.WorkerID, pc.MaxPromptTokens, pc.MaxQueuedTokens = id, eng.Info().ContextLength, cfg.MaxQueuedTokens
-		ps, err := prefill.New(pc, eng, env.Logger, env.Registry)
+	if cfg.servesPrefill(mode) {
+		h, err := s.servePrefill(env, cfg)
 		if err != nil {
 			return nil, err
 		}
-		s.prefillSvc = ps
-		handlers = append(handlers, server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, opts...)))
-		if s.kv, err = env.NewKVPort(cfg.Serve, cfg.KVListen, func(r grpc.ServiceRegistrar) { prefillv1.RegisterPrefillServiceServer(r, ps.GRPC()) }); err != nil {
-			return nil, err
-		}
-		if s.kv != nil {
-			port := s.kv.Port()
-			if cfg.KVAdvertisePort != 0 {
-				port = cfg.KVAdvertisePort
-			}
-			s.worker.SetKVTransferPort(port)
-		}
+		handlers = append(handlers, h)
+	}
+	switch mode {
+	case workerv1.WorkerMode_WORKER_MODE_PREFILL:
+		name = consul.PrefillService
 	default:
 		// An aggregated worker never calls a prefill worker, so it waits for none.
 		await := mode == workerv1.WorkerMode_WORKER_MODE_DECODE && cfg.Consul.Enabled()
@@ -146,13 +135,21 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		// its address take it from WorkerInfo.
 		meta["kv_transfer_port"] = strconv.Itoa(int(port))
 	}
+	if s.lends() {
+		meta["lends_prefill"] = "true"
+	}
 	s.member, err = consul.Join(cfg.Consul, env.Logger, env.Registry, name, id, s.srv.Addr(), meta)
+	if err == nil && s.lends() {
+		s.lender, err = joinAsLender(cfg.Consul, s.member, id, meta)
+	}
 	if err != nil {
 		s.srv.Close()
 		return nil, fmt.Errorf("consul: %w", err)
 	}
-	if s.member != nil {
-		s.srv.OnDrain(s.member.Deregister)
+	for _, m := range []*consul.Member{s.member, s.lender} {
+		if m != nil {
+			s.srv.OnDrain(m.Deregister)
+		}
 	}
 	s.srv.OnDrain(s.worker.Stop)
 	s.worker.SetServingHook(func(serving bool) {
@@ -183,6 +180,9 @@ func (s *Service) KVAddr() string {
 func (s *Service) Run(ctx context.Context) error {
 	if s.dir != nil {
 		s.dir.SetStatic(ctx, s.cfg.PrefillWorkers)
+	}
+	if s.lender != nil {
+		go s.lender.Run(ctx)
 	}
 	if s.member != nil {
 		go s.member.Run(ctx)

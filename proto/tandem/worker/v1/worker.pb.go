@@ -449,7 +449,11 @@ type WorkerInfo struct {
 	// The worker's engine reports no KV cache events (an engine server without a
 	// KV event publisher): the router knows nothing of its prefix cache and
 	// scores it on load alone.
-	NoKvEvents    bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
+	NoKvEvents bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
+	// An aggregated worker that also serves PrefillService.Prefill for decode
+	// workers (--lend-prefill): the router ranks it among the prefill workers,
+	// its own decode load added to its cost, and decode workers may call it.
+	LendsPrefill  bool `protobuf:"varint,11,opt,name=lends_prefill,json=lendsPrefill,proto3" json:"lends_prefill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +554,13 @@ func (x *WorkerInfo) GetKvTransferPort() uint32 {
 func (x *WorkerInfo) GetNoKvEvents() bool {
 	if x != nil {
 		return x.NoKvEvents
+	}
+	return false
+}
+
+func (x *WorkerInfo) GetLendsPrefill() bool {
+	if x != nil {
+		return x.LendsPrefill
 	}
 	return false
 }
@@ -1588,7 +1599,7 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"block_size\x18\x05 \x01(\rR\tblockSize\x12\x1f\n" +
 	"\vblock_bytes\x18\x06 \x01(\x04R\n" +
 	"blockBytes\x12+\n" +
-	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xe0\x02\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\x85\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
@@ -1602,7 +1613,8 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x10kv_transfer_port\x18\t \x01(\rR\x0ekvTransferPort\x12 \n" +
 	"\fno_kv_events\x18\n" +
 	" \x01(\bR\n" +
-	"noKvEvents\"\xf0\x01\n" +
+	"noKvEvents\x12#\n" +
+	"\rlends_prefill\x18\v \x01(\bR\flendsPrefill\"\xf0\x01\n" +
 	"\x04Load\x12+\n" +
 	"\x11running_sequences\x18\x01 \x01(\rR\x10runningSequences\x12+\n" +
 	"\x11waiting_sequences\x18\x02 \x01(\rR\x10waitingSequences\x12%\n" +
