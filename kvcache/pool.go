@@ -47,11 +47,17 @@ type Snapshot struct {
 type Pool struct {
 	mu     sync.Mutex
 	events *EventLog
+	n      int // blocks in the pool
+	// blocks holds the state of the blocks ever handed out, ids 0 to
+	// len(blocks)-1; the others are free and have never been touched. It grows
+	// as Allocate first reaches them, so a pool costs what it has used, not its
+	// size: a sim of a thousand workers of 65,536 blocks each would otherwise
+	// hold 2.4 GB of state for blocks it never uses.
 	blocks []blockMeta
-	free   []BlockID          // unhashed, unreferenced; used as a stack
+	free   []BlockID          // handed out before, now unhashed and unreferenced; a stack
 	byHash map[uint64]BlockID // every hashed block, referenced or not
-	// lru is a circular doubly linked list through blockMeta.prev/next of hashed,
-	// unreferenced blocks, oldest first; the sentinel is index len(blocks).
+	// lru is a circular doubly linked list of hashed, unreferenced blocks, oldest
+	// first: block id's links are at index id+1, the sentinel's at 0.
 	lruPrev, lruNext []int32
 	lruLen           int
 }
@@ -72,38 +78,50 @@ func NewPool(numBlocks int, events *EventLog) *Pool {
 	if events == nil {
 		events = NewEventLog(4096)
 	}
-	p := &Pool{
+	return &Pool{
 		events:  events,
-		blocks:  make([]blockMeta, numBlocks),
-		free:    make([]BlockID, numBlocks),
+		n:       numBlocks,
 		byHash:  make(map[uint64]BlockID),
-		lruPrev: make([]int32, numBlocks+1),
-		lruNext: make([]int32, numBlocks+1),
+		lruPrev: []int32{0},
+		lruNext: []int32{0},
 	}
-	// Hand out low ids first: the stack pops from the end.
-	for i := range p.free {
-		p.free[i] = BlockID(numBlocks - 1 - i)
+}
+
+// fresh is how many blocks have never been handed out.
+func (p *Pool) fresh() int { return p.n - len(p.blocks) }
+
+// grow hands out the next never-used block, extending the state arrays by a
+// chunk when they are full (doubling, so the copies cost O(1) a block).
+func (p *Pool) grow() BlockID {
+	id := len(p.blocks)
+	if id == cap(p.blocks) {
+		c := min(p.n, max(2*id, 256))
+		p.blocks = append(make([]blockMeta, 0, c), p.blocks...)
+		p.lruPrev = append(make([]int32, 0, c+1), p.lruPrev...)
+		p.lruNext = append(make([]int32, 0, c+1), p.lruNext...)
 	}
-	s := int32(numBlocks)
-	p.lruPrev[s], p.lruNext[s] = s, s
-	return p
+	p.blocks = append(p.blocks, blockMeta{})
+	p.lruPrev = append(p.lruPrev, -1)
+	p.lruNext = append(p.lruNext, -1)
+	return BlockID(id)
 }
 
 // Events is the log this pool reports to.
 func (p *Pool) Events() *EventLog { return p.events }
 
 // NumBlocks is the pool's size.
-func (p *Pool) NumBlocks() int { return len(p.blocks) }
+func (p *Pool) NumBlocks() int { return p.n }
 
 // Stats is the accounting now.
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	free := len(p.free) + p.fresh()
 	return PoolStats{
-		Total:  len(p.blocks),
-		Free:   len(p.free),
+		Total:  p.n,
+		Free:   free,
 		Cached: p.lruLen,
-		Active: len(p.blocks) - len(p.free) - p.lruLen,
+		Active: p.n - free - p.lruLen,
 	}
 }
 
@@ -111,7 +129,7 @@ func (p *Pool) Stats() PoolStats {
 func (p *Pool) Available() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.free) + p.lruLen
+	return len(p.free) + p.fresh() + p.lruLen
 }
 
 // Allocate appends n blocks, each with one reference, to dst. It takes all n or none:
@@ -120,17 +138,21 @@ func (p *Pool) Available() int {
 func (p *Pool) Allocate(dst []BlockID, n int) (_ []BlockID, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n > len(p.free)+p.lruLen {
+	if n > len(p.free)+p.fresh()+p.lruLen {
 		return dst, false
 	}
 	var removed []uint64
 	for range n {
+		// Blocks released before, then never-used ones (in id order, as a stack
+		// of every block would give them), then the least recently released cached.
 		var id BlockID
 		if k := len(p.free); k > 0 {
 			id = p.free[k-1]
 			p.free = p.free[:k-1]
+		} else if p.fresh() > 0 {
+			id = p.grow()
 		} else {
-			id = BlockID(p.lruNext[len(p.blocks)])
+			id = BlockID(p.lruNext[0] - 1)
 			p.lruRemove(id)
 			b := &p.blocks[id]
 			delete(p.byHash, b.hash)
@@ -228,6 +250,9 @@ func (p *Pool) Release(ids []BlockID) {
 	defer p.mu.Unlock()
 	for i := len(ids) - 1; i >= 0; i-- {
 		id := ids[i]
+		if int(id) >= len(p.blocks) {
+			panic("kvcache: release of a block never allocated")
+		}
 		b := &p.blocks[id]
 		if b.ref <= 0 {
 			panic("kvcache: release of an unreferenced block")
@@ -248,7 +273,7 @@ func (p *Pool) Release(ids []BlockID) {
 func (p *Pool) Hash(id BlockID) (uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b := p.blocks[id]
+	b := p.meta(id)
 	return b.hash, b.hashed
 }
 
@@ -256,7 +281,18 @@ func (p *Pool) Hash(id BlockID) (uint64, bool) {
 func (p *Pool) Refs(id BlockID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return int(p.blocks[id].ref)
+	return int(p.meta(id).ref)
+}
+
+// meta is block id's state; a block never handed out has none yet.
+func (p *Pool) meta(id BlockID) blockMeta {
+	if id < 0 || int(id) >= p.n {
+		panic("kvcache: block id out of range")
+	}
+	if int(id) < len(p.blocks) {
+		return p.blocks[id]
+	}
+	return blockMeta{}
 }
 
 // Snapshot returns every cached hash and the id of the last event, atomically.
@@ -276,7 +312,7 @@ func (p *Pool) Clear() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.lruLen > 0 {
-		id := BlockID(p.lruNext[len(p.blocks)])
+		id := BlockID(p.lruNext[0] - 1)
 		p.lruRemove(id)
 		p.free = append(p.free, id)
 	}
@@ -289,19 +325,20 @@ func (p *Pool) Clear() {
 }
 
 func (p *Pool) lruPushBack(id BlockID) {
-	s := int32(len(p.blocks))
-	last := p.lruPrev[s]
-	p.lruNext[last] = int32(id)
-	p.lruPrev[id] = last
-	p.lruNext[id] = s
-	p.lruPrev[s] = int32(id)
+	i := int32(id) + 1
+	last := p.lruPrev[0]
+	p.lruNext[last] = i
+	p.lruPrev[i] = last
+	p.lruNext[i] = 0
+	p.lruPrev[0] = i
 	p.lruLen++
 }
 
 func (p *Pool) lruRemove(id BlockID) {
-	prev, next := p.lruPrev[id], p.lruNext[id]
+	i := int32(id) + 1
+	prev, next := p.lruPrev[i], p.lruNext[i]
 	p.lruNext[prev] = next
 	p.lruPrev[next] = prev
-	p.lruPrev[id], p.lruNext[id] = -1, -1
+	p.lruPrev[i], p.lruNext[i] = -1, -1
 	p.lruLen--
 }

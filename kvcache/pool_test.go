@@ -123,3 +123,55 @@ func TestPoolSnapshotAndClear(t *testing.T) {
 		t.Fatalf("events after clear = %+v", evs)
 	}
 }
+
+// A pool's block state grows as its blocks are first handed out: ids come in
+// order, released ones first, as from a stack of every block; blocks never
+// used read as free and unreferenced; and the LRU survives the growth.
+func TestPoolGrowsLazily(t *testing.T) {
+	const n = 1000
+	p := NewPool(n, NewEventLog(64))
+	if len(p.blocks) != 0 {
+		t.Fatalf("a new pool holds state for %d blocks", len(p.blocks))
+	}
+	ids, _ := p.Allocate(nil, 3)
+	p.Release(ids[1:2])
+	ids, _ = p.Allocate(ids, 3)
+	if want := []BlockID{0, 1, 2, 1, 3, 4}; !slices.Equal(ids, want) {
+		t.Fatalf("ids %v, want %v", ids, want)
+	}
+	if len(p.blocks) > 256 {
+		t.Errorf("%d blocks in use hold state for %d", 5, len(p.blocks))
+	}
+	checkStats(t, p, PoolStats{Total: n, Free: n - 5, Active: 5})
+	if h, ok := p.Hash(n - 1); ok || h != 0 || p.Refs(n-1) != 0 {
+		t.Errorf("a never-used block: hash %d %v, refs %d", h, ok, p.Refs(n-1))
+	}
+	p.Release(slices.Concat(ids[:1], ids[2:]))
+
+	// 300 cached blocks in the LRU while the pool grows past two chunks under them.
+	cached, _ := p.Allocate(nil, 300)
+	hashes := make([]uint64, len(cached))
+	for i := range hashes {
+		hashes[i] = uint64(1000 + i)
+	}
+	p.Store(0, cached, hashes)
+	p.Release(cached)
+	rest, ok := p.Allocate(nil, n-300)
+	if !ok || len(p.blocks) != n || cap(p.blocks) != n {
+		t.Fatalf("allocate the rest: %v; state for %d blocks (cap %d)", ok, len(p.blocks), cap(p.blocks))
+	}
+	checkStats(t, p, PoolStats{Total: n, Cached: 300, Active: n - 300})
+	last := p.Events().LastID()
+	// Release entered the run last block first, so the tail goes first.
+	got, ok := p.Allocate(nil, 2)
+	if !ok || !slices.Equal(got, []BlockID{cached[299], cached[298]}) {
+		t.Fatalf("evicted %v, want %v", got, []BlockID{cached[299], cached[298]})
+	}
+	evs, _, _ := p.Events().Since(last)
+	if len(evs) != 1 || evs[0].Kind != Removed || !slices.Equal(evs[0].Hashes, []uint64{1299, 1298}) {
+		t.Errorf("events %+v", evs)
+	}
+	p.Release(rest)
+	p.Release(got)
+	checkStats(t, p, PoolStats{Total: n, Free: 702, Cached: 298})
+}
