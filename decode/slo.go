@@ -18,12 +18,12 @@ const sloSlackShare = 0.5
 // decoding comes before the TTFT of the new one.
 //
 // Before it has measured local prefills it has no stall to weigh: it prefills
-// here while no sequence here has a TPOT to keep (the prefill stalls no one,
-// and teaches the estimator), and follows the threshold otherwise. Before it
+// here while nothing decodes here (the prefill stalls no one, and teaches the
+// estimator), and follows the threshold otherwise. Before it
 // has measured remote ones it takes the remote TTFT as met, so that the first
 // prompts that do not fit here teach it the remote side.
 func slo(p Params, s situation, threshold func(string) choice) choice {
-	idle := s.slack.decoding == s.slack.lost
+	idle := s.slack.decoding == 0
 	if !s.est.LocalWarm {
 		if idle {
 			return choice{reason: "slo_cold_idle", detail: fmt.Sprintf("no local prefill measured yet, and no sequence decoding here "+
@@ -34,14 +34,18 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	ttft := p.TTFTSLOMs / 1e3
 	stall := s.est.Local
 	budget := sloSlackShare * s.slack.min
-	fits := idle || stall <= budget
+	// Sequences that miss an SLO already set no budget, but do not make the
+	// worker idle: while every sequence here is lost there is nothing to budget
+	// a stall against, and prefilling here anyway (the first trace run did)
+	// feeds on itself, each stall pushing more sequences past their TPOT.
+	fits := idle || (s.slack.decoding > s.slack.lost && stall <= budget)
 	remoteMisses := s.est.RemoteWarm && s.est.Remote > ttft
 	tpotDetail := "no sequence decoding here has a TPOT left to keep"
 	if s.slack.decoding > s.slack.lost {
 		tpotDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
 			100*sloSlackShare, s.slack.min*1e3, s.slack.decoding, s.slack.lost, s.slack.emitted, s.slack.remaining, s.slack.step*1e3, p.TPOTSLOMs)
 	} else if s.slack.decoding > 0 {
-		tpotDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already", s.slack.decoding)
+		tpotDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.decoding)
 	}
 	remote := fmt.Sprintf("%.1fms (queue %.1fms)", s.est.Remote*1e3, s.est.RemoteQueue*1e3)
 	if !s.est.RemoteWarm {
