@@ -10,7 +10,7 @@ func TestDecide(t *testing.T) {
 	warm := Estimate{Warm: true, Local: 0.050, ITLPenalty: 0.010, Remote: 0.030}
 	sloP := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 2000, TPOTSLOMs: 30}
 	sloEst := func(local, remote float64) Estimate {
-		return Estimate{Warm: true, Local: local, LocalPrefill: local, Remote: remote}
+		return Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: local, LocalPrefill: local, Remote: remote}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -54,7 +54,14 @@ func TestDecide(t *testing.T) {
 		{"load: within the cap", Params{Policy: PolicyLoad, ShortPrefillThreshold: 64, LocalMaxRunning: 4,
 			LocalMaxKVUsage: 0.5, LocalMaxTokens: 4096}, situation{prompt: 5000, cached: 1000}, false, "load_decode_idle"},
 		// slo, TTFT SLO 2 s: a stall of est.Local against half the least slack.
-		{"slo: cold uses the threshold", sloP, situation{prompt: 5000, est: Estimate{Local: 0.01, Remote: 9}}, true, "slo_cold_above_threshold"},
+		{"slo: cold uses the threshold while something decodes", sloP, situation{prompt: 5000, est: Estimate{Local: 0.01, Remote: 9},
+			slack: slack{decoding: 1, min: 10}}, true, "slo_cold_above_threshold"},
+		{"slo: cold, short", sloP, situation{prompt: 50, est: Estimate{Local: 0.01, Remote: 9},
+			slack: slack{decoding: 1, min: 10}}, false, "slo_cold_below_threshold"},
+		{"slo: cold and idle prefills here, to learn", sloP, situation{prompt: 5000, est: Estimate{RemoteWarm: true, Local: 9, Remote: 0.1}},
+			false, "slo_cold_idle"},
+		{"slo: remote not measured is taken as meeting TTFT", sloP, situation{prompt: 5000, est: Estimate{LocalWarm: true, Local: 2.5, Remote: 9},
+			slack: slack{decoding: 10, min: 100}}, true, "slo_remote_ttft"},
 		{"slo: nothing decoding, TTFT met", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2)}, false, "slo_local_fits"},
 		{"slo: the stall fits half the slack", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
 			slack: slack{decoding: 10, min: 0.7}}, false, "slo_local_fits"},
@@ -62,8 +69,12 @@ func TestDecide(t *testing.T) {
 			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
 		{"slo: ... even when remote misses its TTFT", sloP, situation{prompt: 5000, est: sloEst(0.3, 5),
 			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
-		{"slo: sequences that miss an SLO anyway do not hold it back", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
-			slack: slack{decoding: 3, lost: 3, min: math.Inf(1)}}, false, "slo_local_fits"},
+		{"slo: sequences that miss an SLO anyway set no budget", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
+			slack: slack{decoding: 5, lost: 3, min: 0.7}}, false, "slo_local_fits"},
+		{"slo: ... but every sequence lost is no licence to stall them further", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
+			slack: slack{decoding: 3, lost: 3, min: math.Inf(1)}}, true, "slo_remote_tpot_budget"},
+		{"slo: cold while lost sequences decode follows the threshold", sloP, situation{prompt: 5000, est: Estimate{Local: 9, Remote: 0.1},
+			slack: slack{decoding: 2, lost: 2, min: math.Inf(1)}}, true, "slo_cold_above_threshold"},
 		{"slo: local misses TTFT, remote meets it", sloP, situation{prompt: 5000, est: sloEst(2.5, 1.5),
 			slack: slack{decoding: 10, min: 100}}, true, "slo_remote_ttft"},
 		{"slo: neither meets TTFT, local keeps TPOT", sloP, situation{prompt: 5000, est: sloEst(2.5, 3),
@@ -114,8 +125,8 @@ func TestParamsValidate(t *testing.T) {
 func TestEstimatorWarmsWithoutBytes(t *testing.T) {
 	var e Estimator
 	for range warm {
-		e.ObserveLocal(100, 100*time.Millisecond)
-		e.ObserveRemote(100, 50*time.Millisecond, 0, 0, 0, 60*time.Millisecond)
+		e.ObserveLocal(100, 0, 100*time.Millisecond)
+		e.ObserveRemote(100, 0, 50*time.Millisecond, 0, 0, 0, 60*time.Millisecond)
 	}
 	if !e.Estimate(100, 0, 0, 0, 0, 0).Warm {
 		t.Error("not warm for a handoff of no bytes")

@@ -208,7 +208,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		"detail", decision.Detail, "policy", decision.Policy, "prompt_tokens", decision.PromptTokens,
 		"cached_tokens", decision.CachedTokens, "effective_tokens", decision.EffectiveTokens,
 		"prefill_worker", decision.PrefillWorkerId, "failed_prefill_workers", decision.FailedPrefillWorkerIds)
-	return s.pump(ctx, stream, decision, start, lv, out)
+	return s.pump(ctx, stream, decision, start, st.WaitingTokens, lv, out)
 }
 
 // knownPrefill reports whether discovery knows prefill worker id.
@@ -265,6 +265,7 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			return fail("unknown_prefill_worker", fmt.Sprintf("prefill worker %q is unknown to discovery", id))
 		}
 		tried++
+		queued := max(int(candidates[i].GetQueuedTokens()), s.pending.of(id))
 		stream, ho, err := s.remotePrefill(ctx, client, id, req, skip, deadline)
 		if err == nil {
 			d.Path, d.PrefillWorkerId = decodev1.PrefillPath_PREFILL_PATH_REMOTE, id
@@ -272,7 +273,7 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			computed := len(req.Prompt) - (ho.Skipped+ho.PrefillCached)*s.eng.Info().Layout.BlockSize
 			// The prefill worker reports its own prefill time; it cannot exceed what
 			// this worker measured, and one bogus figure must not skew the policy.
-			s.estimator.ObserveRemote(computed, min(ho.Prefill, ho.Total), min(ho.Queue, ho.Total), ho.Bytes, ho.Transfer, ho.Total)
+			s.estimator.ObserveRemote(computed, queued, min(ho.Prefill, ho.Total), min(ho.Queue, ho.Total), ho.Bytes, ho.Transfer, ho.Total)
 			s.metrics.handoffBytes.Observe(float64(ho.Bytes))
 			s.metrics.handoffSeconds.Observe(ho.Transfer.Seconds())
 			s.metrics.queueWait.Observe(ho.Queue.Seconds())

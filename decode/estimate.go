@@ -68,14 +68,18 @@ func (l Line) String() string {
 // here and remotely and how fast KV crosses the link.
 type Estimator struct {
 	mu sync.Mutex
-	// local is the time of local prefills per step, from the start of the
-	// prompt's first chunk to its first token, against their computed tokens per
-	// step. Queueing before the first chunk is not in it where the engine says
-	// when that chunk started (engine.PrefillTimed); where it does not, the
-	// time from the request's arrival is used, and the line overestimates by
-	// the queueing it saw.
+	// local is the time from a decision to prefill here to the first token,
+	// per engine step, against the prompt tokens computed for it per step: the
+	// prompt's own and those waiting here when it came (first come, first
+	// served, they go first). Queueing is thus learnt with the tokens that
+	// cause it, not as compute: a prompt's own prefill measured from its first
+	// chunk (the first version) shared its steps with the tail of the queue
+	// ahead, which made a short prompt look like a whole step (a 57 ms fixed
+	// cost on the trace, against a modelled 1.7 ms).
 	local linearFit
-	// remote is the same of the prefill workers' own reported prefill times.
+	// remote is the same of remote prefills: the prefill worker's reported
+	// queue wait and prefill time against its queue at the decision (as the
+	// decision saw it) plus the tokens computed.
 	remote    linearFit
 	bandwidth ewma // KV bytes per second, prefill worker to here
 	overhead  ewma // seconds of a remote prefill not explained by queue, prefill and transfer
@@ -109,25 +113,26 @@ func (e *Estimator) observe(f *linearFit, tokens int, d time.Duration) {
 	f.add(float64(tokens)/k, d.Seconds()/k)
 }
 
-// ObserveLocal records a local prefill of tokens computed tokens that took d.
-func (e *Estimator) ObserveLocal(tokens int, d time.Duration) {
+// ObserveLocal records a local prefill of tokens computed tokens, decided when
+// queued tokens waited here, whose first token came d after the decision.
+func (e *Estimator) ObserveLocal(tokens, queued int, d time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.observe(&e.local, tokens, d)
+	e.observe(&e.local, max(queued, 0)+tokens, d)
 }
 
-// ObserveRemote records a remote prefill: tokens computed there in prefill time
-// after queue time in its queue, bytes moved in transfer time, and the total
-// seen from here.
-func (e *Estimator) ObserveRemote(tokens int, prefill, queue time.Duration, bytes int, transfer, total time.Duration) {
+// ObserveRemote records a remote prefill: tokens computed there after queued
+// tokens (as the decision saw its queue), its queue wait and prefill time as it
+// reports them, bytes moved in transfer time, and the total seen from here.
+func (e *Estimator) ObserveRemote(tokens, queued int, prefill, queue time.Duration, bytes int, transfer, total time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.observe(&e.remote, tokens, prefill)
+	e.observe(&e.remote, max(queued, 0)+tokens, queue+prefill)
 	if bytes > 0 && transfer > 0 {
 		e.bandwidth.add(float64(bytes) / transfer.Seconds())
 	}
-	// The queue wait is estimated on its own (Estimate.RemoteQueue); counting it
-	// here too would charge it twice.
+	// The queue wait is estimated with the queue (Estimate.RemoteQueue);
+	// counting it here too would charge it twice.
 	e.overhead.add(max(0, (total - queue - prefill - transfer).Seconds()))
 }
 
@@ -148,7 +153,9 @@ func (e *Estimator) Lines() (local, remote Line) {
 
 // Estimate is the predicted cost of each path, in seconds.
 type Estimate struct {
-	Warm bool
+	// Warm is both sides warm; LocalWarm and RemoteWarm each (remote: its
+	// prefill times and, for a handoff of KV bytes, the link's bandwidth).
+	Warm, LocalWarm, RemoteWarm bool
 	// Local is the local queue and the prompt's prefill: the time to its first token.
 	Local float64
 	// LocalPrefill is the prompt's prefill alone, what it stalls a running sequence.
@@ -173,20 +180,23 @@ func (e *Estimator) Estimate(effective, kvBytes, localQueuedTokens, remoteQueued
 		// An engine that moves KV itself (a handoff by reference) reports no bytes:
 		// its transfer time is in the measured overhead, and no bandwidth is ever
 		// learnt, nor needed.
-		Warm:      e.local.count() >= warm && e.remote.count() >= warm && (e.bandwidth.n >= warm || kvBytes == 0),
-		LocalLine: lp, RemoteLine: rp, Chunk: e.chunk,
+		LocalWarm:  e.local.count() >= warm,
+		RemoteWarm: e.remote.count() >= warm && (e.bandwidth.n >= warm || kvBytes == 0),
+		LocalLine:  lp, RemoteLine: rp, Chunk: e.chunk,
 		// The prompts waiting here are prefilled in the same steps, first come
 		// first served: the new one's first token comes after all of them.
 		Local:        lp.Seconds(localQueuedTokens+effective, e.chunk),
 		LocalPrefill: lp.Seconds(effective, e.chunk),
-		// The queue there drains at the prefill worker's rate: its tokens at the
-		// fitted slope, plus a step's fixed cost per budget's worth of them. Not
-		// a per-token average of recent prefills, which swung with what shared
-		// their steps.
-		RemoteQueue: rp.Seconds(remoteQueuedTokens, e.chunk),
 	}
+	// The queue there drains at the prefill worker's rate: its tokens at the
+	// fitted slope, plus a step's fixed cost per budget's worth of them. Not a
+	// per-token average of recent prefills, which swung with what shared their
+	// steps.
+	remote := rp.Seconds(remoteQueuedTokens+effective, e.chunk)
+	est.RemoteQueue = max(0, remote-rp.Seconds(effective, e.chunk))
+	est.Warm = est.LocalWarm && est.RemoteWarm
 	est.ITLPenalty = itlWeight * float64(running) * est.LocalPrefill
-	est.Remote = est.RemoteQueue + rp.Seconds(effective, e.chunk) + float64(kvBytes)/bw + oh
+	est.Remote = remote + float64(kvBytes)/bw + oh
 	return est
 }
 

@@ -71,24 +71,37 @@ func TestLinearFitDegenerate(t *testing.T) {
 }
 
 // The estimator charges the fixed cost once per step, so a long prompt is not
-// charged a short one's floor per token; the remote queue is its tokens at the
-// fitted slope plus a floor per step's worth of them.
+// charged a short one's floor per token; a queue is its tokens at the fitted
+// slope plus a floor per step's worth of them, on both sides.
 func TestEstimatorLinePerStep(t *testing.T) {
 	e := Estimator{chunk: 8192}
 	const a, b = 0.007, 27e-6
-	for _, n := range []int{64, 128, 512, 1024, 2048, 4096, 8192, 16384} {
-		d := time.Duration((a*float64(chunks(n, 8192)) + b*float64(n)) * float64(time.Second))
-		e.ObserveLocal(n, d)
-		e.ObserveRemote(n, d, time.Second, 0, 0, d+time.Second)
+	secs := func(n int) time.Duration {
+		return time.Duration((a*float64(chunks(n, 8192)) + b*float64(n)) * float64(time.Second))
+	}
+	for i, n := range []int{64, 128, 512, 1024, 2048, 4096, 8192, 16384} {
+		// Half of them arrive behind a queue of 3000 tokens, whose time is in
+		// what they measure: it must not be learnt as their own.
+		q := 3000 * (i % 2)
+		e.ObserveLocal(n, q, secs(q+n))
+		// A prefill worker reports a queue wait and its prefill apart.
+		wait := secs(q+n) - secs(n)
+		e.ObserveRemote(n, q, secs(n), wait, 0, 0, secs(q+n))
 	}
 	est := e.Estimate(2048, 0, 0, 16384, 0, 0)
 	if want := a + b*2048; math.Abs(est.LocalPrefill-want) > 0.02*want {
 		t.Errorf("local 2048: %gs, want %gs", est.LocalPrefill, want)
 	}
-	if want := 2*a + b*16384; math.Abs(est.RemoteQueue-want) > 0.02*want {
+	if want := 3*a + b*(16384+2048); math.Abs(est.Remote-want) > 0.02*want {
+		t.Errorf("remote 2048 behind 16384: %gs, want %gs", est.Remote, want)
+	}
+	if want := 2*a + b*16384; math.Abs(est.RemoteQueue-want) > 0.03*want {
 		t.Errorf("remote queue of 16384: %gs, want %gs", est.RemoteQueue, want)
 	}
-	// The second of queue wait each remote prefill reported is not overhead.
+	if est = e.Estimate(100, 0, 8100, 0, 0, 0); math.Abs(est.Local-(2*a+b*8200)) > 0.02*(2*a+b*8200) {
+		t.Errorf("local 100 behind 8100 (two steps): %gs, want %gs", est.Local, 2*a+b*8200)
+	}
+	// The queue wait each remote prefill reported is not overhead.
 	if oh := e.get(&e.overhead, -1); oh > 1e-6 {
 		t.Errorf("overhead %gs counts the queue wait", oh)
 	}

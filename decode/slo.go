@@ -16,29 +16,49 @@ const sloSlackShare = 0.5
 // one does not meet it either (local then keeps the prefill pool for prompts it
 // can still serve in time). Otherwise remote: the TPOT of the sequences already
 // decoding comes before the TTFT of the new one.
+//
+// Before it has measured local prefills it has no stall to weigh: it prefills
+// here while nothing decodes here (the prefill stalls no one, and teaches the
+// estimator), and follows the threshold otherwise. Before it
+// has measured remote ones it takes the remote TTFT as met, so that the first
+// prompts that do not fit here teach it the remote side.
 func slo(p Params, s situation, threshold func(string) choice) choice {
-	if !s.est.Warm {
+	idle := s.slack.decoding == 0
+	if !s.est.LocalWarm {
+		if idle {
+			return choice{reason: "slo_cold_idle", detail: fmt.Sprintf("no local prefill measured yet, and no sequence decoding here "+
+				"has a TPOT to keep (%d decoding, %d lost): %d effective tokens prefilled here", s.slack.decoding, s.slack.lost, s.effective())}
+		}
 		return threshold("slo_cold_")
 	}
 	ttft := p.TTFTSLOMs / 1e3
 	stall := s.est.Local
 	budget := sloSlackShare * s.slack.min
-	fits := s.slack.decoding == s.slack.lost || stall <= budget
+	// Sequences that miss an SLO already set no budget, but do not make the
+	// worker idle: while every sequence here is lost there is nothing to budget
+	// a stall against, and prefilling here anyway (the first trace run did)
+	// feeds on itself, each stall pushing more sequences past their TPOT.
+	fits := idle || (s.slack.decoding > s.slack.lost && stall <= budget)
+	remoteMisses := s.est.RemoteWarm && s.est.Remote > ttft
 	tpotDetail := "no sequence decoding here has a TPOT left to keep"
 	if s.slack.decoding > s.slack.lost {
 		tpotDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
 			100*sloSlackShare, s.slack.min*1e3, s.slack.decoding, s.slack.lost, s.slack.emitted, s.slack.remaining, s.slack.step*1e3, p.TPOTSLOMs)
 	} else if s.slack.decoding > 0 {
-		tpotDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already", s.slack.decoding)
+		tpotDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.decoding)
 	}
-	detail := fmt.Sprintf("stall %.1fms (%d queued + %d effective tokens at %s) vs %s; TTFT local %.1fms, remote %.1fms (queue %.1fms), SLO %.0fms",
-		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, tpotDetail, s.est.Local*1e3, s.est.Remote*1e3, s.est.RemoteQueue*1e3, p.TTFTSLOMs)
+	remote := fmt.Sprintf("%.1fms (queue %.1fms)", s.est.Remote*1e3, s.est.RemoteQueue*1e3)
+	if !s.est.RemoteWarm {
+		remote = "not measured yet, taken as met"
+	}
+	detail := fmt.Sprintf("stall %.1fms (%d queued + %d effective tokens at %s) vs %s; TTFT local %.1fms, remote %s, SLO %.0fms",
+		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, tpotDetail, s.est.Local*1e3, remote, p.TTFTSLOMs)
 	switch {
 	case !fits:
 		return choice{remote: true, reason: "slo_remote_tpot_budget", detail: detail}
 	case s.est.Local <= ttft:
 		return choice{reason: "slo_local_fits", detail: detail}
-	case s.est.Remote > ttft:
+	case remoteMisses:
 		return choice{reason: "slo_local_no_ttft_either", detail: detail}
 	default:
 		return choice{remote: true, reason: "slo_remote_ttft", detail: detail}

@@ -15,22 +15,10 @@ import (
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
-// localPrefillTime is how long a local prefill took: from the start of its first
-// chunk, where the engine tells (engine.PrefillTimed), to its first token at now;
-// else from the request's start, queueing included.
-func localPrefillTime(stream engine.Stream, start, now time.Time) time.Duration {
-	if pt, ok := stream.(engine.PrefillTimed); ok {
-		if t := pt.PrefillStarted(); !t.IsZero() && !t.After(now) {
-			return now.Sub(t)
-		}
-	}
-	return now.Sub(start)
-}
-
 // pump relays tokens from the engine to the client. Tokens are sent one message
 // each so that the inter-token latency the client sees is the engine's. The time to
 // the first token of a local prefill teaches the estimator this worker's speed.
-func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, lv *live,
+func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, localQueued int, lv *live,
 	out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	first := true
 	last := start
@@ -53,7 +41,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 			ttft := now.Sub(start)
 			s.metrics.ttft.WithLabelValues(path).Observe(ttft.Seconds())
 			if decision.Path != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
-				s.estimator.ObserveLocal(int(decision.EffectiveTokens), localPrefillTime(stream, start, now))
+				s.estimator.ObserveLocal(int(decision.EffectiveTokens), localQueued, now.Sub(start))
 			}
 			msg.Prefill, msg.WorkerId, msg.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
 			first = false

@@ -153,15 +153,6 @@ type Stream interface {
 	Close()
 }
 
-// PrefillTimed is implemented by a Stream whose engine knows when the prompt's
-// first chunk began computing: the decode worker learns how long a local prefill
-// takes from it and the first token, without the time the prompt queued.
-type PrefillTimed interface {
-	// PrefillStarted is when the first chunk's step began; zero until then, and
-	// for a sequence whose KV was imported.
-	PrefillStarted() time.Time
-}
-
 // Export is a prefilled prompt whose KV can be read out block by block.
 type Export interface {
 	FirstToken() uint32

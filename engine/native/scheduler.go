@@ -235,7 +235,6 @@ func (sc *sched) step() bool {
 		s.state = stateRunning
 		if s.startedAt.IsZero() {
 			s.startedAt = time.Now()
-			s.out.setStarted(s.startedAt)
 		}
 		sc.running = insertByArrival(sc.running, s)
 		sc.plan(s, n)

@@ -83,7 +83,6 @@ type outbox struct {
 	finish   engine.FinishReason
 	err      error
 	usage    engine.Usage
-	started  time.Time     // when the prompt's first chunk was scheduled
 	notify   chan struct{} // closed and replaced on every change
 }
 
@@ -118,12 +117,6 @@ func (o *outbox) end(f engine.FinishReason, err error) {
 func (o *outbox) setCached(n int) {
 	o.mu.Lock()
 	o.usage.CachedTokens = n
-	o.mu.Unlock()
-}
-
-func (o *outbox) setStarted(t time.Time) {
-	o.mu.Lock()
-	o.started = t
 	o.mu.Unlock()
 }
 
@@ -164,16 +157,6 @@ func (st *stream) Next(ctx context.Context) (uint32, error) {
 			return 0, ctx.Err()
 		}
 	}
-}
-
-var _ engine.PrefillTimed = (*stream)(nil)
-
-// PrefillStarted is when the scheduler first gave the prompt a chunk of a step.
-func (st *stream) PrefillStarted() time.Time {
-	o := &st.seq.out
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.started
 }
 
 // Logprobs implements engine.Stream.

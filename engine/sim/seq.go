@@ -152,15 +152,6 @@ func (s *seq) Finish() engine.FinishReason {
 	return s.finish
 }
 
-var _ engine.PrefillTimed = (*seq)(nil)
-
-// PrefillStarted is when the step that ran the prompt's first chunk began.
-func (s *seq) PrefillStarted() time.Time {
-	s.e.dev.mu.Lock()
-	defer s.e.dev.mu.Unlock()
-	return s.started
-}
-
 // Logprobs is nil: the sim engine draws tokens from a hash, with no distribution.
 func (s *seq) Logprobs() *engine.TokenLogprobs { return nil }
 
