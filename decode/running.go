@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// live is what this worker knows of one sequence it liveStreams: when its first
+// live is what this worker knows of one sequence it streams: when its first
 // token went out, how many it has sent, how many it may send, and the recent gap
 // between its tokens. Only its own pump writes it; decisions read it.
 type live struct {
