@@ -185,7 +185,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, b body, prompt, 
 	for i, t := range out {
 		select {
 		case <-r.Context().Done():
-			s.gone <- r.Header.Get("X-Request-Id")
+			s.cancel(r)
 			return
 		case <-time.After(s.TokenDelay):
 		}
@@ -198,7 +198,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, b body, prompt, 
 			c.FinishReason = &finish
 		}
 		if !send(response{ID: "cmpl-fake", Object: "text_completion", Model: s.Model, Choices: []choice{c}}) {
-			s.gone <- r.Header.Get("X-Request-Id")
+			s.cancel(r)
 			return
 		}
 	}

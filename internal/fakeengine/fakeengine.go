@@ -79,7 +79,11 @@ type Server struct {
 	mu       sync.Mutex
 	requests []Request
 	fault    PrefillFault
-	gone     chan string // request ids whose HTTP request the client cancelled
+	// gone delivers cancelled request ids to a test that waits for them; a test
+	// that does not read it must not stall the handlers, so sends never block
+	// and every id is also kept in cancelled.
+	gone      chan string
+	cancelled []string
 }
 
 // Request is one request the server was sent.
@@ -143,8 +147,28 @@ func (s *Server) Completions() []Request {
 }
 
 // Cancelled delivers the X-Request-Id of each streamed request whose client went
-// away before it was over.
+// away before it was over. Ids beyond the channel's buffer of 64 unread ones are
+// not delivered there; CancelledIDs has them all.
 func (s *Server) Cancelled() <-chan string { return s.gone }
+
+// CancelledIDs are the X-Request-Id of every request cancelled so far, in order.
+func (s *Server) CancelledIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.cancelled...)
+}
+
+// cancel records that the client of r went away.
+func (s *Server) cancel(r *http.Request) {
+	id := r.Header.Get("X-Request-Id")
+	s.mu.Lock()
+	s.cancelled = append(s.cancelled, id)
+	s.mu.Unlock()
+	select {
+	case s.gone <- id:
+	default:
+	}
+}
 
 func (s *Server) record(r *http.Request, body []byte) {
 	s.mu.Lock()

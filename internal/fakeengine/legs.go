@@ -55,7 +55,7 @@ func (s *Server) prefillLeg(w http.ResponseWriter, r *http.Request, b body, prom
 		return true
 	case PrefillHang:
 		<-r.Context().Done()
-		s.gone <- r.Header.Get("X-Request-Id")
+		s.cancel(r)
 		return true
 	}
 	if b.Stream || (s.Kind != SGLang && (b.MaxTokens == nil || *b.MaxTokens != 1)) {
