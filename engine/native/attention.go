@@ -46,7 +46,11 @@ func (m *model) attention(layer int, qkv []float32, ldq int, out []float32, p at
 	ldo := mc.Heads * mc.HeadDim
 	group := mc.Heads / mc.KVHeads
 	parallel.For(len(p.items), p.cost, parallel.MinWork, func(lo, hi int) {
-		sc := newAttnScratch(m.blockSize, m.kvDim)
+		sc, _ := m.attnScratch.Get().(*attnScratch)
+		if sc == nil {
+			sc = newAttnScratch(m.blockSize, m.kvDim)
+		}
+		defer m.attnScratch.Put(sc)
 		for _, it := range p.items[lo:hi] {
 			s := p.segs[it.seg]
 			q := qkv[s.row0*ldq+it.head*mc.HeadDim:]

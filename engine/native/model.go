@@ -2,6 +2,7 @@ package native
 
 import (
 	"math"
+	"sync"
 
 	"github.com/tandem-serve/tandem/internal/parallel"
 	"github.com/tandem-serve/tandem/kvcache"
@@ -20,6 +21,9 @@ type model struct {
 	qkvLd       int       // row stride of the Q|K|V activations
 	guLd        int       // row stride of the gate|up activations
 	vocabPad    int       // row stride of the logits; only the first VocabSize are real
+	// attnScratch holds *attnScratch: every layer of every pass takes one per
+	// parallel chunk, too many small allocations to make afresh.
+	attnScratch sync.Pool
 }
 
 func newModel(mc ModelConfig, w *weights, numBlocks, blockSize int) *model {
