@@ -118,7 +118,7 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	c.Decode = decode.DefaultConfig()
 	d := &c.Decode
 	fs.StringVar((*string)(&d.Params.Policy), "policy", string(d.Params.Policy),
-		"decode mode: local-or-remote prefill policy: threshold, cost, load, slo, always-local or always-remote")
+		"decode mode: local-or-remote prefill policy, one of "+policyNames())
 	fs.IntVar(&d.Params.ShortPrefillThreshold, "short-prefill-threshold", d.Params.ShortPrefillThreshold,
 		"decode mode: prefill locally when prompt tokens minus cached tokens are at most this (threshold policy, and cost policy until warmed up)")
 	fs.Float64Var(&d.Params.ITLWeight, "itl-weight", d.Params.ITLWeight,
@@ -293,4 +293,14 @@ func (c *Config) NewEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		return sim.New(sc)
 	}
 	return nil, fmt.Errorf("--engine %q: unknown", c.Engine)
+}
+
+// policyNames lists decode's policies for the --policy help, so a new policy
+// shows there without editing this file.
+func policyNames() string {
+	names := make([]string, len(decode.Policies))
+	for i, p := range decode.Policies {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ", ")
 }
