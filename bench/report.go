@@ -23,6 +23,9 @@ type Report struct {
 	Rate        float64 `json:"rate,omitempty"`
 	// Scheduled says the arrivals were the workload's own (a trace's timestamps).
 	Scheduled bool `json:"scheduled,omitempty"`
+	// TraceSpeedup is the run's --trace-speedup in a sweep of several; outside
+	// one it is 0 and the speedup, when not 1, is in Workload's name.
+	TraceSpeedup float64 `json:"trace_speedup,omitempty"`
 	// TraceReuse is a trace's own prefix reuse, the hit rate an unbounded cache
 	// shared by every server would have had; TraceCut counts its requests cut to
 	// fit the model's context.

@@ -40,7 +40,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	fs := newFlagSet("bench", "bench --url URL [--workload fixed|mixed|shared-prefix|jsonl] [--concurrency N | --rate R[,R...]] "+
-		"[--requests N | --duration D] [flags]\n       tandem bench --url URL --trace FILE [--trace-speedup X] [--trace-token-scale S] "+
+		"[--requests N | --duration D] [flags]\n       tandem bench --url URL --trace FILE [--trace-speedup X[,X...]] [--trace-token-scale S] "+
 		"[--trace-start I] [--trace-limit N] [flags]\n       tandem bench compare [flags]  (run 'tandem bench compare --help')\n"+
 		"       tandem bench engine --model FILE [--threads 1,2]  (the native engine's llama-bench)\n"+
 		"       tandem bench make-model [--shape S] [--type T] OUT.gguf  (random weights of a real model's shape)\n"+
