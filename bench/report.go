@@ -291,6 +291,15 @@ func WriteComparison(w io.Writer, runs []*Report) error {
 // threshold's path and the requests sent to each class. prefix starts each line.
 func writeGating(w io.Writer, runs []*Report, prefix string) error {
 	seen := map[*Gating]bool{}
+	// A deployment started afresh for each load of a sweep gated each load
+	// on its own: those lines are named by run, not by deployment.
+	gatings := map[string]map[*Gating]bool{}
+	for _, r := range runs {
+		if gatings[r.Group] == nil {
+			gatings[r.Group] = map[*Gating]bool{}
+		}
+		gatings[r.Group][r.Gating] = true
+	}
 	for _, r := range runs {
 		g := r.Gating
 		if g == nil || seen[g] {
@@ -305,7 +314,7 @@ func writeGating(w io.Writer, runs []*Report, prefix string) error {
 			continue
 		}
 		name := r.Group
-		if name == "" {
+		if name == "" || len(gatings[r.Group]) > 1 {
 			name = r.Label
 		}
 		if _, err := fmt.Fprintf(w, "%s%s router: %s\n", prefix, name, g); err != nil {

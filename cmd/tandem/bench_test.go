@@ -469,3 +469,50 @@ func TestBenchCompareBadFlags(t *testing.T) {
 		})
 	}
 }
+
+// Each load of a sweep runs on a fresh start of each deployment, so a later
+// load finds nothing the earlier one cached. The fake frontend reports every
+// prompt token cached once its process has served 3 requests (class warm, see
+// fakeOpenAI): on one shared start the second load would read 100 % hits.
+func TestBenchCompareSweepStartsEachLoadAfresh(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(benchTestFakeTandem, "1")
+	for _, shared := range []bool{false, true} {
+		out := t.TempDir()
+		args := []string{"bench", "compare", "--binary", exe, "--pin=false", "--out", out, "--deployments", "aggregated", "--workers", "2",
+			"--mix", "warm=1:8/8", "--rate", "200,400", "--requests", "3", "--concurrency", "1", fmt.Sprintf("--shared-start=%v", shared)}
+		_, stderr, err := runTandem(t, args...)
+		if err != nil {
+			t.Fatalf("compare failed: %v\nstderr:\n%s", err, stderr)
+		}
+		res := readBenchJSON(t, filepath.Join(out, "results.json"))
+		if len(res.Runs) != 2 || res.Runs[0].Label != "aggregated rate=200" || res.Runs[1].Label != "aggregated rate=400" {
+			t.Fatalf("shared %v: runs %+v", shared, res.Runs)
+		}
+		hits := []float64{res.Runs[0].Overall.CacheHitRate, res.Runs[1].Overall.CacheHitRate}
+		starts := strings.Count(stderr, "compare: starting aggregated")
+		if shared {
+			if starts != 1 || hits[1] != 1 {
+				t.Errorf("--shared-start: %d starts, hit rates %v; want 1 start and the second load all hits", starts, hits)
+			}
+			continue
+		}
+		if hits[0] != 0 || hits[1] != 0 {
+			t.Errorf("fresh starts: hit rates %v; the second load inherited the first's cache", hits)
+		}
+		for _, s := range []string{"compare: starting aggregated (0 prefill, 2 decode, mode aggregated) for rate=200, a fresh start",
+			"compare: starting aggregated (0 prefill, 2 decode, mode aggregated) for rate=400, a fresh start"} {
+			if !strings.Contains(stderr, s) {
+				t.Errorf("stderr does not say %q:\n%s", s, stderr)
+			}
+		}
+		for _, dir := range []string{"rate_200", "rate_400"} {
+			if logs, _ := filepath.Glob(filepath.Join(out, "logs", dir, "aggregated-*.log")); len(logs) != 4 {
+				t.Errorf("logs of the %s start: %v; want two workers, router and frontend", dir, logs)
+			}
+		}
+	}
+}
