@@ -30,6 +30,8 @@ type CompareOptions struct {
 	// Shared runs every load of a sweep on one start of each deployment, as
 	// compare once did; by default each load gets a fresh start.
 	Shared bool
+	// CapacityAttainment is the SLO attainment capacity is read at; 0: none.
+	CapacityAttainment float64
 }
 
 // RegisterFlags registers the comparison's own flags.
@@ -46,6 +48,9 @@ func (c *CompareOptions) RegisterFlags(fs *flag.FlagSet) {
 		"GOMAXPROCS of each pinned worker (0: Go's default, 1 on one CPU, which makes a stream's tokens leave in bursts)")
 	fs.StringVar(&c.Out, "out", "", "directory for logs, compare.md, results.json and charts (default: a new temporary directory)")
 	fs.StringVar(&c.Binary, "binary", "", "tandem executable to start (default: this one)")
+	fs.Float64Var(&c.CapacityAttainment, "capacity-attainment", DefaultCapacityAttainment,
+		"with a sweep (--rate or --trace-speedup lists) and --slo: read each deployment's capacity, the highest load whose SLO attainment "+
+			"(share of requests meeting every objective) is at least this (0: none)")
 	fs.BoolVar(&c.Shared, "shared-start", false,
 		"run every load of a sweep on one start of each deployment (default: stop and start it again for each load, "+
 			"so none inherits another's prefix cache or queues)")
@@ -55,6 +60,9 @@ func (c *CompareOptions) RegisterFlags(fs *flag.FlagSet) {
 func (c CompareOptions) Validate() error {
 	if c.Workers < 2 {
 		return errors.New("compare: --workers must be at least 2 (one prefill and one decode worker)")
+	}
+	if !(c.CapacityAttainment >= 0 && c.CapacityAttainment <= 1) {
+		return fmt.Errorf("compare: --capacity-attainment %g must be a share in [0, 1]", c.CapacityAttainment)
 	}
 	return nil
 }

@@ -125,19 +125,27 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// File is the JSON a bench writes: the command that ran and its runs.
+// File is the JSON a bench writes: the command that ran, its runs and, for a
+// sweep judged under an SLO, each deployment's capacity.
 type File struct {
-	Command []string  `json:"command"`
-	Runs    []*Report `json:"runs"`
+	Command  []string       `json:"command"`
+	Runs     []*Report      `json:"runs"`
+	Capacity *CapacityTable `json:"capacity,omitempty"`
 }
 
 // WriteJSON writes runs and the command that made them to path, each request's
 // result included only when perRequest is set.
 func WriteJSON(path string, runs []*Report, command []string, perRequest bool) error {
-	out := File{Command: command, Runs: runs}
+	return File{Command: command, Runs: runs}.Write(path, perRequest)
+}
+
+// Write writes f to path, each request's result included only when perRequest
+// is set.
+func (f File) Write(path string, perRequest bool) error {
+	out := f
 	if !perRequest {
-		out.Runs = make([]*Report, len(runs))
-		for i, r := range runs {
+		out.Runs = make([]*Report, len(f.Runs))
+		for i, r := range f.Runs {
 			c := *r
 			c.Requests = nil
 			out.Runs[i] = &c

@@ -483,8 +483,9 @@ func TestBenchCompareSweepStartsEachLoadAfresh(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		out := t.TempDir()
 		args := []string{"bench", "compare", "--binary", exe, "--pin=false", "--out", out, "--deployments", "aggregated", "--workers", "2",
-			"--mix", "warm=1:8/8", "--rate", "200,400", "--requests", "3", "--concurrency", "1", fmt.Sprintf("--shared-start=%v", shared)}
-		_, stderr, err := runTandem(t, args...)
+			"--mix", "warm=1:8/8", "--rate", "200,400", "--requests", "3", "--concurrency", "1", fmt.Sprintf("--shared-start=%v", shared),
+			"--slo", "ttft=60000"}
+		stdout, stderr, err := runTandem(t, args...)
 		if err != nil {
 			t.Fatalf("compare failed: %v\nstderr:\n%s", err, stderr)
 		}
@@ -513,6 +514,30 @@ func TestBenchCompareSweepStartsEachLoadAfresh(t *testing.T) {
 			if logs, _ := filepath.Glob(filepath.Join(out, "logs", dir, "aggregated-*.log")); len(logs) != 4 {
 				t.Errorf("logs of the %s start: %v; want two workers, router and frontend", dir, logs)
 			}
+		}
+		// Every request met the SLO at both loads: the capacity is above the
+		// highest, in the table, compare.md and results.json alike.
+		if !strings.Contains(stdout, "== capacity") || !strings.Contains(stdout, "> 400 (max probed)") {
+			t.Errorf("stdout has no capacity table:\n%s", stdout)
+		}
+		md, _ := os.ReadFile(filepath.Join(out, "compare.md"))
+		if !strings.Contains(string(md), "| aggregated | > 400 (max probed) | 1 (best baseline) | 100.0% | 100.0% |") {
+			t.Errorf("compare.md:\n%s", md)
+		}
+		b, _ := os.ReadFile(filepath.Join(out, "results.json"))
+		var f struct {
+			Capacity struct {
+				Unit string
+				Rows []struct {
+					Deployment string
+					Capacity   float64
+					Bound      string
+				} `json:"deployments"`
+			}
+		}
+		if err := json.Unmarshal(b, &f); err != nil || f.Capacity.Unit != "req/s" || len(f.Capacity.Rows) != 1 ||
+			f.Capacity.Rows[0].Capacity != 400 || f.Capacity.Rows[0].Bound != ">" {
+			t.Errorf("results.json capacity: %+v (%v)", f.Capacity, err)
 		}
 	}
 }
