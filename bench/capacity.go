@@ -101,10 +101,10 @@ func loadOf(r *Report) (load float64, unit string, ok bool) {
 // two loads or more. Runs judged under different SLOs, or whose loads are in
 // different units, are an error.
 func Capacities(runs []*Report, target, loadScale float64) (*CapacityTable, error) {
-	if target <= 0 {
+	if target == 0 {
 		return nil, nil
 	}
-	if target > 1 {
+	if !(target > 0 && target <= 1) {
 		return nil, fmt.Errorf("bench: capacity attainment %g: want a share in (0, 1]", target)
 	}
 	t := &CapacityTable{Target: target, LoadScale: loadScale}

@@ -44,7 +44,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		"[--trace-start I] [--trace-limit N] [flags]\n       tandem bench compare [flags]  (run 'tandem bench compare --help')\n"+
 		"       tandem bench engine --model FILE [--threads 1,2]  (the native engine's llama-bench)\n"+
 		"       tandem bench make-model [--shape S] [--type T] OUT.gguf  (random weights of a real model's shape)\n"+
-		"       tandem bench rescore --slo S [--time-scale X] RESULTS.json...  (saved runs judged under other objectives)", stderr)
+		"       tandem bench rescore --slo S [--time-scale X] [--capacity-attainment 0.9] RESULTS.json...  (saved runs judged under other objectives, capacity of a sweep)", stderr)
 	var o bench.Options
 	o.RegisterFlags(fs)
 	given, err := parseBench(fs, args, getenv)
