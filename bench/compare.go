@@ -27,6 +27,11 @@ type CompareOptions struct {
 	// Out is the directory for logs and results; "" makes a new temporary one.
 	Out    string
 	Binary string
+	// Shared runs every load of a sweep on one start of each deployment, as
+	// compare once did; by default each load gets a fresh start.
+	Shared bool
+	// CapacityAttainment is the SLO attainment capacity is read at; 0: none.
+	CapacityAttainment float64
 }
 
 // RegisterFlags registers the comparison's own flags.
@@ -43,12 +48,21 @@ func (c *CompareOptions) RegisterFlags(fs *flag.FlagSet) {
 		"GOMAXPROCS of each pinned worker (0: Go's default, 1 on one CPU, which makes a stream's tokens leave in bursts)")
 	fs.StringVar(&c.Out, "out", "", "directory for logs, compare.md, results.json and charts (default: a new temporary directory)")
 	fs.StringVar(&c.Binary, "binary", "", "tandem executable to start (default: this one)")
+	fs.Float64Var(&c.CapacityAttainment, "capacity-attainment", DefaultCapacityAttainment,
+		"with a sweep (--rate or --trace-speedup lists) and --slo: read each deployment's capacity, the highest load whose SLO attainment "+
+			"(share of requests meeting every objective) is at least this (0: none)")
+	fs.BoolVar(&c.Shared, "shared-start", false,
+		"run every load of a sweep on one start of each deployment (default: stop and start it again for each load, "+
+			"so none inherits another's prefix cache or queues)")
 }
 
 // Validate checks what can be checked before the plan is made.
 func (c CompareOptions) Validate() error {
 	if c.Workers < 2 {
 		return errors.New("compare: --workers must be at least 2 (one prefill and one decode worker)")
+	}
+	if !(c.CapacityAttainment >= 0 && c.CapacityAttainment <= 1) {
+		return fmt.Errorf("compare: --capacity-attainment %g must be a share in [0, 1]", c.CapacityAttainment)
 	}
 	return nil
 }
@@ -89,53 +103,82 @@ func Compare(ctx context.Context, p *Plan, model string, c CompareOptions, stdou
 	} else {
 		fmt.Fprintln(stderr, "compare: not pinning (no taskset, or --pin=false)")
 	}
+	// Each load of a sweep on a deployment of its own: a later load would
+	// otherwise find the earlier one's prompts in the prefix cache (a trace's
+	// prompts are the same at every speedup) and start behind its queues.
+	batches := [][]int{nil}
+	if len(p.Configs) > 1 && !c.Shared {
+		batches = batches[:0]
+		for i := range p.Configs {
+			batches = append(batches, []int{i})
+		}
+	}
 	for _, d := range deps {
-		if ctx.Err() != nil {
-			break
-		}
-		fmt.Fprintf(stderr, "compare: starting %s (%d prefill, %d decode, mode %s)\n", d.Name, d.Prefill, d.Decode, d.Mode)
-		cl, err := cluster.Start(ctx, d, opts)
-		if err != nil {
-			fmt.Fprintf(stderr, "compare: %v; logs in %s\n", err, opts.LogDir)
-			continue
-		}
-		p.Client.URL, p.Client.Model = cl.URL, model
-		if p.Client.Model == "" {
-			p.Client.Model, _ = p.Client.DiscoverModel(ctx)
-		}
-		// The router's gating figures, sampled through the run: the adaptive
-		// threshold's moves are seen here or nowhere.
-		wctx, stopWatch := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		var gating *Gating
-		if f, ferr := os.Create(filepath.Join(opts.LogDir, cluster.LogName(d.Name)+"-router-gating.txt")); ferr == nil {
-			go func() {
-				defer close(watched)
-				defer f.Close()
-				gating = watchRouter(wctx, cl.RouterURL, time.Second, f)
-			}()
-		} else {
-			close(watched)
-		}
-		rs, err := p.Run(ctx, d.Name+" ", stdout, stderr)
-		stopWatch()
-		<-watched
-		for _, r := range rs {
-			r.Group, r.Gating = d.Name, gating
-		}
-		if gating != nil && gating.MovesUp+gating.MovesDown > 0 {
-			fmt.Fprintf(stdout, "%s router: %s\n", d.Name, gating)
-		}
-		if serr := cl.Stop(); serr != nil {
-			fmt.Fprintf(stderr, "compare: %v\n", serr)
-		}
-		runs = append(runs, rs...)
-		if err != nil {
-			fmt.Fprintf(stderr, "compare: %s: %v\n", d.Name, err)
+		for _, b := range batches {
+			if ctx.Err() != nil {
+				break
+			}
+			rs, err := compareOne(ctx, p, model, d, b, opts, stdout, stderr)
+			runs = append(runs, rs...)
+			if err != nil {
+				fmt.Fprintf(stderr, "compare: %s: %v\n", d.Name, err)
+			}
 		}
 	}
 	if len(runs) == 0 {
 		return nil, out, errors.New("compare: no deployment ran")
 	}
 	return runs, out, nil
+}
+
+// compareOne starts d, runs the plan's configs in indices on it (nil: all) and
+// stops it. Each start of a sweep's load logs under a directory of its own, so
+// no start overwrites another's logs.
+func compareOne(ctx context.Context, p *Plan, model string, d cluster.Deployment, indices []int, opts cluster.Options,
+	stdout, stderr io.Writer) ([]*Report, error) {
+	what := ""
+	if len(indices) == 1 {
+		what = " for " + p.Labels[indices[0]] + ", a fresh start"
+		opts.LogDir = filepath.Join(opts.LogDir, cluster.LogName(p.Labels[indices[0]]))
+		if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(stderr, "compare: starting %s (%d prefill, %d decode, mode %s)%s\n", d.Name, d.Prefill, d.Decode, d.Mode, what)
+	cl, err := cluster.Start(ctx, d, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "compare: %v; logs in %s\n", err, opts.LogDir)
+		return nil, nil
+	}
+	p.Client.URL, p.Client.Model = cl.URL, model
+	if p.Client.Model == "" {
+		p.Client.Model, _ = p.Client.DiscoverModel(ctx)
+	}
+	// The router's gating figures, sampled through the run: the adaptive
+	// threshold's moves are seen here or nowhere.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	var gating *Gating
+	if f, ferr := os.Create(filepath.Join(opts.LogDir, cluster.LogName(d.Name)+"-router-gating.txt")); ferr == nil {
+		go func() {
+			defer close(watched)
+			defer f.Close()
+			gating = watchRouter(wctx, cl.RouterURL, time.Second, f)
+		}()
+	} else {
+		close(watched)
+	}
+	rs, err := p.RunConfigs(ctx, indices, d.Name+" ", stdout, stderr)
+	stopWatch()
+	<-watched
+	for _, r := range rs {
+		r.Group, r.Gating = d.Name, gating
+	}
+	if gating != nil && gating.MovesUp+gating.MovesDown > 0 {
+		fmt.Fprintf(stdout, "%s router: %s\n", d.Name, gating)
+	}
+	if serr := cl.Stop(); serr != nil {
+		fmt.Fprintf(stderr, "compare: %v\n", serr)
+	}
+	return rs, err
 }

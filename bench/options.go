@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,9 @@ type Options struct {
 	// and how.
 	Trace       string
 	TraceWindow TraceWindow
+	// TraceSpeedups is a comma-separated list of trace speedups; more than one
+	// is a sweep (TraceWindow.Speedup is set from each in turn).
+	TraceSpeedups string
 	// TraceIgnoreEOS sends ignore_eos with each request of a trace.
 	TraceIgnoreEOS bool
 }
@@ -72,7 +76,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 			"each request at its timestamp, prompts of the served model's tokens with equal hash_ids as identical blocks, "+
 			"output_length enforced with ignore_eos (completions endpoint only)")
 	fs.IntVar(&o.TraceWindow.BlockSize, "trace-block-size", DefaultTraceBlockSize, "trace: tokens per hash_ids block (512 in Mooncake's traces)")
-	fs.Float64Var(&o.TraceWindow.Speedup, "trace-speedup", 1, "trace: divide the gaps between arrivals by this (2 replays twice as fast)")
+	fs.StringVar(&o.TraceSpeedups, "trace-speedup", "1",
+		"trace: divide the gaps between arrivals by this (2 replays twice as fast); a list (1,1.5,2) runs a sweep, one load per value")
 	fs.Float64Var(&o.TraceWindow.TokenScale, "trace-token-scale", 1,
 		"trace: multiply the block size and every length by this (0.0625: blocks of 32 tokens) for engines that cannot take the trace's lengths; "+
 			"the blocks each prompt shares stay shared")
@@ -93,6 +98,10 @@ type Plan struct {
 	// NewLoad makes a fresh workload, so each run of a sweep or comparison starts
 	// from the same state.
 	NewLoad func() (Workload, error)
+	// loadAt, when set, makes the workload of config i, for sweeps whose loads
+	// differ in the workload itself (a trace at several speedups); else every
+	// config takes NewLoad's.
+	loadAt func(i int) (Workload, error)
 	// Warnings are said on stderr before the runs (and by the workload in each
 	// report).
 	Warnings []string
@@ -197,25 +206,29 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 	case o.Concurrency < 0:
 		return nil, errors.New("bench: --concurrency must not be negative")
 	}
-	if err := o.TraceWindow.Validate(); err != nil {
+	speedups, err := parseSpeedups(o.TraceSpeedups)
+	if err != nil {
 		return nil, err
+	}
+	w := o.TraceWindow
+	w.Speedup = speedups[0]
+	for _, x := range speedups {
+		w.Speedup = x
+		if err := w.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	f, err := os.Open(o.Trace)
 	if err != nil {
 		return nil, fmt.Errorf("bench: --trace: %w", err)
 	}
 	defer f.Close()
-	recs, err := ParseTrace(f, o.TraceWindow.BlockSize)
+	recs, err := ParseTrace(f, w.BlockSize)
 	if err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, o.Trace)
 	}
-	w := o.TraceWindow
 	if o.Requests > 0 && (w.Limit == 0 || o.Requests < w.Limit) {
 		w.Limit = o.Requests
-	}
-	reqs, err := w.Apply(recs)
-	if err != nil {
-		return nil, err
 	}
 	cfg := Config{Concurrency: o.Concurrency, Scheduled: true, Seed: o.Seed, Duration: o.Duration, Warmup: o.Warmup, SLO: slo}
 	if err := cfg.Validate(); err != nil {
@@ -225,24 +238,67 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Configs: []Config{cfg}, Labels: []string{"trace"}}
+	p := &Plan{}
 	if p.Client, err = o.client(prompts); err != nil {
 		return nil, err
 	}
-	name := traceName(filepath.Base(o.Trace), w, len(reqs))
 	var warnings []string
 	if msg := w.BlockWarning(); msg != "" {
 		warnings = append(warnings, msg)
 	}
 	p.Warnings = warnings
-	p.NewLoad = func() (Workload, error) {
-		t, err := NewTraceReplay(name, reqs, w.ScaledBlockSize(), o.Seed)
-		if t != nil {
-			t.IgnoreEOS, t.Warnings = o.TraceIgnoreEOS, warnings
+	// One load per speedup, each the same window's requests, only closer
+	// together; the seed stays, so every load sends the same prompts (each on a
+	// fresh deployment in compare, so none finds them cached).
+	loads := make([]func() (Workload, error), len(speedups))
+	for i, x := range speedups {
+		wx := w
+		wx.Speedup = x
+		reqs, err := wx.Apply(recs)
+		if err != nil {
+			return nil, err
 		}
-		return t, err
+		name := traceName(filepath.Base(o.Trace), wx, len(reqs))
+		loads[i] = func() (Workload, error) {
+			t, err := NewTraceReplay(name, reqs, wx.ScaledBlockSize(), o.Seed)
+			if t != nil {
+				t.IgnoreEOS, t.Warnings = o.TraceIgnoreEOS, warnings
+			}
+			return t, err
+		}
+		c := cfg
+		label := "trace"
+		if len(speedups) > 1 {
+			c.TraceSpeedup, label = x, fmt.Sprintf("speedup=%g", x)
+		}
+		p.Configs, p.Labels = append(p.Configs, c), append(p.Labels, label)
 	}
+	p.NewLoad, p.loadAt = loads[0], func(i int) (Workload, error) { return loads[i]() }
 	return p, nil
+}
+
+// parseSpeedups reads --trace-speedup's comma-separated list. Each value is
+// checked by TraceWindow.Validate; here only that it is a number, and that no
+// value is given twice (two runs of one load add nothing to a capacity curve).
+func parseSpeedups(list string) ([]float64, error) {
+	var out []float64
+	for v := range strings.SplitSeq(list, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("bench: --trace-speedup %q: want a number, or a comma-separated list of them", v)
+		}
+		if slices.Contains(out, x) {
+			return nil, fmt.Errorf("bench: --trace-speedup %g is given twice", x)
+		}
+		out = append(out, x)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("bench: --trace-speedup is empty; give a number, or a list (1,1.5,2)")
+	}
+	return out, nil
 }
 
 // workloadFactory returns a function that makes a fresh workload, with its

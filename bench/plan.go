@@ -16,6 +16,13 @@ import (
 // prefix starts each run's label. It stops early when ctx ends, returning what it
 // has.
 func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer) ([]*Report, error) {
+	return p.RunConfigs(ctx, nil, prefix, stdout, stderr)
+}
+
+// RunConfigs is Run for the configs whose indices are given (nil: all), each
+// labelled as in a run of the whole plan, so that compare can run each load of
+// a sweep on a deployment of its own.
+func (p *Plan) RunConfigs(ctx context.Context, indices []int, prefix string, stdout, stderr io.Writer) ([]*Report, error) {
 	var runs []*Report
 	for _, w := range p.Warnings {
 		fmt.Fprintf(stderr, "bench: warning: %s\n", w)
@@ -23,11 +30,17 @@ func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer)
 	if err := p.sizePrompts(ctx, stderr); err != nil {
 		return nil, err
 	}
-	for i, cfg := range p.Configs {
+	if indices == nil {
+		for i := range p.Configs {
+			indices = append(indices, i)
+		}
+	}
+	for _, i := range indices {
 		if ctx.Err() != nil {
 			break
 		}
-		wl, err := p.NewLoad()
+		cfg := p.Configs[i]
+		wl, err := p.load(i)
 		if err != nil {
 			return runs, err
 		}
@@ -36,10 +49,7 @@ func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer)
 				return runs, err
 			}
 		}
-		label := prefix + p.Labels[i]
-		if len(p.Configs) == 1 && prefix != "" {
-			label = strings.TrimSuffix(prefix, " ")
-		}
+		label := p.Label(i, prefix)
 		var bar *Bar
 		if isTerminal(stderr) {
 			bar = NewBar(stderr, label)
@@ -62,6 +72,23 @@ func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "bench: interrupted; the results above are what was measured")
 	}
 	return runs, nil
+}
+
+// Label is the label of config i's run: prefix and the config's own label, or
+// the prefix alone (without its trailing space) when the plan has one config.
+func (p *Plan) Label(i int, prefix string) string {
+	if len(p.Configs) == 1 && prefix != "" {
+		return strings.TrimSuffix(prefix, " ")
+	}
+	return prefix + p.Labels[i]
+}
+
+// load makes the workload of config i.
+func (p *Plan) load(i int) (Workload, error) {
+	if p.loadAt != nil {
+		return p.loadAt(i)
+	}
+	return p.NewLoad()
 }
 
 // sizePrompts makes the plan's prompts tokens of the served model, when the
@@ -98,19 +125,27 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// File is the JSON a bench writes: the command that ran and its runs.
+// File is the JSON a bench writes: the command that ran, its runs and, for a
+// sweep judged under an SLO, each deployment's capacity.
 type File struct {
-	Command []string  `json:"command"`
-	Runs    []*Report `json:"runs"`
+	Command  []string       `json:"command"`
+	Runs     []*Report      `json:"runs"`
+	Capacity *CapacityTable `json:"capacity,omitempty"`
 }
 
 // WriteJSON writes runs and the command that made them to path, each request's
 // result included only when perRequest is set.
 func WriteJSON(path string, runs []*Report, command []string, perRequest bool) error {
-	out := File{Command: command, Runs: runs}
+	return File{Command: command, Runs: runs}.Write(path, perRequest)
+}
+
+// Write writes f to path, each request's result included only when perRequest
+// is set.
+func (f File) Write(path string, perRequest bool) error {
+	out := f
 	if !perRequest {
-		out.Runs = make([]*Report, len(runs))
-		for i, r := range runs {
+		out.Runs = make([]*Report, len(f.Runs))
+		for i, r := range f.Runs {
 			c := *r
 			c.Requests = nil
 			out.Runs[i] = &c

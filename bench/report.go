@@ -23,6 +23,9 @@ type Report struct {
 	Rate        float64 `json:"rate,omitempty"`
 	// Scheduled says the arrivals were the workload's own (a trace's timestamps).
 	Scheduled bool `json:"scheduled,omitempty"`
+	// TraceSpeedup is the run's --trace-speedup in a sweep of several; outside
+	// one it is 0 and the speedup, when not 1, is in Workload's name.
+	TraceSpeedup float64 `json:"trace_speedup,omitempty"`
 	// TraceReuse is a trace's own prefix reuse, the hit rate an unbounded cache
 	// shared by every server would have had; TraceCut counts its requests cut to
 	// fit the model's context.
@@ -288,6 +291,15 @@ func WriteComparison(w io.Writer, runs []*Report) error {
 // threshold's path and the requests sent to each class. prefix starts each line.
 func writeGating(w io.Writer, runs []*Report, prefix string) error {
 	seen := map[*Gating]bool{}
+	// A deployment started afresh for each load of a sweep gated each load
+	// on its own: those lines are named by run, not by deployment.
+	gatings := map[string]map[*Gating]bool{}
+	for _, r := range runs {
+		if gatings[r.Group] == nil {
+			gatings[r.Group] = map[*Gating]bool{}
+		}
+		gatings[r.Group][r.Gating] = true
+	}
 	for _, r := range runs {
 		g := r.Gating
 		if g == nil || seen[g] {
@@ -302,7 +314,7 @@ func writeGating(w io.Writer, runs []*Report, prefix string) error {
 			continue
 		}
 		name := r.Group
-		if name == "" {
+		if name == "" || len(gatings[r.Group]) > 1 {
 			name = r.Label
 		}
 		if _, err := fmt.Fprintf(w, "%s%s router: %s\n", prefix, name, g); err != nil {

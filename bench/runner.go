@@ -28,6 +28,9 @@ type Config struct {
 	// timestamps) instead of at a rate; Concurrency, if set, still caps the
 	// requests in flight. The run ends when the workload has no more requests.
 	Scheduled bool
+	// TraceSpeedup is the trace speedup of one load of a --trace-speedup sweep,
+	// kept in the report so capacity can be read from it (0 outside a sweep).
+	TraceSpeedup float64
 	// Seed makes the prompts and the arrival times reproducible.
 	Seed uint64
 	// Requests is how many requests to measure (after the warm-up); Duration is
@@ -231,7 +234,7 @@ func Run(ctx context.Context, cfg Config, wl Workload, d Doer) (*Report, error) 
 		window = 0
 	}
 	rep := &Report{
-		Workload: wl.Name(), Concurrency: cfg.Concurrency, Rate: cfg.Rate, Scheduled: cfg.Scheduled, Seed: cfg.Seed,
+		Workload: wl.Name(), Concurrency: cfg.Concurrency, Rate: cfg.Rate, Scheduled: cfg.Scheduled, TraceSpeedup: cfg.TraceSpeedup, Seed: cfg.Seed,
 		WarmupS: cfg.Warmup.Seconds(), Interrupted: ctx.Err() != nil,
 		StartedAt: start, Results: results,
 	}

@@ -40,11 +40,11 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		}
 	}
 	fs := newFlagSet("bench", "bench --url URL [--workload fixed|mixed|shared-prefix|jsonl] [--concurrency N | --rate R[,R...]] "+
-		"[--requests N | --duration D] [flags]\n       tandem bench --url URL --trace FILE [--trace-speedup X] [--trace-token-scale S] "+
+		"[--requests N | --duration D] [flags]\n       tandem bench --url URL --trace FILE [--trace-speedup X[,X...]] [--trace-token-scale S] "+
 		"[--trace-start I] [--trace-limit N] [flags]\n       tandem bench compare [flags]  (run 'tandem bench compare --help')\n"+
 		"       tandem bench engine --model FILE [--threads 1,2]  (the native engine's llama-bench)\n"+
 		"       tandem bench make-model [--shape S] [--type T] OUT.gguf  (random weights of a real model's shape)\n"+
-		"       tandem bench rescore --slo S [--time-scale X] RESULTS.json...  (saved runs judged under other objectives)", stderr)
+		"       tandem bench rescore --slo S [--time-scale X] [--capacity-attainment 0.9] RESULTS.json...  (saved runs judged under other objectives, capacity of a sweep)", stderr)
 	var o bench.Options
 	o.RegisterFlags(fs)
 	given, err := parseBench(fs, args, getenv)
@@ -70,24 +70,24 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout, "== sweep")
 		bench.WriteComparison(stdout, runs)
 	}
-	if werr := writeOutputs(o, runs, args, stderr); werr != nil {
+	if werr := writeOutputs(o, bench.File{Runs: runs, Command: append([]string{"tandem", "bench"}, args...)}, stderr); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return err
 }
 
 // writeOutputs writes the JSON and the charts the options ask for.
-func writeOutputs(o bench.Options, runs []*bench.Report, args []string, stderr io.Writer) error {
+func writeOutputs(o bench.Options, f bench.File, stderr io.Writer) error {
 	var errs []error
 	if o.JSONPath != "" {
-		err := bench.WriteJSON(o.JSONPath, runs, append([]string{"tandem", "bench"}, args...), o.PerRequest)
+		err := f.Write(o.JSONPath, o.PerRequest)
 		if err == nil {
 			fmt.Fprintf(stderr, "bench: wrote %s\n", o.JSONPath)
 		}
 		errs = append(errs, err)
 	}
 	if o.PlotsDir != "" {
-		files, err := plot.Reports(o.PlotsDir, runs)
+		files, err := plot.Reports(o.PlotsDir, f.Runs)
 		errs = append(errs, err)
 		for _, f := range files {
 			fmt.Fprintf(stderr, "bench: wrote %s\n", f)
@@ -127,9 +127,22 @@ func runBenchCompare(ctx context.Context, args []string, getenv func(string) str
 	}
 	fmt.Fprintln(stdout, "== comparison")
 	bench.WriteComparison(stdout, runs)
+	capacity, cerr := bench.Capacities(runs, c.CapacityAttainment, 1)
+	switch {
+	case cerr != nil:
+		fmt.Fprintf(stderr, "compare: %v\n", cerr)
+	case capacity != nil:
+		fmt.Fprintln(stdout, "== capacity")
+		bench.WriteCapacity(stdout, capacity)
+	case len(p.Configs) > 1 && c.CapacityAttainment > 0:
+		fmt.Fprintln(stderr, "compare: no capacity read: a sweep needs --slo to judge its loads by (and --rate or --trace-speedup lists)")
+	}
 	var md strings.Builder
 	fmt.Fprintf(&md, "```\ntandem bench compare %s\n```\n\n", strings.Join(args, " "))
 	bench.WriteMarkdown(&md, runs)
+	if capacity != nil {
+		bench.WriteCapacityMarkdown(&md, capacity)
+	}
 	werr := os.WriteFile(filepath.Join(out, "compare.md"), []byte(md.String()), 0o644)
 	if o.JSONPath == "" {
 		o.JSONPath = filepath.Join(out, "results.json")
@@ -138,5 +151,6 @@ func runBenchCompare(ctx context.Context, args []string, getenv func(string) str
 		o.PlotsDir = out
 	}
 	fmt.Fprintf(stderr, "compare: wrote %s\n", filepath.Join(out, "compare.md"))
-	return errors.Join(werr, writeOutputs(o, runs, append([]string{"compare"}, args...), stderr))
+	f := bench.File{Command: append([]string{"tandem", "bench", "compare"}, args...), Runs: runs, Capacity: capacity}
+	return errors.Join(werr, writeOutputs(o, f, stderr))
 }

@@ -469,3 +469,75 @@ func TestBenchCompareBadFlags(t *testing.T) {
 		})
 	}
 }
+
+// Each load of a sweep runs on a fresh start of each deployment, so a later
+// load finds nothing the earlier one cached. The fake frontend reports every
+// prompt token cached once its process has served 3 requests (class warm, see
+// fakeOpenAI): on one shared start the second load would read 100 % hits.
+func TestBenchCompareSweepStartsEachLoadAfresh(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(benchTestFakeTandem, "1")
+	for _, shared := range []bool{false, true} {
+		out := t.TempDir()
+		args := []string{"bench", "compare", "--binary", exe, "--pin=false", "--out", out, "--deployments", "aggregated", "--workers", "2",
+			"--mix", "warm=1:8/8", "--rate", "200,400", "--requests", "3", "--concurrency", "1", fmt.Sprintf("--shared-start=%v", shared),
+			"--slo", "ttft=60000"}
+		stdout, stderr, err := runTandem(t, args...)
+		if err != nil {
+			t.Fatalf("compare failed: %v\nstderr:\n%s", err, stderr)
+		}
+		res := readBenchJSON(t, filepath.Join(out, "results.json"))
+		if len(res.Runs) != 2 || res.Runs[0].Label != "aggregated rate=200" || res.Runs[1].Label != "aggregated rate=400" {
+			t.Fatalf("shared %v: runs %+v", shared, res.Runs)
+		}
+		hits := []float64{res.Runs[0].Overall.CacheHitRate, res.Runs[1].Overall.CacheHitRate}
+		starts := strings.Count(stderr, "compare: starting aggregated")
+		if shared {
+			if starts != 1 || hits[1] != 1 {
+				t.Errorf("--shared-start: %d starts, hit rates %v; want 1 start and the second load all hits", starts, hits)
+			}
+			continue
+		}
+		if hits[0] != 0 || hits[1] != 0 {
+			t.Errorf("fresh starts: hit rates %v; the second load inherited the first's cache", hits)
+		}
+		for _, s := range []string{"compare: starting aggregated (0 prefill, 2 decode, mode aggregated) for rate=200, a fresh start",
+			"compare: starting aggregated (0 prefill, 2 decode, mode aggregated) for rate=400, a fresh start"} {
+			if !strings.Contains(stderr, s) {
+				t.Errorf("stderr does not say %q:\n%s", s, stderr)
+			}
+		}
+		for _, dir := range []string{"rate_200", "rate_400"} {
+			if logs, _ := filepath.Glob(filepath.Join(out, "logs", dir, "aggregated-*.log")); len(logs) != 4 {
+				t.Errorf("logs of the %s start: %v; want two workers, router and frontend", dir, logs)
+			}
+		}
+		// Every request met the SLO at both loads: the capacity is above the
+		// highest, in the table, compare.md and results.json alike.
+		if !strings.Contains(stdout, "== capacity") || !strings.Contains(stdout, "> 400 (max probed)") {
+			t.Errorf("stdout has no capacity table:\n%s", stdout)
+		}
+		md, _ := os.ReadFile(filepath.Join(out, "compare.md"))
+		if !strings.Contains(string(md), "| aggregated | > 400 (max probed) | 1 (best baseline) | 100.0% | 100.0% |") {
+			t.Errorf("compare.md:\n%s", md)
+		}
+		b, _ := os.ReadFile(filepath.Join(out, "results.json"))
+		var f struct {
+			Capacity struct {
+				Unit string
+				Rows []struct {
+					Deployment string
+					Capacity   float64
+					Bound      string
+				} `json:"deployments"`
+			}
+		}
+		if err := json.Unmarshal(b, &f); err != nil || f.Capacity.Unit != "req/s" || len(f.Capacity.Rows) != 1 ||
+			f.Capacity.Rows[0].Capacity != 400 || f.Capacity.Rows[0].Bound != ">" {
+			t.Errorf("results.json capacity: %+v (%v)", f.Capacity, err)
+		}
+	}
+}

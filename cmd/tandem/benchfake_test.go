@@ -68,6 +68,8 @@ func fakeTandem(args []string) {
 //	5: no header; the first chunk says "tandem":{"prefill_path":"fallback"}
 //	6: 503 with an OpenAI error, before any stream
 //	7: like 3, but waits 60ms before its first chunk
+//	8: reports every prompt token cached once this process has completed 3
+//	   streams of 8 (a prefix cache the earlier requests warmed), none before
 //
 // It reports prompt_tokens as 100+max_tokens. It counts what it sent.
 type fakeOpenAI struct {
@@ -153,8 +155,18 @@ func (f *fakeOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(time.Millisecond) // gaps between chunks, so ITLs are not all zero
 	}
 	if req.StreamOptions.IncludeUsage {
-		send(map[string]any{"id": "cmpl-1", "object": "chat.completion.chunk", "choices": []any{},
-			"usage": map[string]any{"prompt_tokens": 100 + req.MaxTokens, "completion_tokens": req.MaxTokens, "total_tokens": 100 + 2*req.MaxTokens}})
+		usage := map[string]any{"prompt_tokens": 100 + req.MaxTokens, "completion_tokens": req.MaxTokens, "total_tokens": 100 + 2*req.MaxTokens}
+		if req.MaxTokens == 8 {
+			f.mu.Lock()
+			warm := f.byMax[8] >= 3
+			f.mu.Unlock()
+			if warm {
+				usage["prompt_tokens_details"] = map[string]any{"cached_tokens": 100 + req.MaxTokens}
+			} else {
+				usage["prompt_tokens_details"] = map[string]any{"cached_tokens": 0}
+			}
+		}
+		send(map[string]any{"id": "cmpl-1", "object": "chat.completion.chunk", "choices": []any{}, "usage": usage})
 	}
 	io.WriteString(w, "data: [DONE]\n\n")
 	fl.Flush()
@@ -218,6 +230,7 @@ type summaryOut struct {
 	DurationS    float64         `json:"duration_s"`
 	InputTokens  int             `json:"input_tokens"`
 	OutputTokens int             `json:"output_tokens"`
+	CacheHitRate float64         `json:"cache_hit_rate"`
 	GoodRequests *int            `json:"good_requests"`
 	Goodput      *float64        `json:"goodput"`
 	TTFT         struct{ N int } `json:"ttft"`

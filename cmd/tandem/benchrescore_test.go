@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,5 +41,60 @@ func TestBenchRescore(t *testing.T) {
 		if err := run(context.Background(), args, envOf(nil), &out, &errb); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+// A sweep split over two files (one invocation per load): runs with the same
+// deployment name join one curve, judged under the new SLO, in modelled time.
+func TestBenchRescoreCapacityAcrossFiles(t *testing.T) {
+	saved := func(group string, rate float64, ttfts ...int) string {
+		var reqs []string
+		for _, ms := range ttfts {
+			reqs = append(reqs, fmt.Sprintf(`{"class":"c","start_s":0,"ttft_ms":%d,"e2e_ms":%d,"itl_ms":[5],"prompt_tokens":10,"output_tokens":2}`, ms, ms+5))
+		}
+		return fmt.Sprintf(`{"label":"%s rate=%g","group":"%s","workload":"mixed","rate":%g,"seed":1,"warmup_s":0,"started_at":"2026-12-01T00:00:00Z",
+		"overall":{"class":"all","duration_s":10},"classes":[{"class":"c"}],"requests":[%s]}`, group, rate, group, rate, strings.Join(reqs, ","))
+	}
+	dir := t.TempDir()
+	var paths []string
+	for i, runs := range [][]string{
+		{saved("aggregated", 2, 100, 100), saved("threshold", 2, 100, 100)},
+		{saved("aggregated", 4, 100, 900), saved("threshold", 4, 100, 100)},
+	} {
+		p := filepath.Join(dir, fmt.Sprintf("r%d.json", i))
+		if err := os.WriteFile(p, []byte(`{"command":["compare"],"runs":[`+strings.Join(runs, ",")+`]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	var out, errb bytes.Buffer
+	// At time scale 0.5 the TTFTs are 200 and 1800 modelled ms and the rates 1
+	// and 2 per modelled second: aggregated meets ttft=500 for all at 1, half
+	// at 2, so 90 % is crossed a fifth of the way, at 1.2.
+	args := append([]string{"bench", "rescore", "--slo", "ttft=500", "--time-scale", "0.5", "--markdown"}, paths...)
+	if err := run(context.Background(), args, envOf(nil), &out, &errb); err != nil {
+		t.Fatalf("rescore: %v (%s)", err, errb.String())
+	}
+	for _, row := range []string{"| aggregated | 1.2 | 1 (best baseline) | 100.0% | 50.0% |", "| threshold | > 2 (max probed) | >= 1.67x | 100.0% | 100.0% |",
+		"loads multiplied by the time scale 0.5"} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("markdown lacks %q:\n%s", row, out.String())
+		}
+	}
+	// Under a looser SLO the same runs read differently; as text this time.
+	out.Reset()
+	args = append([]string{"bench", "rescore", "--slo", "ttft=2000"}, paths...)
+	if err := run(context.Background(), args, envOf(nil), &out, &errb); err != nil {
+		t.Fatalf("rescore: %v", err)
+	}
+	if s := out.String(); !strings.Contains(s, "== capacity") || strings.Count(s, "> 4 (max probed)") != 2 {
+		t.Errorf("text:\n%s", s)
+	}
+	// One file, one load per deployment: no curve, and stderr says why.
+	out.Reset()
+	errb.Reset()
+	if err := run(context.Background(), []string{"bench", "rescore", "--slo", "ttft=500", paths[0]}, envOf(nil), &out, &errb); err != nil ||
+		strings.Contains(out.String(), "capacity") || !strings.Contains(errb.String(), "no capacity read") {
+		t.Errorf("one load: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
 }
