@@ -7,6 +7,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/handoff"
+	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )
 
 // Reasons a decode worker refuses a request at admission, the label of
@@ -15,6 +17,9 @@ const (
 	RejectMaxRunning    = "max_running"    // MaxRunning requests already here
 	RejectKVUsage       = "kv_usage"       // the engine's KV pool fuller than MaxKVUsage
 	RejectWaitingTokens = "waiting_tokens" // more than MaxWaitingTokens prompt tokens waiting
+	// RejectKVBlocks: a remote prefill's KV found no free blocks here within the
+	// import's wait (noBlocks); refused after the prefill, not at admission.
+	RejectKVBlocks = "kv_blocks"
 )
 
 // overloaded says why a new request should be refused on the engine's load, or
@@ -46,4 +51,25 @@ func (s *Service) reject(ctx context.Context, reqID, reason, detail string) erro
 	s.metrics.rejected.WithLabelValues(reason).Inc()
 	s.log.InfoContext(ctx, "request refused at admission", "request_id", reqID, "reason", reason, "detail", detail)
 	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s refuses new requests: %s", s.cfg.WorkerID, detail))
+}
+
+// noBlocks ends a request whose remote prefill succeeded but whose KV this
+// worker's engine had no blocks for, even after waiting (engine.ErrNoBlocks, which
+// the sim and native engines both return once the import's BlockWait, a share of
+// the remote deadline from the estimate, runs out). A local prefill is no way out:
+// it needs the same blocks on the same pool, and would only queue behind the
+// sequences that filled it, stalling them and itself (on the Mooncake trace such
+// fallbacks were most of always-remote@3's requests). Refused ResourceExhausted
+// instead, the request goes to a decode worker with room, or back to the client as
+// a 429. Counted as a rejection (kv_blocks) and as an error decision, logged with
+// the request id, and the status message carries the decision's reason.
+func (s *Service) noBlocks(ctx context.Context, reqID, prefillWorker string, d *decodev1.PrefillDecision, re *handoff.Error) error {
+	d.Reason = re.Reason
+	s.metrics.rejected.WithLabelValues(RejectKVBlocks).Inc()
+	s.metrics.decisions.WithLabelValues("error", re.Reason).Inc()
+	s.log.WarnContext(ctx, "no KV blocks for the remote prefill's KV; refused rather than prefilled locally on the same full pool",
+		"request_id", reqID, "prefill_worker", prefillWorker, "reason", re.Reason, "error", re.Err)
+	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+		"decode worker %s refuses the request: %s (%v) after the remote prefill on %s; a local prefill would need the same blocks",
+		s.cfg.WorkerID, re.Reason, re.Err, prefillWorker))
 }

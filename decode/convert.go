@@ -99,9 +99,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_decode_rejected_total",
 		Help: "Requests refused at admission (ResourceExhausted), by reason: max_running (the request limit), " +
-			"kv_usage (the KV pool fuller than its limit), waiting_tokens (too many prompt tokens waiting for prefill).",
+			"kv_usage (the KV pool fuller than its limit), waiting_tokens (too many prompt tokens waiting for prefill), " +
+			"kv_blocks (after the remote prefill: no free KV blocks for its KV within the import's wait).",
 	}, []string{"reason"})
-	for _, r := range []string{RejectMaxRunning, RejectKVUsage, RejectWaitingTokens} {
+	for _, r := range []string{RejectMaxRunning, RejectKVUsage, RejectWaitingTokens, RejectKVBlocks} {
 		m.rejected.WithLabelValues(r) // every reason a series from the start, at 0
 	}
 	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{
