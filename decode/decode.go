@@ -128,12 +128,13 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	if n := s.running.Add(1); s.cfg.MaxRunning > 0 && n > int64(s.cfg.MaxRunning) {
 		s.running.Add(-1)
-		return s.reject(ctx, m.GetRequestId(), RejectMaxRunning, fmt.Sprintf("at capacity (%d requests, --max-running-requests)", s.cfg.MaxRunning))
+		return s.reject(ctx, m.GetRequestId(), &LimitError{Worker: s.cfg.WorkerID, Reason: RejectMaxRunning, Field: "MaxRunning",
+			Limit: fmt.Sprint(s.cfg.MaxRunning), Detail: fmt.Sprintf("at capacity, %d requests", s.cfg.MaxRunning)})
 	}
 	defer s.running.Add(-1)
 	st := s.eng.Stats()
-	if reason, detail := s.overloaded(st); reason != "" {
-		return s.reject(ctx, m.GetRequestId(), reason, detail)
+	if le := s.overloaded(st); le != nil {
+		return s.reject(ctx, m.GetRequestId(), le)
 	}
 	ereq := engine.Request{
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: handoff.Sampling(m.GetSampling()),
