@@ -68,7 +68,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_prefill_decisions_total",
-			Help: "Prefill decisions by the path taken (local, remote, fallback; error when enforce-disagg refused a fallback) and reason.",
+			Help: "Prefill decisions by the path taken (local, remote, fallback; error when enforce-disagg refused a fallback, or when the " +
+				"remote KV found no free blocks here: reason import_no_blocks) and reason.",
 		}, []string{"path", "reason"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_decode_fallbacks_total", Help: "Requests whose remote prefill was abandoned for local prefill, by reason.",
