@@ -110,16 +110,18 @@ func TestAdmissionOnLoad(t *testing.T) {
 	}{
 		{0, 0, ""},
 		{total / 2, 100, ""},
-		{total/2 + 1, 0, "above the limit of 50.0% (--max-kv-usage 0.5)"},
-		{0, 101, "101 prompt tokens waiting for prefill"},
-		{total, 1000, "--max-kv-usage"}, // the first limit crossed is the one named
+		{total/2 + 1, 0, "above the limit of 50.0% (MaxKVUsage 0.5)"},
+		{0, 101, "101 prompt tokens waiting for prefill (0 requests), above the limit of 100 (MaxWaitingTokens 100)"},
+		{total, 1000, "(MaxKVUsage 0.5)"}, // the first limit crossed is the one named
 	} {
 		eng.set(tc.active, tc.tokens)
 		r, err := generate(t, context.Background(), client, request("r", prompt(i, 20), 0, 0))
 		switch {
 		case tc.want == "" && (err != nil || len(r.tokens) == 0):
 			t.Errorf("%d of %d blocks, %d tokens waiting: %v, want served", tc.active, total, tc.tokens, err)
-		case tc.want != "" && (connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), tc.want)):
+		// The Config field, never a flag: services/ names the flag (workersvc).
+		case tc.want != "" && (connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), tc.want) ||
+			strings.Contains(err.Error(), "--")):
 			t.Errorf("%d of %d blocks, %d tokens waiting: %v, want ResourceExhausted saying %q", tc.active, total, tc.tokens, err, tc.want)
 		}
 	}

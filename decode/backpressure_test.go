@@ -3,6 +3,7 @@ package decode_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,8 +45,9 @@ func TestDecodeAdmission(t *testing.T) {
 	if !stream.Receive() {
 		t.Fatalf("first request: %v", stream.Err())
 	}
-	if _, err := generate(t, context.Background(), client, request("second", prompt(2, 20), 0, 0)); connect.CodeOf(err) != connect.CodeResourceExhausted {
-		t.Fatalf("second request at the limit: %v, want ResourceExhausted", err)
+	if _, err := generate(t, context.Background(), client, request("second", prompt(2, 20), 0, 0)); connect.CodeOf(err) != connect.CodeResourceExhausted ||
+		!strings.Contains(err.Error(), "at capacity, 1 requests (MaxRunning 1)") {
+		t.Fatalf("second request at the limit: %v, want ResourceExhausted naming MaxRunning", err)
 	}
 	cancel()
 	stream.Close()

@@ -68,7 +68,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_prefill_decisions_total",
-			Help: "Prefill decisions by the path taken (local, remote, fallback; error when enforce-disagg refused a fallback) and reason.",
+			Help: "Prefill decisions by the path taken (local, remote, fallback; error when enforce-disagg refused a fallback, or when the " +
+				"remote KV found no free blocks here: reason import_no_blocks) and reason.",
 		}, []string{"path", "reason"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_decode_fallbacks_total", Help: "Requests whose remote prefill was abandoned for local prefill, by reason.",
@@ -99,9 +100,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_decode_rejected_total",
 		Help: "Requests refused at admission (ResourceExhausted), by reason: max_running (the request limit), " +
-			"kv_usage (the KV pool fuller than its limit), waiting_tokens (too many prompt tokens waiting for prefill).",
+			"kv_usage (the KV pool fuller than its limit), waiting_tokens (too many prompt tokens waiting for prefill), " +
+			"kv_blocks (after the remote prefill: no free KV blocks for its KV within the import's wait).",
 	}, []string{"reason"})
-	for _, r := range []string{RejectMaxRunning, RejectKVUsage, RejectWaitingTokens} {
+	for _, r := range []string{RejectMaxRunning, RejectKVUsage, RejectWaitingTokens, RejectKVBlocks} {
 		m.rejected.WithLabelValues(r) // every reason a series from the start, at 0
 	}
 	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -65,6 +65,14 @@ func policy(p Params, s situation) choice {
 	case PolicySLO:
 		return slo(p, s, threshold)
 	case PolicyCost:
+		if !s.est.Warm && !s.est.LocalWarm && s.running == 0 {
+			// As slo's cold start: a local prefill while nothing runs here stalls
+			// no one, so it costs no ITL and is a free measurement. Without it
+			// cost never warmed on the Mooncake trace, where almost no prompt is
+			// under the threshold: it followed the threshold, all remote, forever.
+			return choice{reason: "cost_cold_idle", detail: fmt.Sprintf("no local prefill measured yet, and nothing runs here "+
+				"to stall: %d effective tokens prefilled here", eff)}
+		}
 		if !s.est.Warm {
 			return threshold("cold_")
 		}

@@ -128,12 +128,13 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	if n := s.running.Add(1); s.cfg.MaxRunning > 0 && n > int64(s.cfg.MaxRunning) {
 		s.running.Add(-1)
-		return s.reject(ctx, m.GetRequestId(), RejectMaxRunning, fmt.Sprintf("at capacity (%d requests, --max-running-requests)", s.cfg.MaxRunning))
+		return s.reject(ctx, m.GetRequestId(), &LimitError{Worker: s.cfg.WorkerID, Reason: RejectMaxRunning, Field: "MaxRunning",
+			Limit: fmt.Sprint(s.cfg.MaxRunning), Detail: fmt.Sprintf("at capacity, %d requests", s.cfg.MaxRunning)})
 	}
 	defer s.running.Add(-1)
 	st := s.eng.Stats()
-	if reason, detail := s.overloaded(st); reason != "" {
-		return s.reject(ctx, m.GetRequestId(), reason, detail)
+	if le := s.overloaded(st); le != nil {
+		return s.reject(ctx, m.GetRequestId(), le)
 	}
 	ereq := engine.Request{
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: handoff.Sampling(m.GetSampling()),
@@ -235,7 +236,9 @@ func (s *Service) candidates(suggested []*decodev1.PrefillCandidate) []*decodev1
 
 // tryRemote walks the fallback ladder: the first prefill worker; on an error before
 // any KV arrived, one other; then nil, meaning prefill locally. It returns an error
-// only when the client is gone or EnforceDisagg forbids the fallback.
+// when the client is gone, when EnforceDisagg forbids the fallback, or when this
+// worker's own KV pool had no blocks for the import (noBlocks): the remote side
+// did its part, and a local prefill would need those same blocks.
 func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates []*decodev1.PrefillCandidate, skip int, deadline time.Duration,
 	d *decodev1.PrefillDecision) (engine.Stream, error) {
 	fail := func(reason, detail string) (engine.Stream, error) {
@@ -293,6 +296,9 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
 		s.metrics.remoteFailures.WithLabelValues(re.Reason).Inc()
 		s.log.WarnContext(ctx, "remote prefill failed", "request_id", req.ID, "prefill_worker", id, "reason", re.Reason, "error", re.Err)
+		if re.Reason == handoff.ReasonImportNoBlocks {
+			return nil, s.noBlocks(ctx, req.ID, id, d, re)
+		}
 		if !re.BeforeKV {
 			return fail(re.Reason, re.Error())
 		}

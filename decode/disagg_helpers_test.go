@@ -106,21 +106,23 @@ type decodeNode struct {
 	eng    engine.Engine
 	svc    *decode.Service
 	client decodev1connect.DecodeServiceClient
+	reg    *prometheus.Registry
 }
 
 func startDecode(t *testing.T, eng engine.Engine, pf decode.Prefillers, p decode.Params, minDL, maxDL time.Duration) *decodeNode {
 	t.Helper()
+	reg := prometheus.NewRegistry()
 	svc, err := decode.New(decode.Config{
 		WorkerID: "decode-test", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Params: p,
 		MinRemoteDeadline: minDL, MaxRemoteDeadline: maxDL,
-	}, eng, pf, quietLog(), prometheus.NewRegistry())
+	}, eng, pf, quietLog(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(decodev1connect.NewDecodeServiceHandler(svc))
 	srv := rpctest.NewServer(t, mux)
-	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(rpctest.Client(t), srv.URL, connect.WithGRPC())}
+	return &decodeNode{eng: eng, svc: svc, client: decodev1connect.NewDecodeServiceClient(rpctest.Client(t), srv.URL, connect.WithGRPC()), reg: reg}
 }
 
 // result is what a client of Generate sees.

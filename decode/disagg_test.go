@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,29 +350,45 @@ func TestCancelFreesBlocksOnBothSides(t *testing.T) {
 	waitIdle(t, "prefill", peng)
 }
 
-// fullPool is a decode engine whose imports find no free blocks.
-type fullPool struct{ engine.Engine }
+// fullPool is a decode engine whose imports find no free blocks, and which
+// counts the local prefills it is asked for.
+type fullPool struct {
+	engine.Engine
+	local *atomic.Int32
+}
 
-func (fullPool) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
+func (f fullPool) Import(ctx context.Context, req engine.Request, spec engine.ImportSpec) (engine.Importer, error) {
 	if spec.BlockWait <= 0 {
 		return nil, fmt.Errorf("spec.BlockWait %v: the decode worker must let the import wait for blocks", spec.BlockWait)
 	}
 	return nil, fmt.Errorf("%w: import needs %d", engine.ErrNoBlocks, spec.NumBlocks)
 }
 
-// When this worker's own pool cannot take the KV, asking another prefill worker
-// would only end the same way a deadline later: it prefills locally at once.
-func TestImportWithoutBlocksFallsBackWithoutRetry(t *testing.T) {
+func (f fullPool) Generate(ctx context.Context, req engine.Request) (engine.Stream, error) {
+	f.local.Add(1)
+	return f.Engine.Generate(ctx, req)
+}
+
+// When this worker's own pool cannot take the KV, neither another prefill worker
+// nor a local prefill (which needs the same blocks on the same pool) helps: the
+// request is refused ResourceExhausted, naming why, for the frontend to take to
+// another decode worker, and counted as a kv_blocks rejection.
+func TestImportWithoutBlocksIsRefusedNotPrefilledLocally(t *testing.T) {
 	pf := &staticPrefillers{}
 	pf.add("p1", startPrefill(t, newNative(t), "p1").client)
 	pf.add("p2", startPrefill(t, newNative(t), "p2").client)
-	node := startDecode(t, fullPool{newNative(t)}, pf, alwaysRemote, 5*time.Second, 10*time.Second)
-	r, err := generate(t, context.Background(), node.client, request("r", prompt(7, 70), 0, 0, "p1", "p2"))
-	if err != nil {
-		t.Fatalf("request failed instead of prefilling locally: %v", err)
+	eng := fullPool{newNative(t), new(atomic.Int32)}
+	node := startDecode(t, eng, pf, alwaysRemote, 5*time.Second, 10*time.Second)
+	_, err := generate(t, context.Background(), node.client, request("r", prompt(7, 70), 0, 0, "p1", "p2"))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "import_no_blocks") ||
+		!strings.Contains(err.Error(), "on p1") {
+		t.Fatalf("err %v, want ResourceExhausted for import_no_blocks after p1", err)
 	}
-	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || r.decision.GetReason() != "import_no_blocks" ||
-		!slices.Equal(r.decision.GetFailedPrefillWorkerIds(), []string{"p1"}) {
-		t.Errorf("decision %v, want a fallback for import_no_blocks after p1 alone", r.decision)
+	if n := eng.local.Load(); n != 0 {
+		t.Errorf("%d local prefills on the full pool, want none", n)
 	}
+	if got := rejected(t, node.reg); got[decode.RejectKVBlocks] != 1 {
+		t.Errorf("rejections by reason %v, want kv_blocks 1", got)
+	}
+	waitIdle(t, "decode", eng.Engine)
 }

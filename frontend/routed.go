@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -54,9 +55,18 @@ func (b *Routed) SetModel(fingerprint string, blockSize int) {
 	b.served.Store(&servedModel{fingerprint: fingerprint, blockSize: blockSize})
 }
 
+// MaxDecodeAttempts is how many distinct decode workers one request is offered
+// before the client is told to retry: each one that refused (full, on count, on
+// load or on KV blocks) or could not be reached is excluded from the next route.
+// Trying only two meant a client got a 429 while a third worker had room; trying
+// every worker would let one request cost a round trip per worker of a large fleet
+// that is all full. The router's "none available" ends the walk sooner.
+const MaxDecodeAttempts = 3
+
 // Generate routes the request and starts it. A decode worker that cannot be reached,
-// or is full, before it sends anything is excluded and the request routed once
-// more, so a dead or busy worker costs a retry, not an error.
+// or is full, before it sends anything is excluded and the request routed again,
+// up to MaxDecodeAttempts workers, so a dead or busy worker costs a retry, not an
+// error.
 func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (TokenStream, *routerv1.RouteResponse, error) {
 	ctx = requestid.With(ctx, req.GetRequestId())
 	m := b.served.Load()
@@ -69,14 +79,15 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 		Explain: req.GetExplain(), ModelFingerprint: m.fingerprint,
 	}
 	var lastErr error
-	for attempt := 0; attempt < 2; attempt++ {
+	var refused []string // the full workers' own words, for the client
+	for range MaxDecodeAttempts {
 		route, err := b.router.Route(ctx, rreq)
 		if err != nil {
-			if status.Code(lastErr) == codes.ResourceExhausted && status.Code(err) == codes.Unavailable {
-				// Nobody else to try: the full worker's own answer ("at capacity",
-				// 429) says more than the router's "no decode worker is available".
+			if len(refused) > 0 && status.Code(err) == codes.Unavailable {
+				// Nobody else to try: the full workers' answers ("at capacity",
+				// 429) say more than the router's "no decode worker is available".
 				// (An unreachable worker's dial error is not for the client.)
-				return nil, nil, lastErr
+				return nil, nil, allRefused(refused)
 			}
 			return nil, nil, err
 		}
@@ -86,13 +97,28 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 		}
 		// Unreachable or at capacity, before it took the request: another worker
 		// may have room.
-		if c := status.Code(err); c != codes.Unavailable && c != codes.ResourceExhausted {
+		c := status.Code(err)
+		if c != codes.Unavailable && c != codes.ResourceExhausted {
 			return nil, nil, err
+		}
+		if c == codes.ResourceExhausted {
+			refused = append(refused, status.Convert(err).Message())
 		}
 		lastErr = err
 		rreq.ExcludeWorkerIds = append(rreq.ExcludeWorkerIds, route.GetDecodeWorker().GetId())
 	}
+	if len(refused) > 0 {
+		return nil, nil, allRefused(refused)
+	}
 	return nil, nil, lastErr
+}
+
+// allRefused is the answer when every decode worker tried that could be reached
+// refused the request: ResourceExhausted (a 429 the client retries), saying how
+// many and why, in each worker's words.
+func allRefused(refused []string) error {
+	return status.Errorf(codes.ResourceExhausted, "no decode worker took the request: %d refused it (%s); retry later",
+		len(refused), strings.Join(refused, "; "))
 }
 
 // start runs req on the route's decode worker, with the route's prefill ranking.

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -165,16 +166,18 @@ func TestRoutedFullOnlyWorker(t *testing.T) {
 	}
 
 	// Every worker full (decode workers refusing on load, --max-kv-usage): the
-	// request is tried on two, then the client hears the last one's refusal, a 429,
-	// never the router's "no worker" or an internal error.
+	// request is tried on MaxDecodeAttempts of them, then the client hears their
+	// refusals, a 429, never the router's "no worker" or an internal error.
 	r = &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, &fakeDecode{id: "full-1", full: true}),
-		serveDecode(t, &fakeDecode{id: "full-2", full: true}), serveDecode(t, &fakeDecode{id: "full-3", full: true})}}
+		serveDecode(t, &fakeDecode{id: "full-2", full: true}), serveDecode(t, &fakeDecode{id: "full-3", full: true}),
+		serveDecode(t, &fakeDecode{id: "full-4", full: true})}}
 	_, err = routedGenerate(t, newTestBackend(t, r))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "full-2 is at capacity") {
-		t.Errorf("every worker full: %v, want ResourceExhausted from the second worker tried", err)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "3 refused it") ||
+		!strings.Contains(err.Error(), "full-3 is at capacity") || strings.Contains(err.Error(), "full-4") {
+		t.Errorf("every worker full: %v, want ResourceExhausted naming the three workers tried", err)
 	}
-	if len(r.excluded) != 2 {
-		t.Errorf("routes asked %d times (%v), want 2: one worker, then one more", len(r.excluded), r.excluded)
+	if want := [][]string{{}, {"full-1"}, {"full-1", "full-2"}}; !slices.EqualFunc(r.excluded, want, slices.Equal) {
+		t.Errorf("routes asked with exclusions %v, want %v", r.excluded, want)
 	}
 
 	// The only worker unreachable: the router's answer, not a dial error naming an
@@ -189,6 +192,50 @@ func TestRoutedFullOnlyWorker(t *testing.T) {
 	_, err = routedGenerate(t, newTestBackend(t, &fakeRouter{}))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no decode worker") {
 		t.Errorf("no worker: %v, want the router's Unavailable", err)
+	}
+}
+
+// TestRoutedTriesAThirdWorker: with two workers full (or one full, one
+// unreachable), the request still reaches the third, which has room; before, the
+// client got a 429 after two.
+func TestRoutedTriesAThirdWorker(t *testing.T) {
+	ok := serveDecode(t, &fakeDecode{id: "ok"})
+	full1 := serveDecode(t, &fakeDecode{id: "full-1", full: true})
+	for _, second := range []*routerv1.Worker{
+		serveDecode(t, &fakeDecode{id: "full-2", full: true}),
+		{Id: "dead", Address: deadAddr(t)},
+	} {
+		r := &fakeRouter{workers: []*routerv1.Worker{full1, second, ok}}
+		route, err := routedGenerate(t, newTestBackend(t, r))
+		if err != nil || route.GetDecodeWorker().GetId() != "ok" {
+			t.Errorf("full-1 and %s before ok: served by %s, %v; want ok", second.GetId(), route.GetDecodeWorker().GetId(), err)
+		}
+	}
+}
+
+// TestRoutedAllFullIsA429: through the OpenAI API, every decode worker full is a
+// 429 whose error object says no worker took the request and why.
+func TestRoutedAllFullIsA429(t *testing.T) {
+	var workers []*routerv1.Worker
+	for i := range 4 {
+		workers = append(workers, serveDecode(t, &fakeDecode{id: fmt.Sprintf("full-%d", i+1), full: true}))
+	}
+	f, _ := newTestFrontend(t, testConfig(), newTestBackend(t, &fakeRouter{workers: workers}))
+	srv := newHTTPServer(t, f)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"tandem-test","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body openAIError
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || body.Error.Type != "rate_limit_error" ||
+		!strings.Contains(body.Error.Message, "no decode worker took the request: 3 refused it") ||
+		!strings.Contains(body.Error.Message, "full-1 is at capacity") {
+		t.Errorf("status %d, error %+v; want 429 rate_limit_error saying three workers refused and why", resp.StatusCode, body.Error)
 	}
 }
 

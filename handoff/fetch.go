@@ -74,8 +74,9 @@ func (f Fetch) Run(ctx context.Context, client Client, eng Engine, req engine.Re
 	// same deadline as the sender's lease.
 	imp, err := eng.Import(hctx, req, h.ImportSpec(time.Until(start.Add(f.Deadline))/2))
 	if errors.Is(err, engine.ErrNoBlocks) {
-		// The receiver's pool is full: another prefill worker would not help, and
-		// would only spend another deadline before the same local fallback.
+		// The receiver's pool is full: another prefill worker would not help, nor
+		// would a local prefill on the same pool; the decode worker refuses the
+		// request for another decode worker to take (decode.noBlocks).
 		return nil, nil, failed(ReasonImportNoBlocks, false, "import: %v", err)
 	}
 	if err != nil {

@@ -95,6 +95,11 @@ func (f Fetch) runRef(ctx context.Context, client Client, eng RefEngine, req eng
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
+		if errors.Is(err, engine.ErrNoBlocks) {
+			// As in Run: the decode engine's pool is full, which no other
+			// prefill worker and no local prefill there can help.
+			return nil, nil, failed(ReasonImportNoBlocks, false, "decode engine: %v", err)
+		}
 		// The decode engine refused the parameters: another prefill worker's
 		// would fare no better; local prefill may.
 		return nil, nil, failed(ReasonImportFailed, false, "decode engine: %v", err)

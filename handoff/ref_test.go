@@ -3,6 +3,7 @@ package handoff
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -80,6 +81,7 @@ type refEngine struct {
 	layout engine.Layout
 	got    []byte
 	closed atomic.Bool
+	refuse error // ImportRef's answer, if set
 }
 
 func (e *refEngine) Info() engine.Info { return engine.Info{Layout: e.layout, VocabSize: 100} }
@@ -87,6 +89,9 @@ func (e *refEngine) Import(context.Context, engine.Request, engine.ImportSpec) (
 	return nil, errors.New("by reference only")
 }
 func (e *refEngine) ImportRef(_ context.Context, _ engine.Request, params []byte) (engine.Stream, error) {
+	if e.refuse != nil {
+		return nil, e.refuse
+	}
 	e.got = params
 	return &refDecode{e: e}, nil
 }
@@ -109,6 +114,7 @@ func TestHandoffByReference(t *testing.T) {
 		exp       *refExport
 		sent      engine.Layout
 		deadline  time.Duration
+		refuse    error // the decode engine's answer to ImportRef
 		reason    string
 		streamEnd bool // the decode leg was started, then abandoned
 	}{
@@ -119,6 +125,9 @@ func TestHandoffByReference(t *testing.T) {
 			reason: ReasonBeforeKV, streamEnd: true},
 		{name: "prefill hangs", exp: &refExport{params: params, wait: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
 			deadline: 50 * time.Millisecond, reason: ReasonTimeout, streamEnd: true},
+		// Named as the sim and native engines' import is, so the decode worker
+		// refuses the request instead of prefilling on the same full pool.
+		{name: "decode pool full", exp: &refExport{params: params}, refuse: fmt.Errorf("vllm: %w", engine.ErrNoBlocks), reason: ReasonImportNoBlocks},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sent := layout
@@ -126,7 +135,7 @@ func TestHandoffByReference(t *testing.T) {
 				sent = c.sent
 			}
 			p := &refPipe{exp: c.exp, layout: sent}
-			eng := &refEngine{layout: layout}
+			eng := &refEngine{layout: layout, refuse: c.refuse}
 			f := Fetch{Worker: "prefill-1", Deadline: c.deadline}
 			if f.Deadline == 0 {
 				f.Deadline = 5 * time.Second
@@ -143,7 +152,9 @@ func TestHandoffByReference(t *testing.T) {
 			}
 			var he *Error
 			// A timeout spent the deadline: no second prefill worker, local at once.
-			if !errors.As(err, &he) || he.Reason != c.reason || he.BeforeKV != (c.reason != ReasonTimeout) {
+			// A full decode pool: no other prefill worker either.
+			beforeKV := c.reason != ReasonTimeout && c.reason != ReasonImportNoBlocks
+			if !errors.As(err, &he) || he.Reason != c.reason || he.BeforeKV != beforeKV {
 				t.Fatalf("err %v (before KV %v), want reason %s", err, he != nil && he.BeforeKV, c.reason)
 			}
 			if eng.closed.Load() != c.streamEnd {

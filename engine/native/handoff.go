@@ -244,11 +244,11 @@ func (im *importer) Abort() {
 const importRetry = 5 * time.Millisecond
 
 // allocateWaiting appends n fresh blocks to dst, waiting while the pool is full
-// for up to wait, or until ctx ends. A local request waits for blocks in the scheduler's queue; an
-// import failing at once instead would send the decode worker to its fallback, a
-// local prefill of the whole prompt, on the very worker that has no blocks to spare,
-// when sequences finishing in the next few steps would have made room for KV that
-// is already computed. Blocks are freed by sequences ending anywhere in the engine
+// for up to wait, or until ctx ends, then fails with engine.ErrNoBlocks as the
+// sim engine does. A local request waits for blocks in the scheduler's queue; an
+// import failing at once instead would make the decode worker refuse the request
+// (a local prefill would need the same blocks) when sequences finishing in the
+// next few steps would have made room for KV that is already computed. Blocks are freed by sequences ending anywhere in the engine
 // without a signal to waiters outside the scheduler, hence the polling; a few
 // milliseconds is little next to a handoff, and ctx (the remote prefill's
 // deadline) bounds the wait.

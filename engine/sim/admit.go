@@ -108,7 +108,8 @@ func (d *device) admittingLoad() (waiting, tokens int) {
 // blocks). With none waiting ahead and the blocks free it takes them at once;
 // else it joins the queue for at most wait (real time: the handoff's own deadline,
 // which it is a share of), or until ctx ends or the engine closes, and then fails
-// with ErrNoBlocks, leaving the decode worker its local fallback. An import queues
+// with ErrNoBlocks, as the native engine does, which the decode worker answers by
+// refusing the request (a local prefill would need the same blocks). An import queues
 // as a local prompt does, since in a real engine (vLLM's KV connectors) the decode
 // side's request waits in the same scheduler queue for its blocks; the bound is
 // because the prefill worker pins the KV meanwhile, and is tandem's native

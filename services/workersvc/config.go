@@ -140,11 +140,11 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	fs.DurationVar(&d.MinRemoteDeadline, "remote-deadline-min", d.MinRemoteDeadline,
 		"decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
 	fs.DurationVar(&d.MaxRemoteDeadline, "remote-deadline-max", d.MaxRemoteDeadline, "decode mode: most time a remote prefill is given before falling back")
-	fs.IntVar(&d.MaxRunning, "max-running-requests", d.MaxRunning, "decode mode: requests served or queued at once (0: unbounded); "+
+	fs.IntVar(&d.MaxRunning, flagMaxRunning, d.MaxRunning, "decode mode: requests served or queued at once (0: unbounded); "+
 		"past it new ones get ResourceExhausted and the frontend tries another worker, then answers 429")
-	fs.Float64Var(&d.MaxKVUsage, "max-kv-usage", d.MaxKVUsage, "decode mode: refuse new requests (ResourceExhausted; the frontend "+
+	fs.Float64Var(&d.MaxKVUsage, flagMaxKVUsage, d.MaxKVUsage, "decode mode: refuse new requests (ResourceExhausted; the frontend "+
 		"tries another worker, then answers 429) while more than this fraction of the engine's KV blocks are in use (0: no limit)")
-	fs.IntVar(&d.MaxWaitingTokens, "max-waiting-tokens", d.MaxWaitingTokens, "decode mode: refuse new requests (ResourceExhausted; the "+
+	fs.IntVar(&d.MaxWaitingTokens, flagMaxWaitingTokens, d.MaxWaitingTokens, "decode mode: refuse new requests (ResourceExhausted; the "+
 		"frontend tries another worker, then answers 429) while more than this many prompt tokens wait for prefill in the engine (0: no limit)")
 	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode (and --lend-prefill): prompt tokens accepted and not yet prefilled (0: unbounded); "+
 		"past it requests are refused so decode workers prefill locally")

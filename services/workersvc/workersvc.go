@@ -106,7 +106,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 			return nil, err
 		}
 		s.worker.SetPolicy(func() *workerv1.PrefillPolicy { return policyProto(s.decode.Params()) })
-		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodev1connect.NewDecodeServiceHandler(s.decode, opts...)))
+		handlers = append(handlers, server.Mount(decodev1connect.DecodeServiceName)(decodeHandler(s.decode, opts)))
 	}
 	registerPoolMetrics(env.Registry, eng)
 	registerEventMetrics(env.Registry, eng)
