@@ -155,7 +155,7 @@ func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded [
 		}
 	}
 	ch.win = ties[chosen]
-	return ch, r.prefillByLoad(p, prefillers, cached, promptBlocks), true
+	return ch, r.prefillByLoad(p, prefillers, ch.win.st, cached, promptBlocks), true
 }
 
 // leastOf is the least cost of the workers of list l that are not excluded, the
@@ -228,14 +228,15 @@ func (r *Router) leastByLoad(p Params, l byKey, needFit bool, cached []int32, pr
 // prefillByLoad returns the prefill candidates rankPrefill needs, in id order:
 // the holders, and the least queued of the others, as many as it keeps and every
 // one tying with the last of those (whose cost, the queue term plus the same
-// prefill term, cannot fall along the list).
-func (r *Router) prefillByLoad(p Params, held []candidate, cached []int32, promptBlocks int) []candidate {
+// prefill term, cannot fall along the list). self, the decode worker chosen, is
+// not one of them (rankPrefill).
+func (r *Router) prefillByLoad(p Params, held []candidate, self *state, cached []int32, promptBlocks int) []candidate {
 	out, n := held, 0
 	base := p.PrefillWeight * float64(promptBlocks)
 	last := math.Inf(1)
 	for _, e := range r.lists.prefill {
 		st := r.byRef[e.ref]
-		if cached[e.ref] != 0 || st.excluded == r.requests {
+		if cached[e.ref] != 0 || st.excluded == r.requests || st == self {
 			continue
 		}
 		c := base + e.key

@@ -33,7 +33,7 @@ func TestRankPrefillEqualsSortingAll(t *testing.T) {
 		a := &Router{cfg: Config{BlockSize: 16}, rng: rand.New(rand.NewPCG(seed, 4))}
 		b := &Router{cfg: Config{BlockSize: 16}, rng: rand.New(rand.NewPCG(seed, 4))}
 		for range 3 {
-			got, want := a.rankPrefill(p, cs, 8, 16), b.refRankPrefill(p, refs, 8)
+			got, want := a.rankPrefill(p, cs, nil, 8, 16, nil), b.refRankPrefill(p, refs, 8)
 			if len(got) != len(want) {
 				t.Fatalf("seed %d: %d ranked, want %d", seed, len(got), len(want))
 			}

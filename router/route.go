@@ -153,12 +153,15 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		return nil, err
 	}
 	win := &ch.win
-	resp := &routerv1.RouteResponse{
-		DecodeWorker:       workerProto(win.st.w),
-		PrefillWorkers:     r.rankPrefill(p, prefillers, promptBlocks, bs),
-		DecodeCachedBlocks: uint32(win.cached),
-		Reason:             r.reasonFor(win, promptBlocks, ch.scored, classNames[ch.class], effective),
-	}
+	// The reply in one allocation (reply), and its reason in another: the
+	// decision itself allocates nothing.
+	out := new(reply)
+	resp := &out.msg
+	setWorkerProto(&out.decode, win.st.w)
+	resp.DecodeWorker = &out.decode
+	resp.PrefillWorkers = r.rankPrefill(p, prefillers, win.st, promptBlocks, bs, &out.ranked)
+	resp.DecodeCachedBlocks = uint32(win.cached)
+	resp.Reason = r.reasonFor(win, promptBlocks, ch.scored, classNames[ch.class], effective)
 	if m.GetExplain() {
 		// Before the winner's pending blocks grow: the terms shown are those it won with.
 		resp.Explanation = r.explain(p, effective, gateClass, ch.class, pass.need, pass.decoders, pass.chosen, promptBlocks, bs)
@@ -173,7 +176,18 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	r.gateCounter(ch.class).Inc()
 	r.metrics.cachedBlocks.Observe(float64(win.cached))
 	r.metrics.latency.Observe(time.Since(start).Seconds())
-	return connect.NewResponse(resp), nil
+	out.resp.Msg = resp // as connect.NewResponse does: headers are made when asked for
+	return &out.resp, nil
+}
+
+// reply is everything a route reply is made of, allocated at once: seven objects
+// per decision were four fifths of what the router allocated (the rest is the
+// reason's string).
+type reply struct {
+	resp   connect.Response[routerv1.RouteResponse]
+	msg    routerv1.RouteResponse
+	decode routerv1.Worker
+	ranked rankedReply
 }
 
 // passResult is what the full pass leaves for an explanation.
