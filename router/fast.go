@@ -44,7 +44,7 @@ func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded [
 		if st == nil || st.excluded == r.requests {
 			continue
 		}
-		c := candidate{st: st, cached: cached[ref]}
+		c := candidate{st: st, cached: cached[ref], pos: int32(st.pos)}
 		if st.kind&kindPrefill != 0 {
 			// A lender is both: a prefill candidate and a decode one.
 			prefillers = append(prefillers, c)
@@ -146,7 +146,7 @@ func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded [
 	// In id order, as the full pass meets them, so that the rng draws pick the
 	// same one.
 	if len(ties) > 1 {
-		slices.SortFunc(ties, func(a, b candidate) int { return a.st.pos - b.st.pos })
+		sortByPos(ties)
 	}
 	chosen := 0
 	for i := range ties {
@@ -220,7 +220,7 @@ func (r *Router) leastByLoad(p Params, l byKey, needFit bool, cached []int32, pr
 			lo, out = c, out[:start]
 			bound = c - base + (c+1)*1e-12
 		}
-		out = append(out, candidate{st: st, cost: c, flags: fits})
+		out = append(out, candidate{st: st, cost: c, flags: fits, pos: int32(st.pos)})
 	}
 	return out
 }
@@ -243,12 +243,23 @@ func (r *Router) prefillByLoad(p Params, held []candidate, self *state, cached [
 		if n >= MaxRankedPrefill && c > last {
 			break
 		}
-		out = append(out, candidate{st: st})
+		out = append(out, candidate{st: st, pos: int32(st.pos)})
 		if n++; n == MaxRankedPrefill {
 			last = c
 		}
 	}
-	slices.SortFunc(out, func(a, b candidate) int { return a.st.pos - b.st.pos })
+	sortByPos(out)
 	r.prefills = out
 	return out
+}
+
+// sortByPos puts candidates in id order (state.pos), as the full pass meets them.
+// Those drawn from a list in slot order usually are already: with a hundred idle
+// prefill workers tied, sorting them anyway, reading each one's state, was a
+// tenth of a decision.
+func sortByPos(cs []candidate) {
+	byPos := func(a, b candidate) int { return int(a.pos - b.pos) }
+	if !slices.IsSortedFunc(cs, byPos) {
+		slices.SortFunc(cs, byPos)
+	}
 }

@@ -22,6 +22,7 @@ type candidate struct {
 	st     *state
 	cost   float64
 	cached int32 // leading prompt blocks it holds
+	pos    int32 // st.pos, for sorting candidates in id order without reading st
 	flags  candFlags
 }
 
@@ -222,7 +223,7 @@ func (r *Router) decideByPass(p Params, reqID string, cached []int32, gateClass 
 			r.refuseWeights(st)
 			continue
 		}
-		c := candidate{st: st, cached: cached[st.ref]}
+		c := candidate{st: st, cached: cached[st.ref], pos: int32(st.pos)}
 		if st.kind&kindPrefill != 0 {
 			// A prefill worker, or a lender (it also decodes, below).
 			prefillers = append(prefillers, c)
