@@ -29,8 +29,8 @@ type ranked struct {
 //
 // self, the decode worker chosen (nil: none), is never named: a lender chosen to
 // decode would otherwise be told to send its prompt to itself. The messages are
-// written into into's arrays (a fresh set if nil), which the reply owns.
-func (r *Router) rankPrefill(p Params, ps []candidate, self *state, promptBlocks, blockSize int, into *rankedReply) []*routerv1.RankedWorker {
+// pointed to from into (a fresh array if nil), which the reply owns.
+func (r *Router) rankPrefill(p Params, ps []candidate, self *state, promptBlocks, blockSize int, into *[MaxRankedPrefill]*routerv1.RankedWorker) []*routerv1.RankedWorker {
 	bs := float64(blockSize)
 	// The candidates come in id order, and a cost enters the buffer only below
 	// the last kept: equal costs stay in id order, as a stable sort leaves them.
@@ -74,26 +74,30 @@ func (r *Router) rankPrefill(p Params, ps []candidate, self *state, promptBlocks
 	r.ranked = rs
 	r.shuffleTies(rs, MaxRankedPrefill)
 	n := min(len(rs), MaxRankedPrefill)
-	if into == nil {
-		into = new(rankedReply)
+	if n == 0 {
+		return nil
 	}
+	if into == nil {
+		into = new([MaxRankedPrefill]*routerv1.RankedWorker)
+	}
+	// The messages and their workers in one allocation, of the size needed: a
+	// fleet without prefill workers allocates none.
+	slots := make([]rankedSlot, n)
 	for k := range n {
 		c := ps[rs[k].i]
-		w, m := &into.workers[k], &into.msgs[k]
+		w, m := &slots[k].worker, &slots[k].msg
 		setWorkerProto(w, c.st.w)
 		m.Worker, m.CachedBlocks, m.QueuedTokens = w, uint32(c.cached), c.st.waiting
 		m.Cost, m.QueueCostPerToken = rs[k].cost, p.QueueWeight/bs
-		into.ptrs[k] = m
+		into[k] = m
 	}
-	return into.ptrs[:n:n]
+	return into[:n:n]
 }
 
-// rankedReply holds the ranked prefill workers of one reply, allocated with the
-// rest of it (reply): one object per decision instead of one per message.
-type rankedReply struct {
-	ptrs    [MaxRankedPrefill]*routerv1.RankedWorker
-	msgs    [MaxRankedPrefill]routerv1.RankedWorker
-	workers [MaxRankedPrefill]routerv1.Worker
+// rankedSlot is a ranked prefill worker's message and its worker's.
+type rankedSlot struct {
+	msg    routerv1.RankedWorker
+	worker routerv1.Worker
 }
 
 // shuffleTies puts workers of equal cost in random order, for the groups of ties

@@ -154,8 +154,8 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		return nil, err
 	}
 	win := &ch.win
-	// The reply in one allocation (reply), and its reason in another: the
-	// decision itself allocates nothing.
+	// The reply in one allocation (reply), its ranked prefill workers in another
+	// and its reason in a third: the decision itself allocates nothing.
 	out := new(reply)
 	resp := &out.msg
 	setWorkerProto(&out.decode, win.st.w)
@@ -181,14 +181,14 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	return &out.resp, nil
 }
 
-// reply is everything a route reply is made of, allocated at once: seven objects
-// per decision were four fifths of what the router allocated (the rest is the
-// reason's string).
+// reply is a route reply's fixed part, allocated at once: the ranked prefill
+// workers' messages are allocated as many as there are (rankPrefill), the reason
+// is a string. Seven objects per decision before, three now.
 type reply struct {
 	resp   connect.Response[routerv1.RouteResponse]
 	msg    routerv1.RouteResponse
 	decode routerv1.Worker
-	ranked rankedReply
+	ranked [MaxRankedPrefill]*routerv1.RankedWorker
 }
 
 // passResult is what the full pass leaves for an explanation.
