@@ -231,7 +231,7 @@ func (r *Router) leastByLoad(p Params, l byKey, needFit bool, cached []int32, pr
 // prefill term, cannot fall along the list). self, the decode worker chosen, is
 // not one of them (rankPrefill).
 func (r *Router) prefillByLoad(p Params, held []candidate, self *state, cached []int32, promptBlocks int) []candidate {
-	out, n := held, 0
+	out, n, k := held, 0, len(held)
 	base := p.PrefillWeight * float64(promptBlocks)
 	last := math.Inf(1)
 	for _, e := range r.lists.prefill {
@@ -248,7 +248,7 @@ func (r *Router) prefillByLoad(p Params, held []candidate, self *state, cached [
 			last = c
 		}
 	}
-	sortByPos(out)
+	r.merge = mergeByPos(out, k, r.merge)
 	r.prefills = out
 	return out
 }
@@ -258,8 +258,34 @@ func (r *Router) prefillByLoad(p Params, held []candidate, self *state, cached [
 // prefill workers tied, sorting them anyway, reading each one's state, was a
 // tenth of a decision.
 func sortByPos(cs []candidate) {
-	byPos := func(a, b candidate) int { return int(a.pos - b.pos) }
 	if !slices.IsSortedFunc(cs, byPos) {
 		slices.SortFunc(cs, byPos)
 	}
+}
+
+func byPos(a, b candidate) int { return int(a.pos - b.pos) }
+
+// mergeByPos puts cs in id order when cs[k:] is a run that usually is already
+// (prefillByLoad's walk of a list) and cs[:k] a few others (the holders): each
+// part sorted if it is not, then merged through buf, which it returns grown.
+func mergeByPos(cs []candidate, k int, buf []candidate) []candidate {
+	a, b := cs[:k], cs[k:]
+	sortByPos(a)
+	sortByPos(b)
+	if len(a) == 0 || len(b) == 0 || a[len(a)-1].pos < b[0].pos {
+		return buf
+	}
+	buf = append(buf[:0], a...)
+	i, j, o := 0, 0, 0
+	for i < len(buf) && j < len(b) {
+		// o never passes k+j, so b[j] is read before it is overwritten.
+		if buf[i].pos < b[j].pos {
+			cs[o], i = buf[i], i+1
+		} else {
+			cs[o], j = b[j], j+1
+		}
+		o++
+	}
+	copy(cs[o:], buf[i:])
+	return buf
 }

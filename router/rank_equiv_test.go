@@ -48,3 +48,28 @@ func TestRankPrefillEqualsSortingAll(t *testing.T) {
 		}
 	}
 }
+
+// mergeByPos sorts a few candidates and a run usually in order into id order,
+// whichever part holds what, as sorting all of them does.
+func TestMergeByPosEqualsSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	var buf []candidate
+	for range 2000 {
+		n := rng.IntN(30)
+		perm := rng.Perm(n)
+		cs := make([]candidate, n)
+		for i, p := range perm {
+			cs[i].pos = int32(p)
+		}
+		k := rng.IntN(n + 1)
+		if rng.IntN(2) == 0 {
+			sortByPos(cs[k:]) // the usual case: the list's run already in order
+		}
+		buf = mergeByPos(cs, k, buf)
+		for i := range cs {
+			if cs[i].pos != int32(i) {
+				t.Fatalf("perm %v, k %d: merged %v", perm, k, cs)
+			}
+		}
+	}
+}
