@@ -52,6 +52,7 @@ func TestTailProbe(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	ingested := 0
+	var updates []time.Duration
 	var snapTime time.Duration
 	if os.Getenv("TAIL_INGEST") != "" {
 		// Load reports at 10,000/s (1,000 workers every 100 ms) with a 16-block KV
@@ -87,7 +88,9 @@ func TestTailProbe(t *testing.T) {
 				for range 10 {
 					w := ws[k%len(ws)]
 					k++
+					t0 := time.Now()
 					_ = r.Update(w, &workerv1.WatchEventsResponse{Incarnation: "1", Load: &workerv1.Load{TotalBlocks: 1 << 20, FreeBlocks: 4096, ActiveBlocks: uint32(k % 50)}})
+					updates = append(updates, time.Since(t0))
 					ingested++
 				}
 			}
@@ -133,6 +136,9 @@ func TestTailProbe(t *testing.T) {
 		return fmt.Sprintf("p50 %v p99 %v p999 %v max %v (n %d)", s[len(s)/2], s[len(s)*99/100], s[len(s)*999/1000], s[len(s)-1], len(s))
 	}
 	fmt.Println("ingested", ingested, "snapshot of 1,000 blocks held the lock", snapTime)
+	if len(updates) > 0 {
+		fmt.Println("a load report's Update (lock wait included):", pct(updates))
+	}
 	fmt.Println("all:", pct(lat), "gcs", ms1.NumGC-ms0.NumGC, "heap", ms1.HeapAlloc>>20, "MB")
 	// Per query: the least of its rounds is its work without interference.
 	mins := make([]time.Duration, n)
