@@ -16,7 +16,8 @@ import (
 )
 
 // TestTailProbe is a diagnostic, not a test: it asserts nothing and runs only with
-// TAIL_PROBE=1. It takes BenchmarkRoute's 100 prefill + 900 decode fleet through
+// TAIL_PROBE=1. It takes BenchmarkRoute's 100 prefill + 900 decode fleet
+// (TAIL_FLEET=1024: 1,024 decode workers) through
 // TAIL_ROUNDS rounds (12) of its 256 prompts and prints where the decisions' tail
 // comes from (docs/BENCHMARKS.md, "Where the tail at 1,000 workers comes from"):
 // the least time of each prompt over the rounds (the decision's own work, without
@@ -31,7 +32,11 @@ func TestTailProbe(t *testing.T) {
 	if os.Getenv("TAIL_PROBE") == "" {
 		t.Skip()
 	}
-	r, reqs := benchFleet(t, 1000, 10)
+	workers, prefillEvery := 1000, 10
+	if os.Getenv("TAIL_FLEET") == "1024" {
+		workers, prefillEvery = 1024, 0 // decode workers only
+	}
+	r, reqs := benchFleet(t, workers, prefillEvery)
 	ctx := context.Background()
 	rounds, _ := strconv.Atoi(os.Getenv("TAIL_ROUNDS"))
 	if rounds == 0 {
