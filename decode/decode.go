@@ -219,17 +219,26 @@ func (s *Service) knownPrefill(id string) bool {
 }
 
 // candidates keeps the router's suggestions that discovery knows, in order, and
-// falls back to every known prefill worker when the router suggested none.
+// falls back to every known prefill worker when the router suggested none. The
+// worker itself is never one: a worker that lends prefill finds itself among the
+// prefill workers in discovery, and a remote prefill on itself would only move
+// its own KV through the network.
 func (s *Service) candidates(suggested []*decodev1.PrefillCandidate) []*decodev1.PrefillCandidate {
 	if s.prefill == nil {
 		return nil
 	}
+	self := func(c *decodev1.PrefillCandidate) bool { return c.GetWorkerId() == s.cfg.WorkerID }
 	if len(suggested) > 0 {
+		if slices.ContainsFunc(suggested, self) {
+			suggested = slices.DeleteFunc(slices.Clone(suggested), self)
+		}
 		return suggested
 	}
 	var out []*decodev1.PrefillCandidate
 	for _, id := range s.prefill.IDs() {
-		out = append(out, &decodev1.PrefillCandidate{WorkerId: id})
+		if id != s.cfg.WorkerID {
+			out = append(out, &decodev1.PrefillCandidate{WorkerId: id})
+		}
 	}
 	return out
 }

@@ -392,3 +392,28 @@ func TestImportWithoutBlocksIsRefusedNotPrefilledLocally(t *testing.T) {
 	}
 	waitIdle(t, "decode", eng.Engine)
 }
+
+// A worker that lends prefill is in discovery as a prefill worker, so it finds
+// itself among its own: whether the router names it or discovery lists it, it is
+// never called for its own prompt (which, here, would fail and show among the
+// failed prefill workers).
+func TestSelfIsNeverItsOwnPrefillWorker(t *testing.T) {
+	ctx := context.Background()
+	self := startPrefill(t, newNative(t), "decode-test")
+	self.srv.Close()
+	alive := startPrefill(t, newNative(t), "alive")
+	pf := &staticPrefillers{}
+	pf.add("decode-test", self.client) // startDecode's worker id
+	pf.add("alive", alive.client)
+	node := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 10*time.Second)
+	for i, suggested := range [][]string{{"decode-test", "alive"}, nil} {
+		r, err := generate(t, ctx, node.client, request(fmt.Sprint("r", i), prompt(20+i, 70), 0, 0, suggested...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := r.decision; d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE || d.GetPrefillWorkerId() != "alive" || len(d.GetFailedPrefillWorkerIds()) > 0 {
+			t.Errorf("suggested %v: decision %v, want remote on alive, the worker itself never tried", suggested, d)
+		}
+	}
+	waitIdle(t, "decode", node.eng)
+}

@@ -44,7 +44,7 @@ func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded [
 		if st == nil || st.excluded == r.requests {
 			continue
 		}
-		c := candidate{st: st, cached: cached[ref]}
+		c := candidate{st: st, cached: cached[ref], pos: int32(st.pos)}
 		if st.kind&kindPrefill != 0 {
 			// A lender is both: a prefill candidate and a decode one.
 			prefillers = append(prefillers, c)
@@ -146,7 +146,7 @@ func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded [
 	// In id order, as the full pass meets them, so that the rng draws pick the
 	// same one.
 	if len(ties) > 1 {
-		slices.SortFunc(ties, func(a, b candidate) int { return a.st.pos - b.st.pos })
+		sortByPos(ties)
 	}
 	chosen := 0
 	for i := range ties {
@@ -155,7 +155,7 @@ func (r *Router) decideByLoad(p Params, reqID string, cached []int32, excluded [
 		}
 	}
 	ch.win = ties[chosen]
-	return ch, r.prefillByLoad(p, prefillers, cached, promptBlocks), true
+	return ch, r.prefillByLoad(p, prefillers, ch.win.st, cached, promptBlocks), true
 }
 
 // leastOf is the least cost of the workers of list l that are not excluded, the
@@ -220,7 +220,7 @@ func (r *Router) leastByLoad(p Params, l byKey, needFit bool, cached []int32, pr
 			lo, out = c, out[:start]
 			bound = c - base + (c+1)*1e-12
 		}
-		out = append(out, candidate{st: st, cost: c, flags: fits})
+		out = append(out, candidate{st: st, cost: c, flags: fits, pos: int32(st.pos)})
 	}
 	return out
 }
@@ -228,26 +228,64 @@ func (r *Router) leastByLoad(p Params, l byKey, needFit bool, cached []int32, pr
 // prefillByLoad returns the prefill candidates rankPrefill needs, in id order:
 // the holders, and the least queued of the others, as many as it keeps and every
 // one tying with the last of those (whose cost, the queue term plus the same
-// prefill term, cannot fall along the list).
-func (r *Router) prefillByLoad(p Params, held []candidate, cached []int32, promptBlocks int) []candidate {
-	out, n := held, 0
+// prefill term, cannot fall along the list). self, the decode worker chosen, is
+// not one of them (rankPrefill).
+func (r *Router) prefillByLoad(p Params, held []candidate, self *state, cached []int32, promptBlocks int) []candidate {
+	out, n, k := held, 0, len(held)
 	base := p.PrefillWeight * float64(promptBlocks)
 	last := math.Inf(1)
 	for _, e := range r.lists.prefill {
 		st := r.byRef[e.ref]
-		if cached[e.ref] != 0 || st.excluded == r.requests {
+		if cached[e.ref] != 0 || st.excluded == r.requests || st == self {
 			continue
 		}
 		c := base + e.key
 		if n >= MaxRankedPrefill && c > last {
 			break
 		}
-		out = append(out, candidate{st: st})
+		out = append(out, candidate{st: st, pos: int32(st.pos)})
 		if n++; n == MaxRankedPrefill {
 			last = c
 		}
 	}
-	slices.SortFunc(out, func(a, b candidate) int { return a.st.pos - b.st.pos })
+	r.merge = mergeByPos(out, k, r.merge)
 	r.prefills = out
 	return out
+}
+
+// sortByPos puts candidates in id order (state.pos), as the full pass meets them.
+// Those drawn from a list in slot order usually are already: with a hundred idle
+// prefill workers tied, sorting them anyway, reading each one's state, was a
+// tenth of a decision.
+func sortByPos(cs []candidate) {
+	if !slices.IsSortedFunc(cs, byPos) {
+		slices.SortFunc(cs, byPos)
+	}
+}
+
+func byPos(a, b candidate) int { return int(a.pos - b.pos) }
+
+// mergeByPos puts cs in id order when cs[k:] is a run that usually is already
+// (prefillByLoad's walk of a list) and cs[:k] a few others (the holders): each
+// part sorted if it is not, then merged through buf, which it returns grown.
+func mergeByPos(cs []candidate, k int, buf []candidate) []candidate {
+	a, b := cs[:k], cs[k:]
+	sortByPos(a)
+	sortByPos(b)
+	if len(a) == 0 || len(b) == 0 || a[len(a)-1].pos < b[0].pos {
+		return buf
+	}
+	buf = append(buf[:0], a...)
+	i, j, o := 0, 0, 0
+	for i < len(buf) && j < len(b) {
+		// o never passes k+j, so b[j] is read before it is overwritten.
+		if buf[i].pos < b[j].pos {
+			cs[o], i = buf[i], i+1
+		} else {
+			cs[o], j = b[j], j+1
+		}
+		o++
+	}
+	copy(cs[o:], buf[i:])
+	return buf
 }

@@ -66,7 +66,7 @@ func (r *Router) fleetView() (*routerv1.WatchFleetResponse, <-chan struct{}) {
 		Params: &routerv1.RoutingParams{
 			PrefillWeight: p.PrefillWeight, QueueWeight: p.QueueWeight, Temperature: p.Temperature,
 			IslGate: p.ISLGate, IslThreshold: uint32(p.ISLThreshold), IslThresholdInForce: uint32(r.threshold),
-			IslAdaptive: p.ISLAdaptive, IslMin: uint32(p.ISLMin), IslMax: uint32(p.ISLMax),
+			IslAdaptive: p.ISLAdaptive, IslMin: uint32(p.ISLMin), IslMax: uint32(p.ISLMax), IslItlWeight: p.ISLITLWeight,
 		},
 	}
 	for _, st := range r.order {

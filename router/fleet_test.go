@@ -112,7 +112,8 @@ func TestWatchFleetFollowsTheWorkers(t *testing.T) {
 			if p := fleetWorker(first, prefillP.ID); p.GetLoad().GetWaitingTokens() != 300 || p.GetIndexedBlocks() != 1 || p.GetPrefillPolicy() != nil {
 				t.Errorf("prefill worker in the fleet view: %v", p)
 			}
-			if p := first.GetParams(); p.GetPrefillWeight() != 1 || p.GetIslThreshold() != 1024 || p.GetIslThresholdInForce() != 1024 || p.GetIslGate() {
+			if p := first.GetParams(); p.GetPrefillWeight() != 1 || p.GetIslThreshold() != 1024 || p.GetIslThresholdInForce() != 1024 || p.GetIslGate() ||
+				p.GetIslItlWeight() != router.DefaultParams().ISLITLWeight {
 				t.Errorf("params %v, want the defaults", p)
 			}
 
@@ -120,12 +121,13 @@ func TestWatchFleetFollowsTheWorkers(t *testing.T) {
 			nextUntil(t, recv, "the drain", func(m *routerv1.WatchFleetResponse) bool { return fleetWorker(m, decodeA.ID).GetWorker().GetDraining() })
 
 			p := router.DefaultParams()
-			p.ISLGate, p.ISLThreshold, p.QueueWeight = true, 300, 2.5
+			p.ISLGate, p.ISLThreshold, p.QueueWeight, p.ISLITLWeight = true, 300, 2.5, 0.75
 			if err := r.SetParams(p); err != nil {
 				t.Fatal(err)
 			}
 			nextUntil(t, recv, "new params", func(m *routerv1.WatchFleetResponse) bool {
-				return m.GetParams().GetIslGate() && m.GetParams().GetIslThresholdInForce() == 300 && m.GetParams().GetQueueWeight() == 2.5
+				return m.GetParams().GetIslGate() && m.GetParams().GetIslThresholdInForce() == 300 && m.GetParams().GetQueueWeight() == 2.5 &&
+					m.GetParams().GetIslItlWeight() == 0.75
 			})
 
 			r.Leave(prefillP)

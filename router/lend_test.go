@@ -12,18 +12,23 @@ import (
 // prefill workers with its decode load added to its cost: idle, it shares the
 // first place with an idle prefill worker; busy decoding, it comes last. An
 // aggregated worker that does not lend is never named, and the lender still
-// serves its own traffic as a decode candidate.
+// serves its own traffic as a decode candidate. Chosen to decode, the lender is
+// not named among its own prefill workers: it would send its prompt to itself.
 func TestRoutePrefillLender(t *testing.T) {
 	lender := router.Worker{ID: "agg-lender", Address: "10.0.0.5:7001", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED, LendsPrefill: true}
 	start(t, []router.Worker{decodeA, decodeB, prefillP, lender}, func(t *testing.T, r *router.Router, c client) {
 		for _, explain := range []bool{false, true} { // the load order and the full pass
 			observeLoad(t, r, lender, &workerv1.Load{})
 			first, decoded := map[string]int{}, map[string]int{}
-			const n = 200
+			const n = 300
 			for range n {
 				resp := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64, Explain: explain})
 				ws := resp.GetPrefillWorkers()
-				if len(ws) != 2 {
+				if resp.GetDecodeWorker().GetId() == lender.ID {
+					if len(ws) != 1 || ws[0].GetWorker().GetId() != prefillP.ID {
+						t.Fatalf("explain=%v: the lender decodes and is told to prefill on %v, want the prefill worker alone", explain, ws)
+					}
+				} else if len(ws) != 2 {
 					t.Fatalf("explain=%v: ranked %v, want the prefill worker and the lender", explain, ws)
 				}
 				for _, w := range ws {
@@ -38,8 +43,9 @@ func TestRoutePrefillLender(t *testing.T) {
 					observeLoad(t, r, w, &workerv1.Load{})
 				}
 			}
-			if first[prefillP.ID] < 60 || first[lender.ID] < 60 {
-				t.Errorf("explain=%v: first over %d routes: %v; an idle lender should share it with an idle prefill worker", explain, n, first)
+			if shared := n - decoded[lender.ID]; first[lender.ID] < shared/3 || first[prefillP.ID]-decoded[lender.ID] < shared/3 {
+				t.Errorf("explain=%v: first over %d routes (%d decoded by the lender): %v; an idle lender should share it with an idle prefill worker",
+					explain, n, decoded[lender.ID], first)
 			}
 			if decoded[lender.ID] == 0 {
 				t.Errorf("explain=%v: decode workers chosen %v; the lender should still take decode traffic", explain, decoded)

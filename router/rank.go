@@ -1,6 +1,8 @@
 package router
 
 import (
+	"math"
+
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
 
@@ -24,7 +26,11 @@ type ranked struct {
 // blocks, as it does as a decode candidate. It orders only those: the cheapest few are kept in a short sorted buffer as the
 // costs are worked out, and the workers that tie with the last one kept are then
 // drawn from fairly (shuffleTies), as if the whole pool had been sorted.
-func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize int) []*routerv1.RankedWorker {
+//
+// self, the decode worker chosen (nil: none), is never named: a lender chosen to
+// decode would otherwise be told to send its prompt to itself. The messages are
+// pointed to from into (a fresh array if nil), which the reply owns.
+func (r *Router) rankPrefill(p Params, ps []candidate, self *state, promptBlocks, blockSize int, into *[MaxRankedPrefill]*routerv1.RankedWorker) []*routerv1.RankedWorker {
 	bs := float64(blockSize)
 	// The candidates come in id order, and a cost enters the buffer only below
 	// the last kept: equal costs stay in id order, as a stable sort leaves them.
@@ -32,6 +38,11 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize i
 	rs := r.ranked[:0]
 	for i := range ps {
 		c := &ps[i]
+		if c.st == self {
+			// Never a cost that ties: the gathering of ties below skips it too.
+			c.cost = math.NaN()
+			continue
+		}
 		c.cost = p.PrefillWeight*float64(promptBlocks-int(c.cached)) + prefillLoad(p, c.st)
 		x := c.cost
 		if len(rs) == MaxRankedPrefill && x >= rs[len(rs)-1].cost {
@@ -63,20 +74,30 @@ func (r *Router) rankPrefill(p Params, ps []candidate, promptBlocks, blockSize i
 	r.ranked = rs
 	r.shuffleTies(rs, MaxRankedPrefill)
 	n := min(len(rs), MaxRankedPrefill)
-	out := make([]*routerv1.RankedWorker, n)
-	// One allocation for all the messages, one for all their workers: fewer
-	// objects, less of the GC in the decisions' tail.
-	msgs, workers := make([]routerv1.RankedWorker, n), make([]routerv1.Worker, n)
+	if n == 0 {
+		return nil
+	}
+	if into == nil {
+		into = new([MaxRankedPrefill]*routerv1.RankedWorker)
+	}
+	// The messages and their workers in one allocation, of the size needed: a
+	// fleet without prefill workers allocates none.
+	slots := make([]rankedSlot, n)
 	for k := range n {
 		c := ps[rs[k].i]
-		setWorkerProto(&workers[k], c.st.w)
-		msgs[k] = routerv1.RankedWorker{
-			Worker: &workers[k], CachedBlocks: uint32(c.cached), QueuedTokens: c.st.waiting,
-			Cost: rs[k].cost, QueueCostPerToken: p.QueueWeight / bs,
-		}
-		out[k] = &msgs[k]
+		w, m := &slots[k].worker, &slots[k].msg
+		setWorkerProto(w, c.st.w)
+		m.Worker, m.CachedBlocks, m.QueuedTokens = w, uint32(c.cached), c.st.waiting
+		m.Cost, m.QueueCostPerToken = rs[k].cost, p.QueueWeight/bs
+		into[k] = m
 	}
-	return out
+	return into[:n:n]
+}
+
+// rankedSlot is a ranked prefill worker's message and its worker's.
+type rankedSlot struct {
+	msg    routerv1.RankedWorker
+	worker routerv1.Worker
 }
 
 // shuffleTies puts workers of equal cost in random order, for the groups of ties

@@ -33,7 +33,7 @@ func TestRankPrefillEqualsSortingAll(t *testing.T) {
 		a := &Router{cfg: Config{BlockSize: 16}, rng: rand.New(rand.NewPCG(seed, 4))}
 		b := &Router{cfg: Config{BlockSize: 16}, rng: rand.New(rand.NewPCG(seed, 4))}
 		for range 3 {
-			got, want := a.rankPrefill(p, cs, 8, 16), b.refRankPrefill(p, refs, 8)
+			got, want := a.rankPrefill(p, cs, nil, 8, 16, nil), b.refRankPrefill(p, refs, 8)
 			if len(got) != len(want) {
 				t.Fatalf("seed %d: %d ranked, want %d", seed, len(got), len(want))
 			}
@@ -44,6 +44,31 @@ func TestRankPrefillEqualsSortingAll(t *testing.T) {
 			}
 			if a.rng.Uint64() != b.rng.Uint64() {
 				t.Fatalf("seed %d: the rng drifted", seed)
+			}
+		}
+	}
+}
+
+// mergeByPos sorts a few candidates and a run usually in order into id order,
+// whichever part holds what, as sorting all of them does.
+func TestMergeByPosEqualsSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	var buf []candidate
+	for range 2000 {
+		n := rng.IntN(30)
+		perm := rng.Perm(n)
+		cs := make([]candidate, n)
+		for i, p := range perm {
+			cs[i].pos = int32(p)
+		}
+		k := rng.IntN(n + 1)
+		if rng.IntN(2) == 0 {
+			sortByPos(cs[k:]) // the usual case: the list's run already in order
+		}
+		buf = mergeByPos(cs, k, buf)
+		for i := range cs {
+			if cs[i].pos != int32(i) {
+				t.Fatalf("perm %v, k %d: merged %v", perm, k, cs)
 			}
 		}
 	}

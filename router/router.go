@@ -178,6 +178,7 @@ type Router struct {
 	reason   []byte
 	excluded []*state
 	ties     []candidate
+	merge    []candidate
 	// lists keeps the workers ordered by load, for the decision by load order.
 	lists loadOrder
 	// modelCount counts the workers in order by model number.

@@ -783,8 +783,11 @@ type RoutingParams struct {
 	IslAdaptive         bool   `protobuf:"varint,7,opt,name=isl_adaptive,json=islAdaptive,proto3" json:"isl_adaptive,omitempty"`
 	IslMin              uint32 `protobuf:"varint,8,opt,name=isl_min,json=islMin,proto3" json:"isl_min,omitempty"`
 	IslMax              uint32 `protobuf:"varint,9,opt,name=isl_max,json=islMax,proto3" json:"isl_max,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What the adaptive comparison charges the local class for the stall its
+	// prefill inflicts on the sequences decoding beside it (Params.ISLITLWeight).
+	IslItlWeight  float64 `protobuf:"fixed64,10,opt,name=isl_itl_weight,json=islItlWeight,proto3" json:"isl_itl_weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoutingParams) Reset() {
@@ -876,6 +879,13 @@ func (x *RoutingParams) GetIslMin() uint32 {
 func (x *RoutingParams) GetIslMax() uint32 {
 	if x != nil {
 		return x.IslMax
+	}
+	return 0
+}
+
+func (x *RoutingParams) GetIslItlWeight() float64 {
+	if x != nil {
+		return x.IslItlWeight
 	}
 	return 0
 }
@@ -1017,7 +1027,7 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x06routed\x18\x05 \x01(\x04R\x06routed\x12F\n" +
 	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\x12 \n" +
 	"\fno_kv_events\x18\a \x01(\bR\n" +
-	"noKvEvents\"\xc5\x02\n" +
+	"noKvEvents\"\xeb\x02\n" +
 	"\rRoutingParams\x12%\n" +
 	"\x0eprefill_weight\x18\x01 \x01(\x01R\rprefillWeight\x12!\n" +
 	"\fqueue_weight\x18\x02 \x01(\x01R\vqueueWeight\x12 \n" +
@@ -1027,7 +1037,9 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x16isl_threshold_in_force\x18\x06 \x01(\rR\x13islThresholdInForce\x12!\n" +
 	"\fisl_adaptive\x18\a \x01(\bR\vislAdaptive\x12\x17\n" +
 	"\aisl_min\x18\b \x01(\rR\x06islMin\x12\x17\n" +
-	"\aisl_max\x18\t \x01(\rR\x06islMax\"\xc8\x01\n" +
+	"\aisl_max\x18\t \x01(\rR\x06islMax\x12$\n" +
+	"\x0eisl_itl_weight\x18\n" +
+	" \x01(\x01R\fislItlWeight\"\xc8\x01\n" +
 	"\x12WatchFleetResponse\x127\n" +
 	"\aworkers\x18\x01 \x03(\v2\x1d.tandem.router.v1.FleetWorkerR\aworkers\x127\n" +
 	"\x06params\x18\x02 \x01(\v2\x1f.tandem.router.v1.RoutingParamsR\x06params\x12\x1d\n" +
