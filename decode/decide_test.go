@@ -108,6 +108,10 @@ func TestParamsValidate(t *testing.T) {
 		{Policy: PolicyLoad, LocalMaxKVUsage: 1.5},
 		{Policy: PolicySLO, TTFTSLOMs: 0, TPOTSLOMs: 30},
 		{Policy: PolicySLO, TTFTSLOMs: 2000},
+		{Policy: PolicySLO, TTFTSLOMs: 2000, TPOTSLOMs: 0, TBTSLOMs: 0},
+		{Policy: PolicySLO, TTFTSLOMs: 0, TBTSLOMs: 100},
+		{Policy: PolicyThreshold, TBTSLOMs: -1},
+		{Policy: PolicyThreshold, TBTSLOMs: math.NaN()},
 		{Policy: PolicyThreshold, TTFTSLOMs: -1},
 		{Policy: PolicyThreshold, TPOTSLOMs: math.NaN()},
 		{Policy: PolicyThreshold, TPOTSLOMs: math.Inf(1)},
@@ -118,6 +122,9 @@ func TestParamsValidate(t *testing.T) {
 	}
 	if err := (Params{Policy: PolicySLO, TTFTSLOMs: 500, TPOTSLOMs: 7.5}).Validate(); err != nil {
 		t.Errorf("good slo params: %v", err)
+	}
+	if err := (Params{Policy: PolicySLO, TTFTSLOMs: 30000, TBTSLOMs: 100}).Validate(); err != nil {
+		t.Errorf("slo with TBT and no TPOT: %v", err)
 	}
 	if err := (Params{Policy: PolicyCost, ShortPrefillThreshold: 256, ITLWeight: 0.25}).Validate(); err != nil {
 		t.Errorf("good params: %v", err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -164,7 +165,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)
 	if p.Policy == PolicySLO {
 		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, sit.est.LocalLine.Fixed)
-		if sit.slack.decoding > sit.slack.lost {
+		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
 			s.metrics.tpotSlack.Set(sit.slack.min)
 		}
 	}

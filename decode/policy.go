@@ -67,6 +67,11 @@ type Params struct {
 	// time to first token, and the mean gap between the later tokens.
 	TTFTSLOMs float64 `json:"ttft_slo_ms"`
 	TPOTSLOMs float64 `json:"tpot_slo_ms"`
+	// TBTSLOMs is the slo policy's objective for the Mooncake paper's time
+	// between tokens (the mean of a request's longest tenth of gaps), in ms of
+	// the same clock; 0 leaves it out. With it set, TPOTSLOMs may be 0 (off):
+	// TBT bounds the stalls TPOT averages away.
+	TBTSLOMs float64 `json:"tbt_slo_ms"`
 }
 
 // DefaultParams are the decision's parameters unless flags or Consul KV say
@@ -106,13 +111,16 @@ func (p Params) Validate() error {
 	for _, slo := range []struct {
 		name string
 		v    float64
-	}{{"ttft_slo_ms", p.TTFTSLOMs}, {"tpot_slo_ms", p.TPOTSLOMs}} {
+	}{{"ttft_slo_ms", p.TTFTSLOMs}, {"tpot_slo_ms", p.TPOTSLOMs}, {"tbt_slo_ms", p.TBTSLOMs}} {
 		if !(slo.v >= 0 && slo.v <= 3.6e6) {
 			return fmt.Errorf("%s %g: want milliseconds in [0, 3600000]", slo.name, slo.v)
 		}
-		if p.Policy == PolicySLO && slo.v == 0 {
-			return fmt.Errorf("%s: the slo policy needs it above 0", slo.name)
-		}
+	}
+	if p.Policy == PolicySLO && p.TTFTSLOMs == 0 {
+		return fmt.Errorf("ttft_slo_ms: the slo policy needs it above 0")
+	}
+	if p.Policy == PolicySLO && p.TPOTSLOMs == 0 && p.TBTSLOMs == 0 {
+		return fmt.Errorf("tpot_slo_ms, tbt_slo_ms: the slo policy needs at least one of them above 0")
 	}
 	if p.ITLWeight < 0 || math.IsNaN(p.ITLWeight) || p.ITLWeight > 100 {
 		return fmt.Errorf("itl_weight %g: want a number in [0, 100]", p.ITLWeight)

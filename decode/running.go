@@ -118,7 +118,10 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, fallbackStep float64) sl
 			continue // done, or a single token: no TPOT
 		}
 		elapsed := float64(now.UnixNano()-q.first) / 1e9
-		sl := tpot*float64(q.emitted+remaining-1) - elapsed - float64(remaining)*out.step
+		sl := math.Inf(1) // no TPOT objective (tpot 0): no budget from it
+		if tpot > 0 {
+			sl = tpot*float64(q.emitted+remaining-1) - elapsed - float64(remaining)*out.step
+		}
 		if sl < 0 || float64(q.first-q.start)/1e9 > ttft {
 			out.lost++
 			continue

@@ -41,7 +41,9 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	fits := idle || (s.slack.decoding > s.slack.lost && stall <= budget)
 	remoteMisses := s.est.RemoteWarm && s.est.Remote > ttft
 	tpotDetail := "no sequence decoding here has a TPOT left to keep"
-	if s.slack.decoding > s.slack.lost {
+	if p.TPOTSLOMs == 0 {
+		tpotDetail = "no TPOT objective"
+	} else if s.slack.decoding > s.slack.lost {
 		tpotDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
 			100*sloSlackShare, s.slack.min*1e3, s.slack.decoding, s.slack.lost, s.slack.emitted, s.slack.remaining, s.slack.step*1e3, p.TPOTSLOMs)
 	} else if s.slack.decoding > 0 {

@@ -136,7 +136,9 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 	fs.Float64Var(&d.Params.TTFTSLOMs, "ttft-slo-ms", d.Params.TTFTSLOMs,
 		"decode mode, slo policy: time-to-first-token objective in ms of this worker's clock (a sim engine's: modelled ms x --sim-time-scale)")
 	fs.Float64Var(&d.Params.TPOTSLOMs, "tpot-slo-ms", d.Params.TPOTSLOMs,
-		"decode mode, slo policy: objective for the mean gap between a request's tokens after the first, in ms of this worker's clock")
+		"decode mode, slo policy: objective for the mean gap between a request's tokens after the first, in ms of this worker's clock (0: off, with --tbt-slo-ms set)")
+	fs.Float64Var(&d.Params.TBTSLOMs, "tbt-slo-ms", d.Params.TBTSLOMs,
+		"decode mode, slo policy: objective for the Mooncake paper's time between tokens, the mean of a request's longest tenth of gaps, in ms of this worker's clock (0: off)")
 	fs.DurationVar(&d.MinRemoteDeadline, "remote-deadline-min", d.MinRemoteDeadline,
 		"decode mode: least time a remote prefill is given (the deadline is 3x its estimate + 1s)")
 	fs.DurationVar(&d.MaxRemoteDeadline, "remote-deadline-max", d.MaxRemoteDeadline, "decode mode: most time a remote prefill is given before falling back")

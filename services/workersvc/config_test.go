@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/consul"
 )
 
@@ -32,6 +33,31 @@ func TestSLOPolicyParams(t *testing.T) {
 	cfg = parse("--policy", "slo", "--tpot-slo-ms", "0")
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "tpot_slo_ms") {
 		t.Errorf("slo with no TPOT objective: %v", err)
+	}
+	// TBT alone is an inter-token objective enough, from a flag or TANDEM_TBT_SLO_MS.
+	cfg = parse("--policy", "slo", "--ttft-slo-ms", "30000", "--tpot-slo-ms", "0", "--tbt-slo-ms", "100")
+	if p := cfg.Decode.Params; p.TBTSLOMs != 100 || p.TPOTSLOMs != 0 {
+		t.Errorf("tbt flag: %+v", p)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("slo with TBT and no TPOT: %v", err)
+	}
+	var envCfg Config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	envCfg.RegisterFlags(fs, "decode")
+	env := map[string]string{"TANDEM_TBT_SLO_MS": "80"}
+	if err := services.ApplyEnv(fs, func(k string) string { return env[k] }); err != nil || envCfg.Decode.Params.TBTSLOMs != 80 {
+		t.Errorf("TANDEM_TBT_SLO_MS=80: %v, tbt %g", err, envCfg.Decode.Params.TBTSLOMs)
+	}
+	if p, err := consul.Overlay(decode.DefaultParams(), []byte(`{"policy":"slo","ttft_slo_ms":30000,"tpot_slo_ms":0,"tbt_slo_ms":100}`),
+		decode.Params.Validate); err != nil || p.TBTSLOMs != 100 {
+		t.Errorf("Consul KV tbt_slo_ms: %+v, %v", p, err)
+	}
+	for _, bad := range []string{`{"policy":"slo","tbt_slo_ms":-1}`, `{"policy":"slo","tbt_slo":100}`,
+		`{"policy":"slo","tpot_slo_ms":0,"tbt_slo_ms":0}`} {
+		if _, err := consul.Overlay(decode.DefaultParams(), []byte(bad), decode.Params.Validate); err == nil {
+			t.Errorf("Consul KV %s accepted", bad)
+		}
 	}
 	p, err := consul.Overlay(decode.DefaultParams(), []byte(`{"policy":"slo","ttft_slo_ms":500,"tpot_slo_ms":7.5}`), decode.Params.Validate)
 	if err != nil || p.Policy != decode.PolicySLO || p.TTFTSLOMs != 500 || p.TPOTSLOMs != 7.5 {
