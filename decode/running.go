@@ -9,8 +9,8 @@ import (
 )
 
 // live is what this worker knows of one sequence it streams: when its first
-// token went out, how many it has sent, how many it may send, and the recent gap
-// between its tokens. Only its own pump writes it; decisions read it.
+// token went out, how many it has sent, how many it may send, the recent gap
+// between its tokens and its longest gaps. Only its own pump writes it; decisions read it.
 type live struct {
 	start     time.Time    // when Generate began
 	maxTokens int          // the most tokens it may emit; 0: unknown
@@ -18,6 +18,8 @@ type live struct {
 	last      atomic.Int64 // unix nanoseconds of the latest token
 	emitted   atomic.Int64
 	gap       atomic.Uint64 // float64 bits: EWMA of the gap between tokens, seconds
+	mu        sync.Mutex    // guards gaps: written by the pump, read by decisions
+	gaps      topGaps       // its longest gaps, as many as its TBT averages
 }
 
 // token records a token sent at now.
@@ -27,6 +29,9 @@ func (s *live) token(now time.Time) {
 		s.first.Store(ns)
 	} else {
 		g := float64(ns-s.last.Load()) / 1e9
+		s.mu.Lock()
+		s.gaps.add(g)
+		s.mu.Unlock()
 		if old := math.Float64frombits(s.gap.Load()); old > 0 {
 			g = old + 0.2*(g-old)
 		}
@@ -42,7 +47,7 @@ type liveStreams struct {
 }
 
 func (ss *liveStreams) add(start time.Time, maxTokens int) (s *live, remove func()) {
-	s = &live{start: start, maxTokens: maxTokens}
+	s = &live{start: start, maxTokens: maxTokens, gaps: newTopGaps(tbtCapacity(maxTokens))}
 	ss.mu.Lock()
 	if ss.set == nil {
 		ss.set = map[*live]struct{}{}
