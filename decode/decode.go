@@ -164,7 +164,10 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	kvBytes := ((len(ereq.Prompt)+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
 	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)
 	if p.Policy == PolicySLO {
-		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, sit.est.LocalLine.Fixed)
+		// The prompts waiting here are prefilled first, in the same steps: the
+		// stall (est.Local) is theirs and this one's, and so are its steps.
+		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local}
+		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
 		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
 			s.metrics.tpotSlack.Set(sit.slack.min)
 		}

@@ -61,16 +61,36 @@ func (ss *liveStreams) add(start time.Time, maxTokens int) (s *live, remove func
 	}
 }
 
-// slack is the TPOT budget of the sequences decoding here.
+// slack is the TPOT and TBT budget of the sequences decoding here.
 type slack struct {
 	decoding int // sequences past their first token
 	// lost are those of them that miss an SLO whatever is decided now: their
-	// first token came after the TTFT objective, or their slack is below 0.
+	// first token came after the TTFT objective, their TPOT slack is below 0,
+	// or their TBT with no further stall is above the objective.
 	lost int
 	min  float64 // seconds; +Inf when no sequence has a TPOT to keep
 	step float64 // the step time assumed for their remaining tokens, seconds
 	// emitted and remaining are the tightest sequence's.
 	emitted, remaining int
+
+	// tbt is the highest TBT projected, with the stretch, among the sequences
+	// not lost (seconds; 0 with none, or no TBT objective); tbtK, tbtEmitted,
+	// tbtRemaining and stretched (how many of its gaps the stretch lengthens)
+	// are that sequence's.
+	tbt                                       float64
+	tbtK, tbtEmitted, tbtRemaining, stretched int
+	// steps and gap are the stretch as projected: steps engine steps of gap
+	// seconds each.
+	steps int
+	gap   float64
+}
+
+// stretch is what a local prefill does to the sequences decoding beside it:
+// it runs in steps engine steps (a chunk of at most the step's token budget
+// each) that together take stall seconds, est.Local.
+type stretch struct {
+	steps int
+	stall float64
 }
 
 // slack is, for each sequence past its first token, how many seconds of stall
@@ -84,13 +104,27 @@ type slack struct {
 // sequence whose max_tokens is unknown is assumed to have one token left (the
 // stall may hit it without the rest of its answer to amortize it), and one whose
 // stop token comes before max_tokens has its slack overstated by the tokens it
-// will not emit. A sequence that misses an SLO whatever is decided (its TTFT
-// above ttft, or its slack already below 0) is counted as lost and does not
-// set the least: holding every local prefill back for a request that cannot
-// meet its objectives any more would cost the others theirs and save nothing.
-func (ss *liveStreams) slack(now time.Time, ttft, tpot, fallbackStep float64) slack {
+// will not emit.
+//
+// With a TBT objective (tbt > 0) it also projects each sequence's final TBT
+// (projectTBT) were the stretch to come now: its kept longest gaps, st.steps
+// stretched gaps (at most one per token it has left) and plain steps for the
+// rest; and keeps the highest. A stretched gap is the whole step's time,
+// stall/steps, not a plain step plus that: the local line is fitted to the
+// time of the steps a prefill ran in, decode batch included (Estimator.local),
+// so it already holds the plain step; never less than a plain step though. An
+// engine that reports no step budget (Chunk 0) gives one step: the whole stall
+// in one gap, the worst case.
+//
+// A sequence that misses an SLO whatever is decided (its TTFT above ttft, its
+// TPOT slack already below 0, or its TBT above tbt with no stall at all) is
+// counted as lost and sets no budget: holding every local prefill back for a
+// request that cannot meet its objectives any more would cost the others
+// theirs and save nothing.
+func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float64, st stretch) slack {
 	ss.mu.Lock()
 	type seq struct {
+		lv              *live
 		start, first    int64
 		emitted, budget int
 		gap             float64
@@ -102,7 +136,7 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, fallbackStep float64) sl
 		if e == 0 {
 			continue
 		}
-		q := seq{start: s.start.UnixNano(), first: s.first.Load(), emitted: e, budget: s.maxTokens, gap: math.Float64frombits(s.gap.Load())}
+		q := seq{lv: s, start: s.start.UnixNano(), first: s.first.Load(), emitted: e, budget: s.maxTokens, gap: math.Float64frombits(s.gap.Load())}
 		seqs = append(seqs, q)
 		if q.gap > 0 {
 			gaps = append(gaps, q.gap)
@@ -113,6 +147,9 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, fallbackStep float64) sl
 	if len(gaps) > 0 {
 		slices.Sort(gaps)
 		out.step = gaps[len(gaps)/2]
+	}
+	if st.steps > 0 {
+		out.steps, out.gap = st.steps, max(out.step, st.stall/float64(st.steps))
 	}
 	for _, q := range seqs {
 		remaining := 1
@@ -127,12 +164,26 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, fallbackStep float64) sl
 		if tpot > 0 {
 			sl = tpot*float64(q.emitted+remaining-1) - elapsed - float64(remaining)*out.step
 		}
-		if sl < 0 || float64(q.first-q.start)/1e9 > ttft {
+		var plain, stretched float64
+		var k, n int
+		if tbt > 0 {
+			k = tbtK(q.emitted - 1 + remaining)
+			n = min(out.steps, remaining)
+			q.lv.mu.Lock()
+			top, observed := q.lv.gaps.g, q.lv.gaps.n
+			plain = projectTBT(top, observed, k, 0, 0, remaining, out.step)
+			stretched = projectTBT(top, observed, k, n, out.gap, remaining-n, out.step)
+			q.lv.mu.Unlock()
+		}
+		if sl < 0 || float64(q.first-q.start)/1e9 > ttft || plain > tbt && tbt > 0 {
 			out.lost++
 			continue
 		}
 		if sl < out.min {
 			out.min, out.emitted, out.remaining = sl, q.emitted, remaining
+		}
+		if tbt > 0 && stretched > out.tbt {
+			out.tbt, out.tbtK, out.tbtEmitted, out.tbtRemaining, out.stretched = stretched, k, q.emitted, remaining, n
 		}
 	}
 	return out

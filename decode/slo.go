@@ -7,12 +7,23 @@ import "fmt"
 // prefills will bring before those sequences end.
 const sloSlackShare = 0.5
 
+// sloTBTShare is the share of the TBT objective a sequence's projected TBT may
+// reach with a local prefill's stall: the projection takes every later gap as
+// a plain step, but prompts that come after this one will stretch some of them
+// too, and the stall itself is an estimate; a fifth is kept for both. Not half,
+// as for TPOT: the TBT projection already charges the stall gap by gap, at
+// full height, to the longest gaps the objective averages.
+const sloTBTShare = 0.8
+
 // slo is the slo policy. A local prefill stalls every sequence decoding here for
 // about as long as it takes, together with the prompts already waiting here
 // (they are prefilled first, in the same steps): est.Local, the fitted
 // fixed cost per engine step plus the cost per token. It goes local when that
 // stall fits within sloSlackShare of the least TPOT slack among the sequences
-// decoding here, and its own TTFT estimate meets the objective, or the remote
+// decoding here, and (with a TBT objective) no such sequence's projected TBT
+// goes past sloTBTShare of it (liveStreams.slack: a stall the mean gap absorbs
+// can still fill the longest tenth of gaps the TBT averages), and its own
+// TTFT estimate meets the objective, or the remote
 // one does not meet it either (local then keeps the prefill pool for prompts it
 // can still serve in time). Otherwise remote: the TPOT of the sequences already
 // decoding comes before the TTFT of the new one.
@@ -38,7 +49,10 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	// worker idle: while every sequence here is lost there is nothing to budget
 	// a stall against, and prefilling here anyway (the first trace run did)
 	// feeds on itself, each stall pushing more sequences past their TPOT.
-	fits := idle || (s.slack.decoding > s.slack.lost && stall <= budget)
+	alive := s.slack.decoding > s.slack.lost
+	fits := idle || (alive && stall <= budget)
+	tbt := sloTBTShare * p.TBTSLOMs / 1e3
+	tbtFits := idle || (alive && s.slack.tbt <= tbt)
 	remoteMisses := s.est.RemoteWarm && s.est.Remote > ttft
 	tpotDetail := "no sequence decoding here has a TPOT left to keep"
 	if p.TPOTSLOMs == 0 {
@@ -49,6 +63,9 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	} else if s.slack.decoding > 0 {
 		tpotDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.decoding)
 	}
+	if p.TBTSLOMs > 0 {
+		tpotDetail += "; " + tbtDetail(p, s.slack)
+	}
 	remote := fmt.Sprintf("%.1fms (queue %.1fms)", s.est.Remote*1e3, s.est.RemoteQueue*1e3)
 	if !s.est.RemoteWarm {
 		remote = "not measured yet, taken as met"
@@ -56,8 +73,10 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	detail := fmt.Sprintf("stall %.1fms (%d queued + %d effective tokens at %s) vs %s; TTFT local %.1fms, remote %s, SLO %.0fms",
 		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, tpotDetail, s.est.Local*1e3, remote, p.TTFTSLOMs)
 	switch {
-	case !fits:
+	case p.TPOTSLOMs > 0 && !fits:
 		return choice{remote: true, reason: "slo_remote_tpot_budget", detail: detail}
+	case p.TBTSLOMs > 0 && !tbtFits:
+		return choice{remote: true, reason: "slo_remote_tbt_budget", detail: detail}
 	case s.est.Local <= ttft:
 		return choice{reason: "slo_local_fits", detail: detail}
 	case remoteMisses:
@@ -65,4 +84,18 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	default:
 		return choice{remote: true, reason: "slo_remote_ttft", detail: detail}
 	}
+}
+
+// tbtDetail explains the TBT rule: the tightest sequence's projection against
+// the objective, and the stretch it assumes.
+func tbtDetail(p Params, sl slack) string {
+	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (plain %.2fms)", sl.steps, sl.gap*1e3, sl.step*1e3)
+	switch {
+	case sl.decoding == 0:
+		return "TBT: nothing decoding here; " + stretch
+	case sl.decoding == sl.lost:
+		return fmt.Sprintf("TBT: all %d sequences decoding here miss an SLO already; %s", sl.decoding, stretch)
+	}
+	return fmt.Sprintf("TBT: the tightest projects %.1fms vs %.0f%% of the TBT SLO %.0fms (mean of its longest %d gaps; %d emitted, %d left, "+
+		"%d gaps stretched); %s", sl.tbt*1e3, 100*sloTBTShare, p.TBTSLOMs, sl.tbtK, sl.tbtEmitted, sl.tbtRemaining, sl.stretched, stretch)
 }

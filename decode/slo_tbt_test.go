@@ -1,0 +1,128 @@
+package decode
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// tbtWorker is a decode worker's live streams under the slo policy with only
+// TTFT and TBT objectives (the Mooncake paper's 30 s and 100 ms), a plain step
+// of 10 ms and an engine step budget of 2,048 tokens.
+type tbtWorker struct {
+	t   *testing.T
+	ss  liveStreams
+	now time.Time
+}
+
+func newTBTWorker(t *testing.T) *tbtWorker { return &tbtWorker{t: t, now: time.Unix(1000, 0)} }
+
+// decoding starts a sequence of maxTokens that has emitted one token then one
+// per gap (milliseconds), ending now.
+func (w *tbtWorker) decoding(maxTokens int, gapsMS ...float64) {
+	var total time.Duration
+	for _, g := range gapsMS {
+		total += time.Duration(g * float64(time.Millisecond))
+	}
+	first := w.now.Add(-total)
+	lv, _ := w.ss.add(first.Add(-100*time.Millisecond), maxTokens)
+	at := first
+	lv.token(at)
+	for _, g := range gapsMS {
+		at = at.Add(time.Duration(g * float64(time.Millisecond)))
+		lv.token(at)
+	}
+}
+
+// decide asks for a local prefill of tokens that stalls for stall seconds.
+func (w *tbtWorker) decide(tokens int, stall float64) choice {
+	p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+	if err := p.Validate(); err != nil {
+		w.t.Fatal(err)
+	}
+	est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: stall, LocalPrefill: stall, Remote: 1, Chunk: 2048}
+	s := situation{prompt: tokens, est: est}
+	s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, 0.01, stretch{steps: chunks(tokens, est.Chunk), stall: stall})
+	return decide(p, s)
+}
+
+func gaps(n int, ms float64) []float64 {
+	g := make([]float64, n)
+	for i := range g {
+		g[i] = ms
+	}
+	return g
+}
+
+func wantChoice(t *testing.T, name string, c choice, remote bool, reason string) {
+	t.Helper()
+	if c.remote != remote || c.reason != reason {
+		t.Errorf("%s: remote=%v %q (%s), want remote=%v %q", name, c.remote, c.reason, c.detail, remote, reason)
+	}
+}
+
+// An 8,192-token prompt stalls the batch for 4 steps of 90 ms. A sequence of
+// 101 tokens (TBT: the mean of its 10 longest gaps) that has decoded at 10 ms
+// takes it: (4·90 + 6·10)/10 = 42 ms. One that already had 8 gaps of 90 ms
+// (74 ms, within the objective) would end at 90 ms, past 80 % of it: remote.
+// Its mean gap stays far below 100 ms either way, which is why TPOT let it be.
+func TestSLOTBTSeesPastStalls(t *testing.T) {
+	fresh := newTBTWorker(t)
+	fresh.decoding(101, gaps(40, 10)...)
+	c := fresh.decide(8192, 0.36)
+	wantChoice(t, "fresh", c, false, "slo_local_fits")
+	if !strings.Contains(c.detail, "projects 42.0ms") || !strings.Contains(c.detail, "4 steps of 90.0ms") {
+		t.Errorf("detail %q: want the projected TBT 42.0ms and the 4 steps of 90.0ms", c.detail)
+	}
+	scarred := newTBTWorker(t)
+	scarred.decoding(101, append(gaps(32, 10), gaps(8, 90)...)...)
+	c = scarred.decide(8192, 0.36)
+	wantChoice(t, "after 8 long gaps", c, true, "slo_remote_tbt_budget")
+	if !strings.Contains(c.detail, "projects 90.0ms") {
+		t.Errorf("detail %q: want the projected TBT 90.0ms", c.detail)
+	}
+}
+
+// The same stall is 4 of the 100 longest gaps of a 1,001-token answer but 2
+// of 2 of a 21-token one: the short one refuses it.
+func TestSLOTBTShortOutputsAreSensitive(t *testing.T) {
+	long := newTBTWorker(t)
+	long.decoding(1001, gaps(4, 10)...)
+	wantChoice(t, "1,001 tokens", long.decide(8192, 0.36), false, "slo_local_fits")
+	short := newTBTWorker(t)
+	short.decoding(21, gaps(4, 10)...)
+	wantChoice(t, "21 tokens", short.decide(8192, 0.36), true, "slo_remote_tbt_budget")
+	// A single step's stall is one of its two longest gaps: (90 + 10)/2.
+	wantChoice(t, "21 tokens, one step", short.decide(2048, 0.09), false, "slo_local_fits")
+}
+
+// Nothing decoding here: any stall is nobody's, whatever its length.
+func TestSLOTBTIdleGoesLocal(t *testing.T) {
+	wantChoice(t, "idle", newTBTWorker(t).decide(100000, 5), false, "slo_local_fits")
+}
+
+// A sequence past the objective already (its two longest gaps 150 ms) sets no
+// budget: the stall goes to the one that can still meet it. But a worker
+// whose every sequence is lost does not stall them further.
+func TestSLOTBTLostSequencesSetNoBudget(t *testing.T) {
+	w := newTBTWorker(t)
+	w.decoding(21, 10, 150, 150)
+	wantChoice(t, "only a lost one", w.decide(8192, 0.36), true, "slo_remote_tbt_budget")
+	w.decoding(1001, gaps(4, 10)...)
+	c := w.decide(8192, 0.36)
+	wantChoice(t, "a lost one and a long one", c, false, "slo_local_fits")
+	if sl := w.ss.slack(w.now, 30, 0, 0.1, 0.01, stretch{steps: 4, stall: 0.36}); sl.lost != 1 || sl.decoding != 2 {
+		t.Errorf("%+v: want 1 lost of 2", sl)
+	}
+}
+
+// An engine that reports no step budget has the whole stall land in one gap.
+func TestSLOTBTUnknownBudgetIsOneGap(t *testing.T) {
+	w := newTBTWorker(t)
+	w.decoding(101, gaps(40, 10)...)
+	sl := w.ss.slack(w.now, 30, 0, 0.1, 0.01, stretch{steps: chunks(8192, 0), stall: 0.36})
+	// (360 + 9·10)/10
+	if sl.steps != 1 || sl.stretched != 1 || sl.tbt < 0.045-1e-9 || sl.tbt > 0.045+1e-9 {
+		t.Errorf("%+v: want one stretched gap of 360 ms, TBT 45 ms", sl)
+	}
+}
