@@ -21,8 +21,9 @@ const (
 	// own batch and KV exactly.
 	PolicyLoad Policy = "load"
 	// PolicySLO prefills locally when the stall it inflicts fits within the TPOT
-	// budget left to every sequence decoding here and its TTFT is met (or beaten
-	// nowhere else); remote otherwise (decode/slo.go).
+	// budget left to every sequence decoding here, keeps each one's projected TBT
+	// within its objective (if set), and its TTFT is met (or beaten nowhere
+	// else); remote otherwise (decode/slo.go).
 	PolicySLO Policy = "slo"
 	// PolicyAlwaysLocal is aggregated serving.
 	PolicyAlwaysLocal Policy = "always-local"
