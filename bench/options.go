@@ -211,10 +211,10 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 		return nil, err
 	}
 	w := o.TraceWindow
-	w.Speedup = speedups[0]
 	for _, x := range speedups {
-		w.Speedup = x
-		if err := w.Validate(); err != nil {
+		wx := w
+		wx.Speedup = x
+		if err := wx.Validate(); err != nil {
 			return nil, err
 		}
 	}

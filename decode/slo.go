@@ -54,24 +54,24 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	tbt := sloTBTShare * p.TBTSLOMs / 1e3
 	tbtFits := idle || (alive && s.slack.tbt <= tbt)
 	remoteMisses := s.est.RemoteWarm && s.est.Remote > ttft
-	tpotDetail := "no sequence decoding here has a TPOT left to keep"
+	budgetDetail := "no sequence decoding here has a TPOT left to keep"
 	if p.TPOTSLOMs == 0 {
-		tpotDetail = "no TPOT objective"
+		budgetDetail = "no TPOT objective"
 	} else if s.slack.decoding > s.slack.lost {
-		tpotDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
+		budgetDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
 			100*sloSlackShare, s.slack.min*1e3, s.slack.decoding, s.slack.lost, s.slack.emitted, s.slack.remaining, s.slack.step*1e3, p.TPOTSLOMs)
 	} else if s.slack.decoding > 0 {
-		tpotDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.decoding)
+		budgetDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.decoding)
 	}
 	if p.TBTSLOMs > 0 {
-		tpotDetail += "; " + tbtDetail(p, s.slack)
+		budgetDetail += "; " + tbtDetail(p, s.slack)
 	}
 	remote := fmt.Sprintf("%.1fms (queue %.1fms)", s.est.Remote*1e3, s.est.RemoteQueue*1e3)
 	if !s.est.RemoteWarm {
 		remote = "not measured yet, taken as met"
 	}
 	detail := fmt.Sprintf("stall %.1fms (%d queued + %d effective tokens at %s) vs %s; TTFT local %.1fms, remote %s, SLO %.0fms",
-		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, tpotDetail, s.est.Local*1e3, remote, p.TTFTSLOMs)
+		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, budgetDetail, s.est.Local*1e3, remote, p.TTFTSLOMs)
 	switch {
 	case p.TPOTSLOMs > 0 && !fits:
 		return choice{remote: true, reason: "slo_remote_tpot_budget", detail: detail}
