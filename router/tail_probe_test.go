@@ -1,3 +1,5 @@
+//go:build tailprobe
+
 package router
 
 import (
@@ -15,8 +17,8 @@ import (
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
-// TestTailProbe is a diagnostic, not a test: it asserts nothing and runs only with
-// TAIL_PROBE=1. It takes BenchmarkRoute's 100 prefill + 900 decode fleet
+// TestTailProbe is a diagnostic, not a test: it asserts nothing, so it is built
+// only with -tags tailprobe and never runs in the test suite. It takes BenchmarkRoute's 100 prefill + 900 decode fleet
 // (TAIL_FLEET=1024: 1,024 decode workers) through
 // TAIL_ROUNDS rounds (12) of its 256 prompts and prints where the decisions' tail
 // comes from (docs/BENCHMARKS.md, "Where the tail at 1,000 workers comes from"):
@@ -29,9 +31,6 @@ import (
 // times one 1,000-block snapshot), TAIL_PROF=file writes a CPU profile of the
 // decisions alone.
 func TestTailProbe(t *testing.T) {
-	if os.Getenv("TAIL_PROBE") == "" {
-		t.Skip()
-	}
 	workers, prefillEvery := 1000, 10
 	if os.Getenv("TAIL_FLEET") == "1024" {
 		workers, prefillEvery = 1024, 0 // decode workers only
@@ -55,7 +54,8 @@ func TestTailProbe(t *testing.T) {
 		pprof.StartCPUProfile(out)
 		defer pprof.StopCPUProfile()
 	}
-	stop := make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	close(done) // reopened below when an ingest goroutine runs
 	ingested := 0
 	var updates []time.Duration
 	var snapTime time.Duration
@@ -77,8 +77,7 @@ func TestTailProbe(t *testing.T) {
 			_ = r.Update(ws[1], &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: hs, LastEventId: st.lastEvent}})
 			snapTime = time.Since(t0)
 		}
-		done := make(chan struct{})
-		defer func() { close(stop); <-done }()
+		done = make(chan struct{})
 		go func() {
 			defer close(done)
 			tick := time.NewTicker(time.Millisecond)
@@ -135,6 +134,9 @@ func TestTailProbe(t *testing.T) {
 		}
 	}
 	runtime.ReadMemStats(&ms1)
+	// The ingest goroutine is done before what it counted is read.
+	close(stop)
+	<-done
 	pct := func(l []time.Duration) string {
 		s := slices.Clone(l)
 		slices.Sort(s)
