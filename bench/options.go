@@ -206,7 +206,7 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 	case o.Concurrency < 0:
 		return nil, errors.New("bench: --concurrency must not be negative")
 	}
-	speedups, err := parseSpeedups(o.TraceSpeedups)
+	speedups, err := ParseSpeedups(o.TraceSpeedups)
 	if err != nil {
 		return nil, err
 	}
@@ -277,10 +277,10 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 	return p, nil
 }
 
-// parseSpeedups reads --trace-speedup's comma-separated list. Each value is
+// ParseSpeedups reads --trace-speedup's comma-separated list. Each value is
 // checked by TraceWindow.Validate; here only that it is a number, and that no
 // value is given twice (two runs of one load add nothing to a capacity curve).
-func parseSpeedups(list string) ([]float64, error) {
+func ParseSpeedups(list string) ([]float64, error) {
 	var out []float64
 	for v := range strings.SplitSeq(list, ",") {
 		if v = strings.TrimSpace(v); v == "" {

@@ -37,6 +37,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			return runBenchMakeModel(ctx, args[1:], getenv, stdout, stderr)
 		case "rescore":
 			return runBenchRescore(ctx, args[1:], getenv, stdout, stderr)
+		case "bound":
+			return runBenchBound(ctx, args[1:], getenv, stdout, stderr)
 		}
 	}
 	fs := newFlagSet("bench", "bench --url URL [--workload fixed|mixed|shared-prefix|jsonl] [--concurrency N | --rate R[,R...]] "+
@@ -44,7 +46,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		"[--trace-start I] [--trace-limit N] [flags]\n       tandem bench compare [flags]  (run 'tandem bench compare --help')\n"+
 		"       tandem bench engine --model FILE [--threads 1,2]  (the native engine's llama-bench)\n"+
 		"       tandem bench make-model [--shape S] [--type T] OUT.gguf  (random weights of a real model's shape)\n"+
-		"       tandem bench rescore --slo S [--time-scale X] [--capacity-attainment 0.9] RESULTS.json...  (saved runs judged under other objectives, capacity of a sweep)", stderr)
+		"       tandem bench rescore --slo S [--time-scale X] [--capacity-attainment 0.9] RESULTS.json...  (saved runs judged under other objectives, capacity of a sweep)\n"+
+		"       tandem bench bound --trace FILE --sim-profile P --devices N [--trace-speedup X,...] [--tbt-slo-ms MS] [--prefix-cache M]  (a capacity no placement policy passes)", stderr)
 	var o bench.Options
 	o.RegisterFlags(fs)
 	given, err := parseBench(fs, args, getenv)

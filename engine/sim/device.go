@@ -207,7 +207,7 @@ func (d *device) plan() (Step, bool) {
 		}
 		slots++
 		n := min(s.prefillLeft, budget)
-		chunks += d.p.chunkMS(s.blocks.cached*d.e.cfg.BlockSize+s.prefillDone, n)
+		chunks += d.p.ChunkMS(s.blocks.cached*d.e.cfg.BlockSize+s.prefillDone, n)
 		d.chunks = append(d.chunks, chunk{s, n})
 		budget -= n
 		prefill += n

@@ -33,14 +33,15 @@ func (p *Profile) decodeMS(u float64) float64 {
 	return max(1, p.DecodeA*u*u+p.DecodeB*u+p.DecodeC)
 }
 
-// chunkMS is the variable part of prefilling n tokens after o already computed.
-func (p *Profile) chunkMS(o, n int) float64 {
+// ChunkMS is the variable part of prefilling n tokens after o already computed.
+// Exported for bench bound, which prices a trace's prefills with it.
+func (p *Profile) ChunkMS(o, n int) float64 {
 	a, b := float64(o), float64(o+n)
 	return p.PrefillA*(b*b-a*a) + p.PrefillB*float64(n)
 }
 
 // StepMS is the time of one engine step on the device: d sequences decoding one
-// token each at KV usage u, beside prefill chunks whose variable cost (chunkMS,
+// token each at KV usage u, beside prefill chunks whose variable cost (ChunkMS,
 // summed) is chunks. A step that holds both pays its fixed cost once: the larger
 // of the decode step's fixed part (DecodeC, the weights read once per step) and
 // the prefill's (PrefillC), plus the prefill's compute and the decode's KV reads.

@@ -74,9 +74,9 @@ func TestH100ProfileIsItsRoofline(t *testing.T) {
 	}{
 		{"decode alone, empty pool", p.StepMS(1, 0, false, 0), weights},
 		{"decode alone, full pool", p.StepMS(1, 1, false, 0), weights + float64(p.KVTokens)*131072/(3.35e12*0.7)*1e3},
-		{"prefill of 1 token", p.StepMS(0, 0, true, p.chunkMS(0, 1)), weights + perToken},
+		{"prefill of 1 token", p.StepMS(0, 0, true, p.ChunkMS(0, 1)), weights + perToken},
 		// The 2048th token also attends to 2047 before it: 4 FLOPs x 32 layers x 4096.
-		{"the 2048th prompt token", p.chunkMS(2047, 1), perToken + 2047.5*4*32*4096/(989e12*0.6)*1e3},
+		{"the 2048th prompt token", p.ChunkMS(2047, 1), perToken + 2047.5*4*32*4096/(989e12*0.6)*1e3},
 	} {
 		if !within(c.got, c.want, 0.01) {
 			t.Errorf("%s: %.4f ms, want %.4f", c.what, c.got, c.want)
