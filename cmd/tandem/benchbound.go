@@ -16,7 +16,7 @@ import (
 // the speedup at which it fills them: a capacity no placement policy can pass.
 func runBenchBound(_ context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench bound", "bench bound --trace FILE [--trace-start I] [--trace-limit N] [--trace-speedup 1,1.5,2] "+
-		"[--sim-profile NAME] [--devices 4] [--tbt-slo-ms 100] [--prefix-cache none,unbounded,pool] [--max-utilisation 0.8] [--markdown]", stderr)
+		"[--sim-profile NAME] [--devices 4] [--tbt-slo-ms 100] [--prefix-cache none,unbounded,pool] [--max-utilisation 0.8] [--ttft-slo-ms MS] [--markdown]", stderr)
 	var w bench.TraceWindow
 	trace := fs.String("trace", "", "the Mooncake-format trace whose demand is priced")
 	fs.IntVar(&w.Start, "trace-start", 0, "index of the window's first request (0-based)")
