@@ -259,6 +259,7 @@ func TestShedTTFTUnmeetable(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("warm, long queue: %v, want ResourceExhausted", err)
 	}
+	t.Logf("refusal: %v", err)
 	for _, want := range []string{"decode worker d1 refuses", "TTFT unmeetable", "local not an option (policy always-remote)",
 		"remote 100", "queue 100", "above 1 x the TTFT SLO 2000ms", "(decision always_remote: policy always-remote)", "(ShedTTFTFactor 1)"} {
 		if !strings.Contains(err.Error(), want) {
@@ -316,6 +317,7 @@ func TestKVPrecheckRefusesBeforePrefill(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "refused before prefill: it needs 50 blocks, and 49 of") {
 		t.Fatalf("a pool with room for 49 blocks: %v, want ResourceExhausted before prefill", err)
 	}
+	t.Logf("refusal: %v", err)
 	if n.pf.count() != 1 {
 		t.Error("a prefill worker was asked for a request refused before prefill")
 	}
