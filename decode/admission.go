@@ -18,8 +18,13 @@ const (
 	RejectKVUsage       = "kv_usage"       // the engine's KV pool fuller than MaxKVUsage
 	RejectWaitingTokens = "waiting_tokens" // more than MaxWaitingTokens prompt tokens waiting
 	// RejectKVBlocks: a remote prefill's KV found no free blocks here within the
-	// import's wait (noBlocks); refused after the prefill, not at admission.
+	// import's wait (noBlocks), refused after the prefill; or, with KVPrecheck,
+	// the pool could not hold it when the decision was made (kvPrecheck),
+	// refused before the prefill.
 	RejectKVBlocks = "kv_blocks"
+	// RejectTTFTUnmeetable: the projected TTFT on every path the request could
+	// take is past ShedTTFTFactor times the TTFT objective (shed).
+	RejectTTFTUnmeetable = "ttft_unmeetable"
 )
 
 // LimitError is a refusal on one of Config's admission limits. It names the

@@ -101,9 +101,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "tandem_decode_rejected_total",
 		Help: "Requests refused at admission (ResourceExhausted), by reason: max_running (the request limit), " +
 			"kv_usage (the KV pool fuller than its limit), waiting_tokens (too many prompt tokens waiting for prefill), " +
-			"kv_blocks (after the remote prefill: no free KV blocks for its KV within the import's wait).",
+			"kv_blocks (no free KV blocks for a remote prefill's KV: within the import's wait after the prefill, or, with the pre-check, " +
+			"before it), ttft_unmeetable (the projected TTFT past the shed factor times the objective on every path).",
 	}, []string{"reason"})
-	for _, r := range []string{RejectMaxRunning, RejectKVUsage, RejectWaitingTokens, RejectKVBlocks} {
+	for _, r := range []string{RejectMaxRunning, RejectKVUsage, RejectWaitingTokens, RejectKVBlocks, RejectTTFTUnmeetable} {
 		m.rejected.WithLabelValues(r) // every reason a series from the start, at 0
 	}
 	m.pendingTokens = prometheus.NewGaugeVec(prometheus.GaugeOpts{

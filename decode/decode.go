@@ -45,12 +45,18 @@ type Config struct {
 	// Admission on load, not only on count (admission.go).
 	MaxKVUsage       float64
 	MaxWaitingTokens int
+	// KVPrecheck refuses a request decided remote, before a prefill worker is
+	// asked, when this worker's KV pool has fewer blocks not held by a running
+	// sequence than the prompt's KV needs (kvPrecheck), instead of refusing it
+	// after the prefill when the import finds no blocks.
+	KVPrecheck bool
 }
 
 // DefaultConfig is the decode service's config unless flags say otherwise; the
 // caller sets WorkerID and Mode.
 func DefaultConfig() Config {
-	return Config{Params: DefaultParams(), MinRemoteDeadline: 5 * time.Second, MaxRemoteDeadline: 60 * time.Second, MaxRunning: 512}
+	return Config{Params: DefaultParams(), MinRemoteDeadline: 5 * time.Second, MaxRemoteDeadline: 60 * time.Second, MaxRunning: 512,
+		KVPrecheck: true}
 }
 
 // Validate checks the config.
@@ -182,6 +188,19 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		s.metrics.reranked.Inc()
 		decision.Detail += fmt.Sprintf("; prefill worker %s ahead of the router's %s, which has %d tokens pending from this worker",
 			candidates[0].GetWorkerId(), displaced, s.pending.of(displaced))
+	}
+
+	ps := pathsFor(p, sit, len(candidates) > 0)
+	if le := shed(p, sit, c, ps); le != nil {
+		le.Worker = s.cfg.WorkerID
+		return s.reject(ctx, ereq.ID, le)
+	}
+	if c.remote && ps.remote && s.cfg.KVPrecheck {
+		// Stats again: the decision took a moment, and the pool is what counts.
+		now := s.eng.Stats()
+		if need, room, refuse := kvPrecheck(now, len(ereq.Prompt), cached, bs); refuse {
+			return s.reject(ctx, ereq.ID, s.kvBlocksError(now, need, room))
+		}
 	}
 
 	var stream engine.Stream

@@ -111,11 +111,22 @@ type decodeNode struct {
 
 func startDecode(t *testing.T, eng engine.Engine, pf decode.Prefillers, p decode.Params, minDL, maxDL time.Duration) *decodeNode {
 	t.Helper()
+	return startDecodeWith(t, eng, pf, p, minDL, maxDL, nil)
+}
+
+// startDecodeWith is startDecode with the config changed by mod, if not nil.
+func startDecodeWith(t *testing.T, eng engine.Engine, pf decode.Prefillers, p decode.Params, minDL, maxDL time.Duration,
+	mod func(*decode.Config)) *decodeNode {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	svc, err := decode.New(decode.Config{
+	cfg := decode.Config{
 		WorkerID: "decode-test", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Params: p,
 		MinRemoteDeadline: minDL, MaxRemoteDeadline: maxDL,
-	}, eng, pf, quietLog(), reg)
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	svc, err := decode.New(cfg, eng, pf, quietLog(), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -372,13 +372,21 @@ func (f fullPool) Generate(ctx context.Context, req engine.Request) (engine.Stre
 // When this worker's own pool cannot take the KV, neither another prefill worker
 // nor a local prefill (which needs the same blocks on the same pool) helps: the
 // request is refused ResourceExhausted, naming why, for the frontend to take to
-// another decode worker, and counted as a kv_blocks rejection.
+// another decode worker, and counted as a kv_blocks rejection. The pre-check
+// before the prefill (KVPrecheck) sees the pool's room, not the import's
+// failure, and lets this one through to be refused after.
 func TestImportWithoutBlocksIsRefusedNotPrefilledLocally(t *testing.T) {
+	for _, precheck := range []bool{false, true} {
+		t.Run(fmt.Sprint("precheck=", precheck), func(t *testing.T) { testImportWithoutBlocks(t, precheck) })
+	}
+}
+
+func testImportWithoutBlocks(t *testing.T, precheck bool) {
 	pf := &staticPrefillers{}
 	pf.add("p1", startPrefill(t, newNative(t), "p1").client)
 	pf.add("p2", startPrefill(t, newNative(t), "p2").client)
 	eng := fullPool{newNative(t), new(atomic.Int32)}
-	node := startDecode(t, eng, pf, alwaysRemote, 5*time.Second, 10*time.Second)
+	node := startDecodeWith(t, eng, pf, alwaysRemote, 5*time.Second, 10*time.Second, func(c *decode.Config) { c.KVPrecheck = precheck })
 	_, err := generate(t, context.Background(), node.client, request("r", prompt(7, 70), 0, 0, "p1", "p2"))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "import_no_blocks") ||
 		!strings.Contains(err.Error(), "on p1") {

@@ -73,6 +73,14 @@ type Params struct {
 	// the same clock; 0 leaves it out. With it set, TPOTSLOMs may be 0 (off):
 	// TBT bounds the stalls TPOT averages away.
 	TBTSLOMs float64 `json:"tbt_slo_ms"`
+	// ShedTTFTFactor refuses a request at once (ResourceExhausted, reason
+	// ttft_unmeetable) when its projected TTFT on every path it could take
+	// exceeds TTFTSLOMs times this factor, whatever the policy: Mooncake's early
+	// rejection. A request that will miss its TTFT anyway is better served by
+	// another worker, or by the client's retry, than by a prefill whose work is
+	// wasted and whose queueing delays the requests behind it. 0 is off; it
+	// never sheds on a path the estimator has not measured (decode/shed.go).
+	ShedTTFTFactor float64 `json:"shed_ttft_factor"`
 }
 
 // DefaultParams are the decision's parameters unless flags or Consul KV say
@@ -122,6 +130,12 @@ func (p Params) Validate() error {
 	}
 	if p.Policy == PolicySLO && p.TPOTSLOMs == 0 && p.TBTSLOMs == 0 {
 		return fmt.Errorf("tpot_slo_ms, tbt_slo_ms: the slo policy needs at least one of them above 0")
+	}
+	if !(p.ShedTTFTFactor >= 0 && p.ShedTTFTFactor <= 100) {
+		return fmt.Errorf("shed_ttft_factor %g: want 0 (off) or a factor in (0, 100]", p.ShedTTFTFactor)
+	}
+	if p.ShedTTFTFactor > 0 && p.TTFTSLOMs == 0 {
+		return fmt.Errorf("shed_ttft_factor %g: shedding on TTFT needs ttft_slo_ms above 0", p.ShedTTFTFactor)
 	}
 	if p.ITLWeight < 0 || math.IsNaN(p.ITLWeight) || p.ITLWeight > 100 {
 		return fmt.Errorf("itl_weight %g: want a number in [0, 100]", p.ITLWeight)

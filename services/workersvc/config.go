@@ -133,8 +133,12 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"decode mode, load policy: ... and while at most this fraction of the KV pool is in use")
 	fs.IntVar(&d.Params.LocalMaxTokens, "local-max-tokens", d.Params.LocalMaxTokens,
 		"decode mode, load policy: ... and only prompts of at most this many effective tokens (0: no cap)")
-	fs.Float64Var(&d.Params.TTFTSLOMs, "ttft-slo-ms", d.Params.TTFTSLOMs,
-		"decode mode, slo policy: time-to-first-token objective in ms of this worker's clock (a sim engine's: modelled ms x --sim-time-scale)")
+	fs.Float64Var(&d.Params.TTFTSLOMs, flagTTFTSLO, d.Params.TTFTSLOMs,
+		"decode mode, slo policy and --"+flagShedTTFTFactor+": time-to-first-token objective in ms of this worker's clock (a sim engine's: modelled ms x --sim-time-scale)")
+	fs.Float64Var(&d.Params.ShedTTFTFactor, flagShedTTFTFactor, d.Params.ShedTTFTFactor,
+		"decode mode, any policy: refuse a request at once (ResourceExhausted, reason ttft_unmeetable; the frontend tries another worker, "+
+			"then answers 429) when its projected TTFT on every path it could take is above this times --"+flagTTFTSLO+
+			"; never on a path not yet measured (0: off; Consul KV shed_ttft_factor)")
 	fs.Float64Var(&d.Params.TPOTSLOMs, "tpot-slo-ms", d.Params.TPOTSLOMs,
 		"decode mode, slo policy: objective for the mean gap between a request's tokens after the first, in ms of this worker's clock (0: off, with --tbt-slo-ms set)")
 	fs.Float64Var(&d.Params.TBTSLOMs, "tbt-slo-ms", d.Params.TBTSLOMs,
@@ -148,6 +152,9 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"tries another worker, then answers 429) while more than this fraction of the engine's KV blocks are in use (0: no limit)")
 	fs.IntVar(&d.MaxWaitingTokens, flagMaxWaitingTokens, d.MaxWaitingTokens, "decode mode: refuse new requests (ResourceExhausted; the "+
 		"frontend tries another worker, then answers 429) while more than this many prompt tokens wait for prefill in the engine (0: no limit)")
+	fs.BoolVar(&d.KVPrecheck, flagKVPrecheck, d.KVPrecheck, "decode mode: refuse a request decided remote (ResourceExhausted, reason "+
+		"kv_blocks) before asking a prefill worker when this worker's KV pool has fewer blocks not held by running sequences than "+
+		"the prompt's uncached KV needs, instead of after the prefill when its import finds no blocks")
 	fs.IntVar(&c.MaxQueuedTokens, "max-queued-tokens", 0, "prefill mode (and --lend-prefill): prompt tokens accepted and not yet prefilled (0: unbounded); "+
 		"past it requests are refused so decode workers prefill locally")
 }
@@ -185,6 +192,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Decode.MaxRunning < 0 {
 		return fmt.Errorf("--max-running-requests %d: want 0 (no bound) or more", c.Decode.MaxRunning)
+	}
+	if f := c.Decode.Params.ShedTTFTFactor; f > 0 && c.Decode.Params.TTFTSLOMs <= 0 && mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
+		return fmt.Errorf("--%s %g needs a TTFT objective: set --%s above 0", flagShedTTFTFactor, f, flagTTFTSLO)
 	}
 	if mode != workerv1.WorkerMode_WORKER_MODE_PREFILL {
 		if err := c.DecodeConfig("validate", mode).Validate(); err != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/consul"
@@ -65,5 +67,52 @@ func TestSLOPolicyParams(t *testing.T) {
 	}
 	if _, err := consul.Overlay(decode.DefaultParams(), []byte(`{"policy":"slo","ttft_slo_ms":-5}`), decode.Params.Validate); err == nil {
 		t.Error("a negative TTFT objective from Consul KV was accepted")
+	}
+}
+
+// The TTFT shed's factor and the KV pre-check come from flags (and the
+// factor from Consul KV, as a policy param); a factor with no TTFT objective is
+// refused naming both flags; a shed names its flag to the client.
+func TestShedFlags(t *testing.T) {
+	parse := func(args ...string) Config {
+		t.Helper()
+		var cfg Config
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		cfg.RegisterFlags(fs, "decode")
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if d := parse().Decode; d.Params.ShedTTFTFactor != 0 || !d.KVPrecheck {
+		t.Errorf("defaults: shed factor %g, precheck %v; want 0 (off) and on", d.Params.ShedTTFTFactor, d.KVPrecheck)
+	}
+	cfg := parse("--shed-ttft-factor", "1.5", "--kv-precheck=false", "--policy", "always-remote")
+	if d := cfg.Decode; d.Params.ShedTTFTFactor != 1.5 || d.KVPrecheck {
+		t.Errorf("flags: %+v", d)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("valid shed flags: %v", err)
+	}
+	cfg = parse("--shed-ttft-factor", "1", "--ttft-slo-ms", "0")
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--shed-ttft-factor 1") || !strings.Contains(err.Error(), "--ttft-slo-ms") {
+		t.Errorf("a shed factor with no TTFT objective: %v", err)
+	}
+	cfg = parse("--shed-ttft-factor", "-1")
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "shed_ttft_factor") {
+		t.Errorf("a negative shed factor: %v", err)
+	}
+	p, err := consul.Overlay(decode.DefaultParams(), []byte(`{"shed_ttft_factor":2}`), decode.Params.Validate)
+	if err != nil || p.ShedTTFTFactor != 2 {
+		t.Errorf("Consul KV shed_ttft_factor: %+v, %v", p, err)
+	}
+	if _, err := consul.Overlay(decode.DefaultParams(), []byte(`{"shed_ttft_factor":1,"ttft_slo_ms":0}`), decode.Params.Validate); err == nil {
+		t.Error("Consul KV: a shed factor with no TTFT objective accepted")
+	}
+	err = flagNamed(connect.NewError(connect.CodeResourceExhausted, &decode.LimitError{Worker: "d1", Reason: decode.RejectTTFTUnmeetable,
+		Field: "ShedTTFTFactor", Limit: "1", Detail: "TTFT unmeetable: projected ..."}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted ||
+		!strings.HasSuffix(err.Error(), "decode worker d1 refuses new requests: TTFT unmeetable: projected ... (--shed-ttft-factor 1)") {
+		t.Errorf("a shed as the client sees it: %v", err)
 	}
 }

@@ -18,6 +18,9 @@ const (
 	flagMaxRunning       = "max-running-requests"
 	flagMaxKVUsage       = "max-kv-usage"
 	flagMaxWaitingTokens = "max-waiting-tokens"
+	flagShedTTFTFactor   = "shed-ttft-factor"
+	flagKVPrecheck       = "kv-precheck"
+	flagTTFTSLO          = "ttft-slo-ms"
 )
 
 // limitFlags names, by refusal reason, the flag an operator changes to move the
@@ -26,6 +29,10 @@ var limitFlags = map[string]string{
 	decode.RejectMaxRunning:    flagMaxRunning,
 	decode.RejectKVUsage:       flagMaxKVUsage,
 	decode.RejectWaitingTokens: flagMaxWaitingTokens,
+	// Both kinds of kv_blocks refusal carry the reason, but only the one
+	// before the prefill is a LimitError, and the flag is what turns it off.
+	decode.RejectKVBlocks:       flagKVPrecheck,
+	decode.RejectTTFTUnmeetable: flagShedTTFTFactor,
 }
 
 // decodeHandler serves the decode service with its admission refusals naming the
