@@ -110,6 +110,8 @@ type Plan struct {
 	// base until Run sizes them in the served model's tokens. base is nil for
 	// workloads whose prompts are not built here (a file, a trace).
 	base, prompts *Prompts
+	// said are the lines the plan's runs have written to stderr (once).
+	said map[string]bool
 }
 
 // Plan checks the options and resolves them. concurrencyGiven says whether

@@ -25,7 +25,7 @@ func (p *Plan) Run(ctx context.Context, prefix string, stdout, stderr io.Writer)
 func (p *Plan) RunConfigs(ctx context.Context, indices []int, prefix string, stdout, stderr io.Writer) ([]*Report, error) {
 	var runs []*Report
 	for _, w := range p.Warnings {
-		fmt.Fprintf(stderr, "bench: warning: %s\n", w)
+		p.sayOnce(stderr, "bench: warning: %s\n", w)
 	}
 	if err := p.sizePrompts(ctx, stderr); err != nil {
 		return nil, err
@@ -101,11 +101,11 @@ func (p *Plan) sizePrompts(ctx context.Context, stderr io.Writer) error {
 	served, ctxLen, err := ServedPrompts(ctx, p.Client, p.base)
 	if err != nil {
 		p.prompts = p.base
-		fmt.Fprintf(stderr, "bench: %s, not the served model's: %v\n", p.base.sizeNote(), err)
+		p.sayOnce(stderr, "bench: %s, not the served model's: %v\n", p.base.sizeNote(), err)
 		return nil
 	}
 	p.prompts = served
-	fmt.Fprintf(stderr, "bench: %s\n", served.sizeNote())
+	p.sayOnce(stderr, "bench: %s\n", served.sizeNote())
 	wl, err := p.NewLoad()
 	if err != nil {
 		return err
@@ -117,6 +117,23 @@ func (p *Plan) sizePrompts(ctx context.Context, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// sayOnce writes a line to stderr unless the plan's runs already have. compare
+// runs the plan again on each fresh start of a deployment, one per load of a
+// sweep, and each start sized the prompts and warned again, the same lines
+// burying the starts between them; a line that differs (another model served,
+// another reason sizing failed) is still said.
+func (p *Plan) sayOnce(stderr io.Writer, format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	if p.said[line] {
+		return
+	}
+	if p.said == nil {
+		p.said = map[string]bool{}
+	}
+	p.said[line] = true
+	io.WriteString(stderr, line)
 }
 
 // isTerminal reports whether w is a terminal, where a progress bar belongs.

@@ -14,6 +14,7 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/engine/sim/simtest"
 	"github.com/tandem-serve/tandem/internal/rpctest"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -81,27 +82,12 @@ func rejected(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-func simEngine(t *testing.T, mod func(*sim.Config)) *sim.Engine {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.TimeScale = 0
-	if mod != nil {
-		mod(&cfg)
-	}
-	e, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e
-}
-
 // A decode worker refuses a new request while its engine's KV pool is fuller
 // than MaxKVUsage, or more prompt tokens than MaxWaitingTokens wait there (at the
 // limit it still takes it), with ResourceExhausted naming the limit, counted by
 // reason.
 func TestAdmissionOnLoad(t *testing.T) {
-	eng := &statsEngine{Engine: simEngine(t, nil)}
+	eng := &statsEngine{Engine: simtest.New(t, nil)}
 	total := eng.Engine.Stats().TotalBlocks
 	client, reg := startAdmitting(t, eng, 0.5, 100)
 	for i, tc := range []struct {
@@ -137,7 +123,7 @@ func TestAdmissionOnLoad(t *testing.T) {
 func TestAdmissionOnRealEngineLoad(t *testing.T) {
 	// The mocker's timing, so that the long sequence holds its blocks for a
 	// minute of wall time (a decode step of about 34 ms at 98 % KV usage).
-	eng := simEngine(t, func(c *sim.Config) { c.NumBlocks, c.TimeScale = 100, 1 })
+	eng := simtest.New(t, func(c *sim.Config) { c.NumBlocks, c.TimeScale = 100, 1 })
 	onKV, kvReg := startAdmitting(t, eng, 0.9, 0)
 	onQueue, queueReg := startAdmitting(t, eng, 0, 50)
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/engine/sim/simtest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )
 
@@ -17,7 +18,7 @@ import (
 // remote side is cold. Before, with every prompt over the threshold, it sent
 // everything remote and never measured a local prefill.
 func TestCostWarmsOnLongPromptsWhileIdle(t *testing.T) {
-	eng := simEngine(t, func(c *sim.Config) { c.TimeScale = 1 })
+	eng := simtest.New(t, func(c *sim.Config) { c.TimeScale = 1 })
 	p := decode.DefaultParams()
 	p.Policy, p.ShortPrefillThreshold = decode.PolicyCost, 64
 	node := startDecode(t, eng, &staticPrefillers{}, p, time.Second, 10*time.Second)

@@ -20,6 +20,7 @@ type Index struct {
 	free    []workerRef
 	total   int
 	m       matchScratch
+	gone    []uint64 // replace's scratch: the blocks a snapshot drops
 }
 
 // ErrOverLimit says a worker reported more cached blocks than its pool can hold.
@@ -100,4 +101,70 @@ func (ix *Index) Clear(ref workerRef) {
 		ix.unhold(h, ref)
 	}
 	clear(ix.owned[ref])
+}
+
+// blockSet is a snapshot's blocks, deduplicated. It is built before the router
+// takes its lock, so that applying the snapshot under the lock (Index.replace)
+// costs only the entries that change in the shared table.
+type blockSet struct {
+	set    map[uint64]struct{}
+	hashes []uint64 // distinct, in the snapshot's order
+}
+
+func newBlockSet(hashes []uint64) blockSet {
+	b := blockSet{set: make(map[uint64]struct{}, len(hashes)), hashes: make([]uint64, 0, len(hashes))}
+	for _, h := range hashes {
+		if _, ok := b.set[h]; !ok {
+			b.set[h] = struct{}{}
+			b.hashes = append(b.hashes, h)
+		}
+	}
+	return b
+}
+
+// replace makes ref hold exactly the blocks of b, which the index keeps (the
+// caller must not use b again). It ends as Clear then Store would, but touches
+// only the table entries that differ: a worker resending what it holds (fallen
+// out of its event ring) changes nothing in the table. More blocks than the
+// worker's limit change nothing and say so.
+func (ix *Index) replace(ref workerRef, b blockSet) error {
+	if len(b.set) > ix.limit[ref] {
+		return ErrOverLimit
+	}
+	old := ix.owned[ref]
+	// The blocks to add, filtered in place (b.hashes is the index's now).
+	add, kept := b.hashes[:0], 0
+	for _, h := range b.hashes {
+		if _, ok := old[h]; ok {
+			kept++
+		} else {
+			add = append(add, h)
+		}
+	}
+	const ahead = 8 // table loads started before they are needed (touch)
+	if kept < len(old) {
+		gone := ix.gone[:0]
+		for h := range old {
+			if _, ok := b.set[h]; !ok {
+				gone = append(gone, h)
+			}
+		}
+		for i, h := range gone {
+			if i+ahead < len(gone) {
+				ix.holders.touch(gone[i+ahead])
+			}
+			ix.unhold(h, ref)
+		}
+		ix.gone = gone[:0]
+	}
+	for i, h := range add {
+		if i+ahead < len(add) {
+			ix.holders.touch(add[i+ahead])
+		}
+		if ix.holders.add(h, ref) {
+			ix.total++
+		}
+	}
+	ix.owned[ref] = b.set
+	return nil
 }

@@ -249,3 +249,62 @@ func mustRouteDirect(t *testing.T, r *router.Router, req *routerv1.RouteRequest)
 	}
 	return resp
 }
+
+// A snapshot in the middle of a stream (the worker's subscriber fell out of its
+// event ring) replaces what the router held: blocks it no longer lists are
+// dropped, new ones credited, and events continue from its last event id.
+func TestSnapshotMidStreamReplacesEntries(t *testing.T) {
+	r := newRouter(t, router.DefaultParams())
+	a := decodeWorker("a", "threshold")
+	p1, p2, p3 := tokens(1, 64), tokens(2, 64), tokens(3, 64)
+	join(t, r, a, nil, append(blockhash.Hash(p1, 16), blockhash.Hash(p2, 16)...)...)
+	for _, p := range [][]uint32{p1, p2} {
+		if got := routeTokens(t, r, p).GetDecodeCachedBlocks(); got != 4 {
+			t.Fatalf("before the snapshot: %d cached, want 4", got)
+		}
+	}
+	// The worker now holds p1, half of p2, and p3; the snapshot lists p3 twice.
+	snap := append(append(blockhash.Hash(p1, 16), blockhash.Hash(p2, 16)[:2]...), blockhash.Hash(p3, 16)...)
+	snap = append(snap, blockhash.Hash(p3, 16)...)
+	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{LastEventId: 40, BlockHashes: snap}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prompt []uint32
+		want   uint32
+	}{{p1, 4}, {p2, 2}, {p3, 4}} {
+		if got := routeTokens(t, r, c.prompt).GetDecodeCachedBlocks(); got != c.want {
+			t.Fatalf("after the snapshot: %d cached, want %d", got, c.want)
+		}
+	}
+	removed := &workerv1.KVEvent{Id: 41, Kind: &workerv1.KVEvent_Removed{Removed: &workerv1.BlockRemoved{BlockHashes: blockhash.Hash(p3, 16)[1:]}}}
+	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "1", Events: []*workerv1.KVEvent{removed}}); err != nil {
+		t.Fatalf("event 41 after a snapshot at 40: %v", err)
+	}
+	if got := routeTokens(t, r, p3).GetDecodeCachedBlocks(); got != 1 {
+		t.Fatalf("after removing p3's last three blocks: %d cached, want 1", got)
+	}
+	gap := &workerv1.KVEvent{Id: 43, Kind: &workerv1.KVEvent_Cleared{Cleared: &workerv1.AllBlocksCleared{}}}
+	if err := r.Update(a, &workerv1.WatchEventsResponse{Incarnation: "1", Events: []*workerv1.KVEvent{gap}}); !errors.Is(err, router.ErrResync) {
+		t.Fatalf("event 43 after 41: %v, want ErrResync", err)
+	}
+}
+
+// A snapshot over a synced worker's limit drops its entries, as any over-full
+// report does, rather than keeping the old ones.
+func TestSnapshotOverLimitDropsEntries(t *testing.T) {
+	r := newRouter(t, router.DefaultParams())
+	small := router.Worker{ID: "small", Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Policy: "threshold", TotalBlocks: 8}
+	p := tokens(1, 64)
+	join(t, r, small, nil, blockhash.Hash(p, 16)...)
+	if got := routeTokens(t, r, p).GetDecodeCachedBlocks(); got != 4 {
+		t.Fatalf("before: %d cached, want 4", got)
+	}
+	err := r.Update(small, &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: blockhash.Hash(tokens(1, 16*9), 16)}})
+	if !errors.Is(err, router.ErrResync) {
+		t.Fatalf("9 blocks from an 8-block worker: %v, want ErrResync", err)
+	}
+	if got := routeTokens(t, r, p).GetDecodeCachedBlocks(); got != 0 {
+		t.Fatalf("after an over-full snapshot the index still credits %d blocks", got)
+	}
+}

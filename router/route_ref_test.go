@@ -1,7 +1,9 @@
 package router
 
 // The routing decision as it was before the scoring pass was fused (commit
-// f03bd0d), kept to check that the fused pass decides exactly the same.
+// f03bd0d), kept to check that the fused pass decides exactly the same. The
+// adaptive threshold's step (adapt) is not copied: the reference works out its
+// inputs by its own pass and calls the real one.
 
 import (
 	"cmp"
@@ -150,10 +152,13 @@ func (r *Router) refGate(p Params, effective int, cs []refCandidate) string {
 	return "fallback-all"
 }
 
-// refAdapt moves the threshold when the class on the other side keeps offering a
-// clearly cheaper worker: consecutive agreeing requests (hysteresis) move it one
-// step, within [ISLMin, ISLMax]. Since the ITL term (and the prefill queue on the
-// disaggregated side) it compares adaptCosts's sums, worked out here apart.
+// refAdapt works out, by a pass of its own over the candidates, what the
+// adaptive threshold weighs: the least cost in each class, the stalled
+// sequences at the least local cost, the least prefill queue. Those are what
+// the fused pass (and the decision by load order) find another way, so they are
+// what the comparison checks; what adapt then does with them, the evidence and
+// its hysteresis, is adapt.go's own, called here rather than copied (a copy
+// would go on passing after adapt.go changed alone), and adapt_test.go checks it.
 func (r *Router) refAdapt(p Params, reqID string, effective int, cs, prefillers []refCandidate, promptBlocks int) {
 	if !p.ISLGate || !p.ISLAdaptive {
 		return
@@ -180,39 +185,8 @@ func (r *Router) refAdapt(p Params, reqID string, effective int, cs, prefillers 
 	for _, c := range prefillers {
 		queue = min(queue, p.QueueWeight*(float64(c.st.load.GetWaitingTokens())/float64(r.blockSize)+float64(c.st.pendingBlocks)))
 	}
-	local := bestLocal + p.ISLITLWeight*p.PrefillWeight*stalled
-	if !math.IsInf(queue, 1) {
-		bestDisagg += queue
-	}
-	if math.IsInf(local, 1) || math.IsInf(bestDisagg, 1) {
-		return
-	}
-	signal := 0
-	switch {
-	case effective < r.threshold && local-bestDisagg > p.ISLMargin:
-		signal = -1 // sent local, but disaggregated workers were clearly cheaper
-	case effective >= r.threshold && bestDisagg-local > p.ISLMargin:
-		signal = +1 // sent disaggregated, but local workers were clearly cheaper
-	}
-	switch {
-	case signal == 0:
-		return
-	case signal*r.evidence < 0:
-		r.evidence = signal
-	default:
-		r.evidence += signal
-	}
-	if abs(r.evidence) < p.ISLHysteresis {
-		return
-	}
-	from := r.threshold
-	r.threshold = min(max(r.threshold+signal*p.ISLStep, p.ISLMin), p.ISLMax)
-	r.evidence = 0
-	if r.threshold == from {
-		return
-	}
-	r.metrics.threshold.Set(float64(r.threshold))
-	r.metrics.adaptMoves[(1-signal)/2].Inc()
+	local, disagg := adaptCosts(p, bestLocal, stalled, bestDisagg, queue)
+	r.adapt(p, reqID, effective, local, disagg)
 }
 
 // refBusyGate unscores workers that lack free blocks for the request, unless that

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -194,6 +195,8 @@ type Router struct {
 	stopOnce     sync.Once
 	// blockSize is the last routed request's (the model card's), for WatchFleet.
 	blockSize int
+	// lockHeld, set only by tests, is told how long each Update held mu.
+	lockHeld func(time.Duration)
 }
 
 var _ routerv1connect.RouterServiceHandler = (*Router)(nil)
@@ -263,8 +266,18 @@ func (r *Router) modelID(fp string) uint32 {
 // Update applies one message of a worker's event stream. On ErrResync the worker's
 // entries are already dropped; they return with the next snapshot.
 func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
+	// A snapshot's set is built before taking the lock, which every decision
+	// waits for: under it, only the blocks that changed are applied.
+	var snapBlocks blockSet
+	if snap := msg.GetSnapshot(); snap != nil {
+		snapBlocks = newBlockSet(snap.GetBlockHashes())
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.lockHeld != nil {
+		// Deferred after Unlock, so run before it and after every other deferral.
+		defer func(t0 time.Time) { r.lockHeld(time.Since(t0)) }(time.Now())
+	}
 	st := r.workers[w.ID]
 	if st == nil {
 		limit := w.TotalBlocks
@@ -307,8 +320,7 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		return fmt.Errorf("%w: worker %s: %s", ErrResync, w.ID, reason)
 	}
 	if snap := msg.GetSnapshot(); snap != nil {
-		r.ix.Clear(st.ref)
-		if err := r.ix.Store(st.ref, snap.GetBlockHashes()); err != nil {
+		if err := r.ix.replace(st.ref, snapBlocks); err != nil {
 			return resync("over_limit")
 		}
 		st.incarnation, st.lastEvent, st.synced = msg.GetIncarnation(), snap.GetLastEventId(), true

@@ -510,6 +510,10 @@ func TestBenchCompareSweepStartsEachLoadAfresh(t *testing.T) {
 				t.Errorf("stderr does not say %q:\n%s", s, stderr)
 			}
 		}
+		// Both starts sized the prompts the same way: said once, not per start.
+		if n := strings.Count(stderr, "bench: prompts sized in cl100k tokens, not the served model's"); n != 1 {
+			t.Errorf("the prompt sizing said %d times over 2 fresh starts, want once:\n%s", n, stderr)
+		}
 		for _, dir := range []string{"rate_200", "rate_400"} {
 			if logs, _ := filepath.Glob(filepath.Join(out, "logs", dir, "aggregated-*.log")); len(logs) != 4 {
 				t.Errorf("logs of the %s start: %v; want two workers, router and frontend", dir, logs)

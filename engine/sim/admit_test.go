@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/engine/sim/simtest"
 	"github.com/tandem-serve/tandem/internal/rpctest"
 )
 
@@ -38,7 +39,7 @@ func nextErr(t *testing.T, s engine.Stream) error {
 // pool fails at once. Without the admission queue the second Generate failed with
 // ErrNoBlocks.
 func TestShortPoolQueues(t *testing.T) {
-	e := newEngine(t, func(c *sim.Config) { c.NumBlocks = 10 })
+	e := simtest.New(t, func(c *sim.Config) { c.NumBlocks = 10 })
 	// 40 prompt + 8 output = 3 blocks held; the reader holds it back (time scale 0).
 	first, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: salted(40, 1), MaxTokens: 8})
 	if err != nil {
@@ -67,7 +68,7 @@ func TestShortPoolQueues(t *testing.T) {
 	if _, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: salted(100, 4), MaxTokens: 100}); !errors.Is(err, engine.ErrNoBlocks) {
 		t.Errorf("13 blocks from a pool of 10: %v, want ErrNoBlocks at once", err)
 	}
-	want, _ := generate(t, newEngine(t, nil), engine.Request{Prompt: salted(100, 2), MaxTokens: 20})
+	want, _ := generate(t, simtest.New(t, nil), engine.Request{Prompt: salted(100, 2), MaxTokens: 20})
 	drain(t, first) // its blocks free: both waiting get theirs, in order
 	if got := drain(t, big); !slices.Equal(got, want) {
 		t.Errorf("the queued request decoded %v, want %v", got, want)
@@ -83,7 +84,7 @@ func TestShortPoolQueues(t *testing.T) {
 // A request cancelled while it waits leaves the queue and lets those behind it
 // in; the engine's close ends the ones still waiting with ErrClosed.
 func TestQueuedCancelAndClose(t *testing.T) {
-	e := newEngine(t, func(c *sim.Config) { c.NumBlocks = 10 })
+	e := simtest.New(t, func(c *sim.Config) { c.NumBlocks = 10 })
 	holder, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: salted(40, 1), MaxTokens: 8})
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +131,7 @@ func TestQueuedCancelAndClose(t *testing.T) {
 
 // A prefill worker's pool short of blocks queues its prefills too.
 func TestPrefillQueues(t *testing.T) {
-	e := newEngine(t, func(c *sim.Config) { c.NumBlocks = 4 })
+	e := simtest.New(t, func(c *sim.Config) { c.NumBlocks = 4 })
 	a, err := e.Prefill(rpctest.Context(t), engine.Request{Prompt: salted(60, 1)}) // 4 blocks, kept exported
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +168,8 @@ func waitFor(t *testing.T, cond func() bool) {
 // and fails with ErrNoBlocks after it (or at once with none), freeing the skip
 // blocks it pinned; blocks coming free in time let it in.
 func TestImportWaitsForBlocks(t *testing.T) {
-	src := newEngine(t, nil)
-	dst := newEngine(t, func(c *sim.Config) { c.NumBlocks = 6 })
+	src := simtest.New(t, nil)
+	dst := simtest.New(t, func(c *sim.Config) { c.NumBlocks = 6 })
 	p := salted(40, 1)
 	req := engine.Request{Prompt: p, MaxTokens: 8} // 3 blocks
 	exp, err := src.Prefill(rpctest.Context(t), engine.Request{Prompt: p})
@@ -231,7 +232,7 @@ func TestImportWaitsForBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	want, _ := generate(t, newEngine(t, nil), req)
+	want, _ := generate(t, simtest.New(t, nil), req)
 	if got := drain(t, s); !slices.Equal(got, want) {
 		t.Errorf("imported after waiting: %v, want %v", got, want)
 	}

@@ -9,23 +9,9 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/engine/sim/simtest"
 	"github.com/tandem-serve/tandem/internal/rpctest"
 )
-
-func newEngine(t *testing.T, mod func(*sim.Config)) *sim.Engine {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.TimeScale = 0
-	if mod != nil {
-		mod(&cfg)
-	}
-	e, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e
-}
 
 func prompt(n int) []uint32 {
 	p := make([]uint32, n)
@@ -62,7 +48,7 @@ func generate(t *testing.T, e *sim.Engine, req engine.Request) ([]uint32, engine
 }
 
 func TestGenerateLengthAndUsage(t *testing.T) {
-	e := newEngine(t, nil)
+	e := simtest.New(t, nil)
 	p := prompt(40)
 	toks, s := generate(t, e, engine.Request{Prompt: p, MaxTokens: 9})
 	if len(toks) != 9 || s.Finish() != engine.FinishLength {
@@ -87,7 +73,7 @@ func TestGenerateLengthAndUsage(t *testing.T) {
 	}
 	// Without max tokens the sequence runs to the context's end.
 	cfgCtx := 64
-	small := newEngine(t, func(c *sim.Config) { c.ContextLength = cfgCtx })
+	small := simtest.New(t, func(c *sim.Config) { c.ContextLength = cfgCtx })
 	toks, s = generate(t, small, engine.Request{Prompt: prompt(50)})
 	if len(toks) != cfgCtx-50 || s.Finish() != engine.FinishLength {
 		t.Fatalf("unbounded: %d tokens finishing %v, want %d (the context's end)", len(toks), s.Finish(), cfgCtx-50)
@@ -95,7 +81,7 @@ func TestGenerateLengthAndUsage(t *testing.T) {
 }
 
 func TestDeterministicAcrossInstances(t *testing.T) {
-	a, b := newEngine(t, nil), newEngine(t, nil)
+	a, b := simtest.New(t, nil), simtest.New(t, nil)
 	p := prompt(33)
 	for _, smp := range []engine.Sampling{{}, {Temperature: 0.9, Seed: 3}} {
 		ta, _ := generate(t, a, engine.Request{Prompt: p, MaxTokens: 16, Sampling: smp})
@@ -115,7 +101,7 @@ func TestDeterministicAcrossInstances(t *testing.T) {
 		t.Error("greedy decoding depends on the seed")
 	}
 	// A different engine seed is a different model.
-	c := newEngine(t, func(c *sim.Config) { c.Seed = 2 })
+	c := simtest.New(t, func(c *sim.Config) { c.Seed = 2 })
 	other, _ := generate(t, c, engine.Request{Prompt: p, MaxTokens: 16})
 	if slices.Equal(greedy, other) {
 		t.Error("engines with different seeds give the same tokens")
@@ -123,7 +109,7 @@ func TestDeterministicAcrossInstances(t *testing.T) {
 }
 
 func TestStopToken(t *testing.T) {
-	e := newEngine(t, nil)
+	e := simtest.New(t, nil)
 	p := prompt(20)
 	free, _ := generate(t, e, engine.Request{Prompt: p, MaxTokens: 12})
 	at := 5
@@ -140,10 +126,10 @@ func TestStopToken(t *testing.T) {
 }
 
 func TestPrefillImportMatchesGenerate(t *testing.T) {
-	src, dst := newEngine(t, nil), newEngine(t, nil)
+	src, dst := simtest.New(t, nil), simtest.New(t, nil)
 	p := prompt(70)
 	smp := engine.Sampling{Temperature: 0.5, Seed: 11}
-	local, _ := generate(t, newEngine(t, nil), engine.Request{Prompt: p, MaxTokens: 10, Sampling: smp})
+	local, _ := generate(t, simtest.New(t, nil), engine.Request{Prompt: p, MaxTokens: 10, Sampling: smp})
 
 	exp, err := src.Prefill(rpctest.Context(t), engine.Request{Prompt: p, Sampling: smp})
 	if err != nil {
@@ -189,7 +175,7 @@ func TestPrefillImportMatchesGenerate(t *testing.T) {
 }
 
 func TestImportRejects(t *testing.T) {
-	src, dst := newEngine(t, nil), newEngine(t, nil)
+	src, dst := simtest.New(t, nil), simtest.New(t, nil)
 	p := prompt(40)
 	exp, err := src.Prefill(rpctest.Context(t), engine.Request{Prompt: p})
 	if err != nil {
@@ -246,7 +232,7 @@ func TestImportRejects(t *testing.T) {
 }
 
 func TestBlocksAccounting(t *testing.T) {
-	e := newEngine(t, func(c *sim.Config) { c.NumBlocks = 10 })
+	e := simtest.New(t, func(c *sim.Config) { c.NumBlocks = 10 })
 	// 40 prompt + 8 output = 48 tokens = 3 blocks.
 	s, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: prompt(40), MaxTokens: 8})
 	if err != nil {
@@ -295,7 +281,7 @@ func TestBlocksAccounting(t *testing.T) {
 }
 
 func TestRejectsBadRequests(t *testing.T) {
-	e := newEngine(t, func(c *sim.Config) { c.ContextLength = 32 })
+	e := simtest.New(t, func(c *sim.Config) { c.ContextLength = 32 })
 	if _, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: prompt(32)}); !errors.Is(err, engine.ErrPromptTooLong) {
 		t.Errorf("prompt filling the context: %v, want ErrPromptTooLong", err)
 	}
