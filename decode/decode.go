@@ -87,6 +87,7 @@ type Service struct {
 	estimator Estimator
 	pending   pendingPrefills
 	live      liveStreams
+	steps     stepModel
 	log       *slog.Logger
 	metrics   *metrics
 	running   atomic.Int64
@@ -166,10 +167,15 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	if p.Policy == PolicySLO {
 		// The prompts waiting here are prefilled first, in the same steps: the
 		// stall (est.Local) is theirs and this one's, and so are its steps.
-		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local}
+		// The sequences decode on in a batch of those live here and this one.
+		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
+			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1)}
 		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
 		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
 			s.metrics.tpotSlack.Set(sit.slack.min)
+		}
+		if p.TBTSLOMs > 0 && sit.slack.decoding > sit.slack.lost {
+			s.metrics.tbtProjected.Set(sit.slack.tbt)
 		}
 	}
 	c := decide(p, sit)
