@@ -282,9 +282,17 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		}
 		client, ok := s.prefill.Client(id)
 		if !ok {
-			// An id discovery does not know is never dialled: it may be stale or forged.
+			// An id discovery does not know is never dialled: it may be stale or
+			// forged. The next candidate may be known; it is not one of the tries.
 			d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
-			return fail("unknown_prefill_worker", fmt.Sprintf("prefill worker %q is unknown to discovery", id))
+			s.metrics.remoteFailures.WithLabelValues(reasonUnknownPrefill).Inc()
+			s.log.WarnContext(ctx, "prefill worker unknown to discovery, skipped", "request_id", req.ID, "prefill_worker", id)
+			if tried == 0 && !slices.ContainsFunc(candidates[i+1:], func(c *decodev1.PrefillCandidate) bool {
+				return !slices.Contains(d.FailedPrefillWorkerIds, c.GetWorkerId())
+			}) {
+				return fail(reasonUnknownPrefill, fmt.Sprintf("prefill workers %q are unknown to discovery", d.FailedPrefillWorkerIds))
+			}
+			continue
 		}
 		tried++
 		queued := max(int(candidates[i].GetQueuedTokens()), s.pending.of(id))
@@ -337,6 +345,9 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 	}
 	return fail(d.GetReason(), "no prefill worker succeeded before any KV arrived")
 }
+
+// reasonUnknownPrefill: a candidate prefill worker discovery does not know.
+const reasonUnknownPrefill = "unknown_prefill_worker"
 
 // clientGone ends a request whose client went away during a remote prefill. It is
 // logged at info and counted as none of a remote prefill failure, a fallback or a
