@@ -58,29 +58,33 @@ func TestStepModelLearnsTheBatch(t *testing.T) {
 // projects (4·100 + 6·10)/10 = 46 ms at batch 4, where a plain step is 10 ms,
 // and (4·140 + 6·50)/10 = 86 ms at batch 64, where it is 50 ms: past 80 % of
 // the 100 ms objective, remote. Cold, the line's 100 ms a step and the
-// sequence's own 10 ms gaps made it 46 ms at any batch: local.
+// sequence's own 10 ms gaps made it 46 ms at any batch: local. A stretched gap
+// is never below the line's own step either.
 func TestSLOTBTProjectionFollowsTheBatch(t *testing.T) {
 	var m stepModel
 	for range stepWindow {
 		m.observe(4, 0.010)
 		m.observe(64, 0.050)
 	}
-	const stall, compute = 0.40, 0.36 // the line: 10 ms a step + 90 ms of the prompt's
+	const compute = 0.36 // 90 ms of the prompt's own a step
 	for _, tc := range []struct {
 		name   string
+		stall  float64 // the line: 10 ms a step + the compute, or more
 		plain  stepAt
 		tbt    float64
 		remote bool
 		reason string
 		detail string
 	}{
-		{"cold", stepAt{batch: 64}, 0.046, false, "slo_local_fits", "plain step 10.00ms at batch 64 (the decoding sequences' median gap)"},
-		{"batch 4", m.at(4), 0.046, false, "slo_local_fits", "plain step 10.00ms at batch 4 (learned, bucket) + the prompt's compute"},
-		{"batch 64", m.at(64), 0.086, true, "slo_remote_tbt_budget", "4 steps of 140.0ms (plain step 50.00ms at batch 64 (learned"},
+		{"cold", 0.40, stepAt{batch: 64}, 0.046, false, "slo_local_fits", "plain step 10.00ms at batch 64 (the decoding sequences' median gap)"},
+		{"batch 4", 0.40, m.at(4), 0.046, false, "slo_local_fits", "plain step 10.00ms at batch 4 (learned, bucket) + the prompt's compute"},
+		{"batch 64", 0.40, m.at(64), 0.086, true, "slo_remote_tbt_budget", "4 steps of 140.0ms (plain step 50.00ms at batch 64 (learned"},
+		// A line above the learned step and the compute is kept: (4·150 + 6·10)/10.
+		{"batch 4, the line higher", 0.60, m.at(4), 0.066, false, "slo_local_fits", "4 steps of 150.0ms"},
 	} {
 		w := newTBTWorker(t)
 		w.decoding(101, gaps(40, 10)...)
-		c, sl := w.decideWith(8192, stall, compute, tc.plain)
+		c, sl := w.decideWith(8192, tc.stall, compute, tc.plain)
 		if !near(math.Round(sl.tbt*1e6)/1e6, tc.tbt) {
 			t.Errorf("%s: projected TBT %.3f ms, want %.3f ms", tc.name, sl.tbt*1e3, tc.tbt*1e3)
 		}
