@@ -61,6 +61,7 @@ type metrics struct {
 	pendingTokens  *prometheus.GaugeVec
 	reranked       prometheus.Counter
 	tpotSlack      prometheus.Gauge
+	tbtProjected   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -122,7 +123,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "slo policy: the least TPOT slack among the sequences decoding here that can still meet their SLOs, at the last decision " +
 			"that saw one (seconds of stall the tightest can take).",
 	})
-	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked, m.tpotSlack)
+	// A gauge, as the TPOT slack: what an operator holds against tbt_slo_ms
+	// is how near the worst stream is to it now (slo goes remote past 80 % of
+	// it), one series to alert on; a histogram of every decision's projection
+	// would mostly count idle moments and hide the worst behind a bucket.
+	m.tbtProjected = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tandem_decode_tbt_projected_seconds",
+		Help: "slo policy with a TBT objective: the highest TBT projected, were the request to be prefilled here, among the sequences " +
+			"decoding here that can still meet their SLOs, at the last decision that saw one (seconds; compare with tbt_slo_ms).",
+	})
+	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked, m.tpotSlack, m.tbtProjected)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

@@ -93,6 +93,7 @@ type Service struct {
 	estimator Estimator
 	pending   pendingPrefills
 	live      liveStreams
+	steps     stepModel
 	log       *slog.Logger
 	metrics   *metrics
 	running   atomic.Int64
@@ -172,10 +173,15 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	if p.Policy == PolicySLO {
 		// The prompts waiting here are prefilled first, in the same steps: the
 		// stall (est.Local) is theirs and this one's, and so are its steps.
-		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local}
+		// The sequences decode on in a batch of those live here and this one.
+		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
+			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1)}
 		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
 		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
 			s.metrics.tpotSlack.Set(sit.slack.min)
+		}
+		if p.TBTSLOMs > 0 && sit.slack.decoding > sit.slack.lost {
+			s.metrics.tbtProjected.Set(sit.slack.tbt)
 		}
 	}
 	c := decide(p, sit)
@@ -295,9 +301,17 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		}
 		client, ok := s.prefill.Client(id)
 		if !ok {
-			// An id discovery does not know is never dialled: it may be stale or forged.
+			// An id discovery does not know is never dialled: it may be stale or
+			// forged. The next candidate may be known; it is not one of the tries.
 			d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
-			return fail("unknown_prefill_worker", fmt.Sprintf("prefill worker %q is unknown to discovery", id))
+			s.metrics.remoteFailures.WithLabelValues(reasonUnknownPrefill).Inc()
+			s.log.WarnContext(ctx, "prefill worker unknown to discovery, skipped", "request_id", req.ID, "prefill_worker", id)
+			if tried == 0 && !slices.ContainsFunc(candidates[i+1:], func(c *decodev1.PrefillCandidate) bool {
+				return !slices.Contains(d.FailedPrefillWorkerIds, c.GetWorkerId())
+			}) {
+				return fail(reasonUnknownPrefill, fmt.Sprintf("prefill workers %q are unknown to discovery", d.FailedPrefillWorkerIds))
+			}
+			continue
 		}
 		tried++
 		queued := max(int(candidates[i].GetQueuedTokens()), s.pending.of(id))
@@ -350,6 +364,9 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 	}
 	return fail(d.GetReason(), "no prefill worker succeeded before any KV arrived")
 }
+
+// reasonUnknownPrefill: a candidate prefill worker discovery does not know.
+const reasonUnknownPrefill = "unknown_prefill_worker"
 
 // clientGone ends a request whose client went away during a remote prefill. It is
 // logged at info and counted as none of a remote prefill failure, a fallback or a

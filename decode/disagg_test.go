@@ -290,13 +290,57 @@ func TestFallbackWhenPrefillMissesItsDeadline(t *testing.T) {
 func TestUnknownPrefillWorkerIsNeverCalled(t *testing.T) {
 	pf := &staticPrefillers{}
 	node := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 10*time.Second)
-	r, err := generate(t, context.Background(), node.client, request("r", prompt(11, 40), 0, 0, "evil.example:443"))
+	r, err := generate(t, context.Background(), node.client, request("r", prompt(11, 40), 0, 0, "evil.example:443", "stale-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_FALLBACK || r.decision.GetReason() != "unknown_prefill_worker" {
 		t.Errorf("path %v reason %q, want fallback unknown_prefill_worker", r.decision.GetPath(), r.decision.GetReason())
 	}
+	if got := r.decision.GetFailedPrefillWorkerIds(); !slices.Equal(got, []string{"evil.example:443", "stale-1"}) {
+		t.Errorf("failed prefill workers %q, want both unknown ids", got)
+	}
+	c := counters(t, node.reg)
+	if v := c["tandem_decode_remote_prefill_failures_total"][`{reason="unknown_prefill_worker"}`]; v != 2 {
+		t.Errorf("remote prefill failures (unknown_prefill_worker) %v, want 2", v)
+	}
+	if v := c["tandem_decode_fallbacks_total"][`{reason="unknown_prefill_worker"}`]; v != 1 {
+		t.Errorf("fallbacks (unknown_prefill_worker) %v, want 1", v)
+	}
+}
+
+// An unknown candidate ahead of a known one is skipped, not a reason to give
+// up on remote prefill: the known one prefills, and the unknown one is named
+// and counted as a failed attempt, not as a fallback.
+func TestUnknownPrefillWorkerIsSkipped(t *testing.T) {
+	peng := newNative(t)
+	pnode := startPrefill(t, peng, "p0")
+	pf := &staticPrefillers{}
+	pf.add("p0", pnode.client)
+	node := startDecode(t, newNative(t), pf, alwaysRemote, time.Second, 10*time.Second)
+	r, err := generate(t, context.Background(), node.client, request("r", prompt(14, 40), 0, 0, "stale-1", "p0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.decision
+	if d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE || d.GetPrefillWorkerId() != "p0" || d.GetReason() != "always_remote" {
+		t.Errorf("path %v on %q reason %q (%s), want remote on p0 for always_remote", d.GetPath(), d.GetPrefillWorkerId(), d.GetReason(), d.GetDetail())
+	}
+	if got := d.GetFailedPrefillWorkerIds(); !slices.Equal(got, []string{"stale-1"}) {
+		t.Errorf("failed prefill workers %q, want [stale-1]", got)
+	}
+	c := counters(t, node.reg)
+	if v := c["tandem_decode_remote_prefill_failures_total"][`{reason="unknown_prefill_worker"}`]; v != 1 {
+		t.Errorf("remote prefill failures (unknown_prefill_worker) %v, want 1", v)
+	}
+	if v := c["tandem_decode_fallbacks_total"]; len(v) != 0 {
+		t.Errorf("fallbacks %v, want none", v)
+	}
+	if len(r.tokens) == 0 {
+		t.Error("no tokens")
+	}
+	waitIdle(t, "decode", node.eng)
+	waitIdle(t, "prefill", peng)
 }
 
 func TestEnforceDisaggTurnsFallbackIntoError(t *testing.T) {

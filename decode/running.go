@@ -44,7 +44,12 @@ func (s *live) token(now time.Time) {
 type liveStreams struct {
 	mu  sync.Mutex
 	set map[*live]struct{}
+	n   atomic.Int64 // len(set), read per token without the lock
 }
+
+// count is how many streams are live here: the decode batch, with those still
+// prefilling.
+func (ss *liveStreams) count() int { return int(ss.n.Load()) }
 
 func (ss *liveStreams) add(start time.Time, maxTokens int) (s *live, remove func()) {
 	s = &live{start: start, maxTokens: maxTokens, gaps: newTopGaps(tbtCapacity(maxTokens))}
@@ -53,10 +58,14 @@ func (ss *liveStreams) add(start time.Time, maxTokens int) (s *live, remove func
 		ss.set = map[*live]struct{}{}
 	}
 	ss.set[s] = struct{}{}
+	ss.n.Add(1)
 	ss.mu.Unlock()
 	return s, func() {
 		ss.mu.Lock()
-		delete(ss.set, s)
+		if _, ok := ss.set[s]; ok {
+			delete(ss.set, s)
+			ss.n.Add(-1)
+		}
 		ss.mu.Unlock()
 	}
 }
@@ -83,14 +92,23 @@ type slack struct {
 	// seconds each.
 	steps int
 	gap   float64
+	// plain is the step model's figure for step, when learned; batch is the
+	// batch step was taken at either way; stepFrom says where step came from.
+	plain    stepAt
+	stepFrom string
 }
 
 // stretch is what a local prefill does to the sequences decoding beside it:
 // it runs in steps engine steps (a chunk of at most the step's token budget
-// each) that together take stall seconds, est.Local.
+// each) that together take stall seconds, est.Local, of which compute are the
+// prompt tokens' own (the line's per-token part, whatever the batch). plain
+// is the step the batch will decode at, from the step model; when it has
+// learned none, the sequences' recent gaps stand in for it.
 type stretch struct {
-	steps int
-	stall float64
+	steps   int
+	stall   float64
+	compute float64
+	plain   stepAt
 }
 
 // slack is, for each sequence past its first token, how many seconds of stall
@@ -99,8 +117,10 @@ type stretch struct {
 //
 //	tpot·(emitted + remaining − 1) − (now − first) − remaining·step
 //
-// and the least of them. step is the median of the sequences' recent token
-// gaps (one device steps them all), or fallbackStep while none has a gap. A
+// and the least of them. step is the plain step the step model learned at
+// the batch the sequences will decode in (st.plain); while it has learned
+// none there, the median of the sequences' recent token gaps (one device
+// steps them all), or fallbackStep while none has a gap. A
 // sequence whose max_tokens is unknown is assumed to have one token left (the
 // stall may hit it without the rest of its answer to amortize it), and one whose
 // stop token comes before max_tokens has its slack overstated by the tokens it
@@ -109,10 +129,16 @@ type stretch struct {
 // With a TBT objective (tbt > 0) it also projects each sequence's final TBT
 // (projectTBT) were the stretch to come now: its kept longest gaps, st.steps
 // stretched gaps (at most one per token it has left) and plain steps for the
-// rest; and keeps the highest. A stretched gap is the whole step's time,
-// stall/steps, not a plain step plus that: the local line is fitted to the
-// time of the steps a prefill ran in, decode batch included (Estimator.local),
-// so it already holds the plain step; never less than a plain step though. An
+// rest; and keeps the highest. A stretched gap is the whole step's time from
+// the line, stall/steps (the line is fitted to the time of the steps a
+// prefill ran in, decode batch included, so it holds a plain step), never less
+// than a plain step; with a learned plain step, never less than that step plus
+// the prompt's compute per step (st.compute/steps) either: the line's fixed
+// cost per step is the decode batch's at whatever batches it was fitted, too
+// little at a large batch. Not that sum alone: the line's fixed cost may also
+// hold what a long chunk costs beyond its per-token slope (attention grows
+// with the square of the chunk), and with the sum alone one trace run (slo@1,
+// L 1.25) went local more and met TBT less (77 % against 91.5 %). An
 // engine that reports no step budget (Chunk 0) gives one step: the whole stall
 // in one gap, the worst case.
 //
@@ -143,13 +169,19 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float6
 		}
 	}
 	ss.mu.Unlock()
-	out := slack{decoding: len(seqs), min: math.Inf(1), step: fallbackStep}
-	if len(gaps) > 0 {
+	out := slack{decoding: len(seqs), min: math.Inf(1), step: fallbackStep, plain: st.plain, stepFrom: "the local line's fixed cost"}
+	switch {
+	case st.plain.learned:
+		out.step, out.stepFrom = st.plain.seconds, "learned, "+st.plain.from
+	case len(gaps) > 0:
 		slices.Sort(gaps)
-		out.step = gaps[len(gaps)/2]
+		out.step, out.stepFrom = gaps[len(gaps)/2], "the decoding sequences' median gap"
 	}
 	if st.steps > 0 {
 		out.steps, out.gap = st.steps, max(out.step, st.stall/float64(st.steps))
+		if st.plain.learned {
+			out.gap = max(out.gap, out.step+max(st.compute, 0)/float64(st.steps))
+		}
 	}
 	for _, q := range seqs {
 		remaining := 1

@@ -89,7 +89,11 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 // tbtDetail explains the TBT rule: the tightest sequence's projection against
 // the objective, and the stretch it assumes.
 func tbtDetail(p Params, sl slack) string {
-	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (plain %.2fms)", sl.steps, sl.gap*1e3, sl.step*1e3)
+	plain := fmt.Sprintf("plain step %.2fms at batch %d (%s)", sl.step*1e3, sl.plain.batch, sl.stepFrom)
+	if sl.plain.learned {
+		plain += " + the prompt's compute per step"
+	}
+	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s)", sl.steps, sl.gap*1e3, plain)
 	switch {
 	case sl.decoding == 0:
 		return "TBT: nothing decoding here; " + stretch

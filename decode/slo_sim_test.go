@@ -37,7 +37,8 @@ func TestSLOPolicyKeepsTheBatchsTPOT(t *testing.T) {
 // each. A sequence of 2,000 tokens averages its 200 longest gaps and takes
 // them; one of 42 averages its 5 longest, and 2 of 5 at ~290 ms is past 80 ms.
 func TestSLOPolicyKeepsTheBatchsTBT(t *testing.T) {
-	w := warmSLOSim(t, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	w := warmSLOSim(t, reg)
 	if err := w.node.svc.SetParams(decode.Params{Policy: decode.PolicySLO, ShortPrefillThreshold: 128, TTFTSLOMs: 30000, TBTSLOMs: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +46,11 @@ func TestSLOPolicyKeepsTheBatchsTBT(t *testing.T) {
 		{"2,000 tokens to go", 2000, decodev1.PrefillPath_PREFILL_PATH_LOCAL, "slo_local_fits"},
 		{"40 tokens to go", 42, decodev1.PrefillPath_PREFILL_PATH_REMOTE, "slo_remote_tbt_budget"},
 	})
+	// The last decision refused the stall for the tight sequence's TBT: what
+	// it projected was past 80 % of the objective, and says so.
+	if v := gauge(t, reg, "tandem_decode_tbt_projected_seconds"); v <= 0.08 || v > 10 {
+		t.Errorf("tandem_decode_tbt_projected_seconds %g after the tight batch, want its projection, above 80 ms", v)
+	}
 }
 
 type sloSimCase struct {

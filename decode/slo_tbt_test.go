@@ -36,14 +36,22 @@ func (w *tbtWorker) decoding(maxTokens int, gapsMS ...float64) {
 
 // decide asks for a local prefill of tokens that stalls for stall seconds.
 func (w *tbtWorker) decide(tokens int, stall float64) choice {
+	c, _ := w.decideWith(tokens, stall, 0, stepAt{})
+	return c
+}
+
+// decideWith is decide with compute seconds of the stall the prompt's own and
+// the step model's plain step.
+func (w *tbtWorker) decideWith(tokens int, stall, compute float64, plain stepAt) (choice, slack) {
 	p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
 	if err := p.Validate(); err != nil {
 		w.t.Fatal(err)
 	}
 	est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: stall, LocalPrefill: stall, Remote: 1, Chunk: 2048}
 	s := situation{prompt: tokens, est: est}
-	s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, 0.01, stretch{steps: chunks(tokens, est.Chunk), stall: stall})
-	return decide(p, s)
+	s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, 0.01,
+		stretch{steps: chunks(tokens, est.Chunk), stall: stall, compute: compute, plain: plain})
+	return decide(p, s), s.slack
 }
 
 func gaps(n int, ms float64) []float64 {

@@ -46,7 +46,14 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 			msg.Prefill, msg.WorkerId, msg.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
 			first = false
 		} else {
-			s.metrics.itl.Observe(now.Sub(last).Seconds())
+			gap := now.Sub(last).Seconds()
+			s.metrics.itl.Observe(gap)
+			// One gap in batch of each stream's: about one a step across the
+			// batch, so a window of them spans many steps, not one step's many
+			// streams (all stretched alike when a prefill ran in it).
+			if b := s.live.count(); b > 0 && lv.emitted.Load()%int64(b) == 0 {
+				s.steps.observe(b, gap)
+			}
 		}
 		last = now
 		if err := out.Send(msg); err != nil {

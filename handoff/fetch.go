@@ -3,6 +3,7 @@ package handoff
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -73,6 +74,13 @@ func (f Fetch) Run(ctx context.Context, client Client, eng Engine, req engine.Re
 	// Half of what is left: the other half is for receiving the KV, within the
 	// same deadline as the sender's lease.
 	imp, err := eng.Import(hctx, req, h.ImportSpec(time.Until(start.Add(f.Deadline))/2))
+	if err != nil && hctx.Err() != nil {
+		// The import's wait was cut short, not found wanting: the caller gone
+		// (its error as it is), or the handoff's deadline (a timeout, and a
+		// fallback: a local prefill may yet find blocks), never a refusal for
+		// lack of blocks, whatever the engine called it.
+		return nil, nil, classify(hctx, fmt.Errorf("import: %w", err), false)
+	}
 	if errors.Is(err, engine.ErrNoBlocks) {
 		// The receiver's pool is full: another prefill worker would not help, nor
 		// would a local prefill on the same pool; the decode worker refuses the

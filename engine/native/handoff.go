@@ -244,8 +244,11 @@ func (im *importer) Abort() {
 const importRetry = 5 * time.Millisecond
 
 // allocateWaiting appends n fresh blocks to dst, waiting while the pool is full
-// for up to wait, or until ctx ends, then fails with engine.ErrNoBlocks as the
-// sim engine does. A local request waits for blocks in the scheduler's queue; an
+// for up to wait, then fails with engine.ErrNoBlocks as the sim engine does. If
+// ctx ends first, it fails with ctx's error instead: the wait was cut short, not
+// found wanting, and the caller must see why (a client gone is no refusal for
+// lack of blocks, and a handoff out of time falls back; engine.ErrNoBlocks
+// makes the decode worker refuse the request). A local request waits for blocks in the scheduler's queue; an
 // import failing at once instead would make the decode worker refuse the request
 // (a local prefill would need the same blocks) when sequences finishing in the
 // next few steps would have made room for KV that is already computed. Blocks are freed by sequences ending anywhere in the engine
@@ -268,7 +271,11 @@ func (e *Engine) allocateWaiting(ctx context.Context, wait time.Duration, dst []
 	for {
 		select {
 		case <-ctx.Done():
-			return dst, fmt.Errorf("%w: import needs %d, none came free before %v", engine.ErrNoBlocks, n, context.Cause(ctx))
+			err := ctx.Err()
+			if cause := context.Cause(ctx); cause != err {
+				err = fmt.Errorf("%w (%v)", err, cause)
+			}
+			return dst, fmt.Errorf("native: import waited for %d free KV blocks until its context ended: %w", n, err)
 		case <-timeout.C:
 			return dst, fmt.Errorf("%w: import needs %d, none came free in %v", engine.ErrNoBlocks, n, wait)
 		case <-e.done:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +159,31 @@ func TestImportWaitsForBlocks(t *testing.T) {
 		if _, err := e.Import(ctx, small, spec); !errors.Is(err, engine.ErrNoBlocks) {
 			t.Fatalf("import into a full pool, waiting %v: %v, want ErrNoBlocks", wait, err)
 		}
+	}
+	// A wait its context cuts short found no lack of blocks: it says what
+	// ended it, and how many blocks it waited for.
+	dctx, cancelD := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancelD()
+	_, err = e.Import(dctx, small, engine.ImportSpec{NumBlocks: 4, Layout: layout, BlockWait: time.Minute})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, engine.ErrNoBlocks) || !strings.Contains(err.Error(), "4 free KV blocks") {
+		t.Fatalf("import whose deadline passed while it waited: %v, want DeadlineExceeded naming the 4 blocks, not ErrNoBlocks", err)
+	}
+	cctx, cancelC := context.WithCancel(ctx)
+	cut := make(chan error, 1)
+	go func() {
+		_, err := e.Import(cctx, small, engine.ImportSpec{NumBlocks: 4, Layout: layout, BlockWait: time.Minute})
+		cut <- err
+	}()
+	for e.importWaiters.Load() == 0 {
+		select {
+		case err := <-cut:
+			t.Fatalf("import into a full pool returned %v instead of waiting", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cancelC()
+	if err := <-cut; !errors.Is(err, context.Canceled) || errors.Is(err, engine.ErrNoBlocks) {
+		t.Fatalf("import cancelled while it waited: %v, want Canceled, not ErrNoBlocks", err)
 	}
 
 	got := make(chan error, 1)
