@@ -44,7 +44,7 @@ func (e *LimitError) Error() string { return e.Named(e.Field) }
 // Named is the refusal with the limit called name (a flag, say) instead of its
 // Config field.
 func (e *LimitError) Named(name string) string {
-	return fmt.Sprintf("decode worker %s refuses new requests: %s (%s %s)", e.Worker, e.Detail, name, e.Limit)
+	return fmt.Sprintf("decode worker %s refuses the request: %s (%s %s)", e.Worker, e.Detail, name, e.Limit)
 }
 
 // overloaded says why a new request should be refused on the engine's load, or

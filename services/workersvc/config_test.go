@@ -112,7 +112,7 @@ func TestShedFlags(t *testing.T) {
 	err = flagNamed(connect.NewError(connect.CodeResourceExhausted, &decode.LimitError{Worker: "d1", Reason: decode.RejectTTFTUnmeetable,
 		Field: "ShedTTFTFactor", Limit: "1", Detail: "TTFT unmeetable: projected ..."}))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted ||
-		!strings.HasSuffix(err.Error(), "decode worker d1 refuses new requests: TTFT unmeetable: projected ... (--shed-ttft-factor 1)") {
+		!strings.HasSuffix(err.Error(), "decode worker d1 refuses the request: TTFT unmeetable: projected ... (--shed-ttft-factor 1)") {
 		t.Errorf("a shed as the client sees it: %v", err)
 	}
 }
