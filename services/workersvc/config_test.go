@@ -12,32 +12,34 @@ import (
 	"github.com/tandem-serve/tandem/services/consul"
 )
 
+// parseDecodeFlags is a decode worker's Config from args, as its flags set it.
+func parseDecodeFlags(t *testing.T, args ...string) Config {
+	t.Helper()
+	var cfg Config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg.RegisterFlags(fs, "decode")
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // The slo policy's objectives come from flags and from Consul KV, and a policy
 // without them is refused with the field's name.
 func TestSLOPolicyParams(t *testing.T) {
-	parse := func(args ...string) Config {
-		t.Helper()
-		var cfg Config
-		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-		cfg.RegisterFlags(fs, "decode")
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
-	cfg := parse("--policy", "slo", "--ttft-slo-ms", "500", "--tpot-slo-ms", "7.5")
+	cfg := parseDecodeFlags(t, "--policy", "slo", "--ttft-slo-ms", "500", "--tpot-slo-ms", "7.5")
 	if p := cfg.Decode.Params; p.Policy != decode.PolicySLO || p.TTFTSLOMs != 500 || p.TPOTSLOMs != 7.5 {
 		t.Errorf("params %+v", p)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("valid slo flags: %v", err)
 	}
-	cfg = parse("--policy", "slo", "--tpot-slo-ms", "0")
+	cfg = parseDecodeFlags(t, "--policy", "slo", "--tpot-slo-ms", "0")
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "tpot_slo_ms") {
 		t.Errorf("slo with no TPOT objective: %v", err)
 	}
 	// TBT alone is an inter-token objective enough, from a flag or TANDEM_TBT_SLO_MS.
-	cfg = parse("--policy", "slo", "--ttft-slo-ms", "30000", "--tpot-slo-ms", "0", "--tbt-slo-ms", "100")
+	cfg = parseDecodeFlags(t, "--policy", "slo", "--ttft-slo-ms", "30000", "--tpot-slo-ms", "0", "--tbt-slo-ms", "100")
 	if p := cfg.Decode.Params; p.TBTSLOMs != 100 || p.TPOTSLOMs != 0 {
 		t.Errorf("tbt flag: %+v", p)
 	}
@@ -74,31 +76,21 @@ func TestSLOPolicyParams(t *testing.T) {
 // factor from Consul KV, as a policy param); a factor with no TTFT objective is
 // refused naming both flags; a shed names its flag to the client.
 func TestShedFlags(t *testing.T) {
-	parse := func(args ...string) Config {
-		t.Helper()
-		var cfg Config
-		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-		cfg.RegisterFlags(fs, "decode")
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
-	if d := parse().Decode; d.Params.ShedTTFTFactor != 0 || !d.KVPrecheck {
+	if d := parseDecodeFlags(t).Decode; d.Params.ShedTTFTFactor != 0 || !d.KVPrecheck {
 		t.Errorf("defaults: shed factor %g, precheck %v; want 0 (off) and on", d.Params.ShedTTFTFactor, d.KVPrecheck)
 	}
-	cfg := parse("--shed-ttft-factor", "1.5", "--kv-precheck=false", "--policy", "always-remote")
+	cfg := parseDecodeFlags(t, "--shed-ttft-factor", "1.5", "--kv-precheck=false", "--policy", "always-remote")
 	if d := cfg.Decode; d.Params.ShedTTFTFactor != 1.5 || d.KVPrecheck {
 		t.Errorf("flags: %+v", d)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("valid shed flags: %v", err)
 	}
-	cfg = parse("--shed-ttft-factor", "1", "--ttft-slo-ms", "0")
+	cfg = parseDecodeFlags(t, "--shed-ttft-factor", "1", "--ttft-slo-ms", "0")
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--shed-ttft-factor 1") || !strings.Contains(err.Error(), "--ttft-slo-ms") {
 		t.Errorf("a shed factor with no TTFT objective: %v", err)
 	}
-	cfg = parse("--shed-ttft-factor", "-1")
+	cfg = parseDecodeFlags(t, "--shed-ttft-factor", "-1")
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "shed_ttft_factor") {
 		t.Errorf("a negative shed factor: %v", err)
 	}
