@@ -18,7 +18,12 @@ type Config struct {
 	DefaultTemperature float32
 	// MaxInFlight bounds the requests generating at once (0: no bound); up to
 	// MaxQueue more wait at most QueueTimeout for a slot. Past the queue a request
-	// gets 429, past the timeout 503, both with Retry-After.
+	// gets 429, past the timeout 503, both with Retry-After. It guards the
+	// frontend process, not the workers: each decode worker admits what its
+	// engine can take (--max-running-requests, KV usage, waiting tokens) and
+	// refuses the rest, which the frontend then tries elsewhere. A bound here
+	// near the workers' own (it was 256, for a whole fleet) queues requests
+	// where no worker's admission or prefill decision can see them.
 	MaxInFlight  int
 	MaxQueue     int
 	QueueTimeout time.Duration
@@ -33,7 +38,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:       4 << 20,
 		DefaultMaxTokens:   256,
 		DefaultTemperature: 1.0,
-		MaxInFlight:        256,
+		MaxInFlight:        4096,
 		MaxQueue:           1024,
 		QueueTimeout:       30 * time.Second,
 	}

@@ -47,6 +47,15 @@ type Config struct {
 	TLS *tls.Config
 }
 
+// MaxStreams is the streams one HTTP/2 connection may hold open at once. A
+// frontend carries all its requests to a worker on one connection, and grpc-go
+// holds a call back while the server's limit is reached: Go's default of 250
+// was a queue in front of every decode worker that no admission limit, metric
+// or policy of the worker could see (a decode worker admits 512 by default).
+// The workers' admission bounds their load; this only bounds one client's
+// streams, far above it.
+const MaxStreams = 16384
+
 // Server serves until its context ends. It is listening when New returns.
 type Server struct {
 	cfg      Config
@@ -109,6 +118,7 @@ func New(cfg Config, handlers []Handler, extra http.Handler) (*Server, error) {
 		http: &http.Server{
 			Handler:           handler,
 			Protocols:         p,
+			HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxStreams},
 			TLSConfig:         cfg.TLS,
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),

@@ -417,3 +417,46 @@ func TestMountedUnimplemented(t *testing.T) {
 		t.Fatalf("Route on a mounted but unimplemented service: %v", err)
 	}
 }
+
+// One client connection holds many more streams at once than Go's default
+// HTTP/2 limit (250): a frontend carries every request to a worker on one
+// connection, and past the limit grpc-go would hold new calls back, a queue no
+// worker could see.
+func TestOneConnectionHoldsManyStreams(t *testing.T) {
+	g := newGate()
+	r := start(t, g, prometheus.NewRegistry(), time.Second)
+	ctx, cancel := context.WithTimeout(rpctest.Context(t), 20*time.Second)
+	defer cancel()
+	client := workerv1.NewWorkerServiceClient(r.conn)
+	const n = 600
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var streams []grpc.ServerStreamingClient[workerv1.WatchEventsResponse]
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			s, err := client.WatchEvents(ctx, &workerv1.WatchEventsRequest{})
+			if err == nil {
+				_, err = s.Recv()
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			streams = append(streams, s)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("%d of %d streams open at once on one connection; then: %v", len(streams), n, err)
+	}
+	close(g.release)
+	for _, s := range streams {
+		if m, err := s.Recv(); err != nil || m.GetIncarnation() != "last" {
+			t.Fatalf("stream after release: %v, %v", m, err)
+		}
+	}
+}
