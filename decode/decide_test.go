@@ -9,6 +9,8 @@ import (
 func TestDecide(t *testing.T) {
 	warm := Estimate{Warm: true, Local: 0.050, ITLPenalty: 0.010, Remote: 0.030}
 	sloP := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 2000, TPOTSLOMs: 30}
+	sloFaster := sloP
+	sloFaster.SLOPrefer = SLOPreferFaster
 	sloEst := func(local, remote float64) Estimate {
 		return Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: local, LocalPrefill: local, Remote: remote}
 	}
@@ -85,6 +87,15 @@ func TestDecide(t *testing.T) {
 			slack: slack{decoding: 10, min: 100}}, false, "slo_local_no_ttft_either"},
 		{"slo: remote faster, both miss TTFT: local still spares the pool", sloP, situation{prompt: 5000, est: sloEst(4, 3),
 			slack: slack{decoding: 10, min: 100}}, false, "slo_local_no_ttft_either"},
+		// slo_prefer faster: the lower projected TTFT, within the stall budgets.
+		{"slo faster: both meet TTFT, remote sooner", sloFaster, situation{prompt: 5000, est: sloEst(1.5, 0.4),
+			slack: slack{decoding: 10, min: 100}}, true, "slo_remote_faster"},
+		{"slo faster: both meet TTFT, local sooner", sloFaster, situation{prompt: 5000, est: sloEst(0.3, 0.4),
+			slack: slack{decoding: 10, min: 100}}, false, "slo_local_faster"},
+		{"slo faster: the stall budget still comes first", sloFaster, situation{prompt: 5000, est: sloEst(0.3, 0.4),
+			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
+		{"slo faster: remote not measured yet keeps the local rule", sloFaster, situation{prompt: 5000,
+			est: Estimate{LocalWarm: true, Local: 1.5, Remote: 0.1}, slack: slack{decoding: 10, min: 100}}, false, "slo_local_fits"},
 		{"slo ignores the prefill queue limit", Params{Policy: PolicySLO, TTFTSLOMs: 2000, TPOTSLOMs: 30, MaxPrefillQueueTokens: 10},
 			situation{prompt: 500, prefillQueued: 5000, est: sloEst(0.3, 0.2), slack: slack{decoding: 1, min: 0.1}}, true, "slo_remote_tpot_budget"},
 		{"always-remote ignores the queue limit", Params{Policy: PolicyAlwaysRemote, MaxPrefillQueueTokens: 10}, situation{prompt: 500,
@@ -115,6 +126,7 @@ func TestParamsValidate(t *testing.T) {
 		{Policy: PolicyThreshold, TTFTSLOMs: -1},
 		{Policy: PolicyThreshold, TPOTSLOMs: math.NaN()},
 		{Policy: PolicyThreshold, TPOTSLOMs: math.Inf(1)},
+		{Policy: PolicySLO, TTFTSLOMs: 2000, TPOTSLOMs: 30, SLOPrefer: "quicker"},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)

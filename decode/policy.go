@@ -81,7 +81,21 @@ type Params struct {
 	// wasted and whose queueing delays the requests behind it. 0 is off; it
 	// never sheds on a path the estimator has not measured (decode/shed.go).
 	ShedTTFTFactor float64 `json:"shed_ttft_factor"`
+	// SLOPrefer is what the slo policy does with a prompt that both paths would
+	// serve within its objectives. SLOPreferLocal (the default; "" is the same)
+	// prefills it here while its TTFT is met, keeping the prefill pool for
+	// prompts that cannot wait. SLOPreferFaster sends it where its projected
+	// TTFT is lower once both paths are measured: the local queue then does
+	// not grow towards the objective while prefill workers idle, and what is
+	// left of the objective is margin for the estimate's errors.
+	SLOPrefer string `json:"slo_prefer"`
 }
+
+// The slo policy's preferences (Params.SLOPrefer).
+const (
+	SLOPreferLocal  = "local"
+	SLOPreferFaster = "faster"
+)
 
 // DefaultParams are the decision's parameters unless flags or Consul KV say
 // otherwise; docs/BENCHMARKS.md ("Short-prefill threshold") says how the
@@ -90,7 +104,7 @@ func DefaultParams() Params {
 	// The SLOs are those of ai-dynamo/dynamo's SLA-profiling tests for a
 	// long-prompt workload (docs/BENCHMARKS.md, issue 14).
 	return Params{Policy: PolicyThreshold, ShortPrefillThreshold: 128, ITLWeight: 0.25, LocalMaxRunning: 4, LocalMaxKVUsage: 0.5, LocalMaxTokens: 8192,
-		TTFTSLOMs: 2000, TPOTSLOMs: 30}
+		TTFTSLOMs: 2000, TPOTSLOMs: 30, SLOPrefer: SLOPreferLocal}
 }
 
 // Validate checks the params.
@@ -136,6 +150,11 @@ func (p Params) Validate() error {
 	}
 	if p.ShedTTFTFactor > 0 && p.TTFTSLOMs == 0 {
 		return fmt.Errorf("shed_ttft_factor %g: shedding on TTFT needs ttft_slo_ms above 0", p.ShedTTFTFactor)
+	}
+	switch p.SLOPrefer {
+	case "", SLOPreferLocal, SLOPreferFaster:
+	default:
+		return fmt.Errorf("slo_prefer %q: want %q or %q", p.SLOPrefer, SLOPreferLocal, SLOPreferFaster)
 	}
 	if p.ITLWeight < 0 || math.IsNaN(p.ITLWeight) || p.ITLWeight > 100 {
 		return fmt.Errorf("itl_weight %g: want a number in [0, 100]", p.ITLWeight)

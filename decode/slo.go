@@ -28,6 +28,11 @@ const sloTBTShare = 0.8
 // can still serve in time). Otherwise remote: the TPOT of the sequences already
 // decoding comes before the TTFT of the new one.
 //
+// With SLOPrefer "faster", a prompt the stall budgets let here goes to the
+// path whose projected TTFT is lower, once both are measured: the two queues
+// balance (join the shortest), and neither grows towards the objective while
+// the other idles.
+//
 // Before it has measured local prefills it has no stall to weigh: it prefills
 // here while nothing decodes here (the prefill stalls no one, and teaches the
 // estimator), and follows the threshold otherwise. Before it
@@ -72,11 +77,16 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	}
 	detail := fmt.Sprintf("stall %.1fms (%d queued + %d effective tokens at %s) vs %s; TTFT local %.1fms, remote %s, SLO %.0fms",
 		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, budgetDetail, s.est.Local*1e3, remote, p.TTFTSLOMs)
+	faster := p.SLOPrefer == SLOPreferFaster && s.est.RemoteWarm
 	switch {
 	case p.TPOTSLOMs > 0 && !fits:
 		return choice{remote: true, reason: "slo_remote_tpot_budget", detail: detail}
 	case p.TBTSLOMs > 0 && !tbtFits:
 		return choice{remote: true, reason: "slo_remote_tbt_budget", detail: detail}
+	case faster && s.est.Local <= s.est.Remote:
+		return choice{reason: "slo_local_faster", detail: detail}
+	case faster:
+		return choice{remote: true, reason: "slo_remote_faster", detail: detail}
 	case s.est.Local <= ttft:
 		return choice{reason: "slo_local_fits", detail: detail}
 	case remoteMisses:

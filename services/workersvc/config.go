@@ -133,6 +133,9 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet, mode string) {
 		"decode mode, load policy: ... and while at most this fraction of the KV pool is in use")
 	fs.IntVar(&d.Params.LocalMaxTokens, "local-max-tokens", d.Params.LocalMaxTokens,
 		"decode mode, load policy: ... and only prompts of at most this many effective tokens (0: no cap)")
+	fs.StringVar(&d.Params.SLOPrefer, "slo-prefer", d.Params.SLOPrefer,
+		"decode mode, slo policy: where a prompt goes that both paths serve within the objectives: local (prefill here while its TTFT is met) "+
+			"or faster (the path with the lower projected TTFT, once both are measured) (Consul KV slo_prefer)")
 	fs.Float64Var(&d.Params.TTFTSLOMs, flagTTFTSLO, d.Params.TTFTSLOMs,
 		"decode mode, slo policy and --"+flagShedTTFTFactor+": time-to-first-token objective in ms of this worker's clock (a sim engine's: modelled ms x --sim-time-scale)")
 	fs.Float64Var(&d.Params.ShedTTFTFactor, flagShedTTFTFactor, d.Params.ShedTTFTFactor,

@@ -101,6 +101,14 @@ func TestShedFlags(t *testing.T) {
 	if _, err := consul.Overlay(decode.DefaultParams(), []byte(`{"shed_ttft_factor":1,"ttft_slo_ms":0}`), decode.Params.Validate); err == nil {
 		t.Error("Consul KV: a shed factor with no TTFT objective accepted")
 	}
+	if p, err := consul.Overlay(decode.DefaultParams(), []byte(`{"slo_prefer":"faster"}`), decode.Params.Validate); err != nil ||
+		p.SLOPrefer != decode.SLOPreferFaster {
+		t.Errorf("Consul KV slo_prefer: %+v, %v", p, err)
+	}
+	if _, err := consul.Overlay(decode.DefaultParams(), []byte(`{"slo_prefer":"fastest"}`), decode.Params.Validate); err == nil ||
+		!strings.Contains(err.Error(), "slo_prefer") {
+		t.Errorf("Consul KV: slo_prefer fastest: %v", err)
+	}
 	err = flagNamed(connect.NewError(connect.CodeResourceExhausted, &decode.LimitError{Worker: "d1", Reason: decode.RejectTTFTUnmeetable,
 		Field: "ShedTTFTFactor", Limit: "1", Detail: "TTFT unmeetable: projected ..."}))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted ||
