@@ -293,6 +293,10 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 	if len(candidates) == 0 {
 		return fail("no_prefill_worker", "no prefill worker is known")
 	}
+	decided, lastFailure := d.GetReason(), ""
+	untried := func(c *decodev1.PrefillCandidate) bool {
+		return !slices.Contains(d.FailedPrefillWorkerIds, c.GetWorkerId())
+	}
 	tried := 0
 	for i := 0; i < len(candidates) && tried < 2; i++ {
 		id := candidates[i].GetWorkerId()
@@ -306,9 +310,7 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
 			s.metrics.remoteFailures.WithLabelValues(reasonUnknownPrefill).Inc()
 			s.log.WarnContext(ctx, "prefill worker unknown to discovery, skipped", "request_id", req.ID, "prefill_worker", id)
-			if tried == 0 && !slices.ContainsFunc(candidates[i+1:], func(c *decodev1.PrefillCandidate) bool {
-				return !slices.Contains(d.FailedPrefillWorkerIds, c.GetWorkerId())
-			}) {
+			if tried == 0 && !slices.ContainsFunc(candidates[i+1:], untried) {
 				return fail(reasonUnknownPrefill, fmt.Sprintf("prefill workers %q are unknown to discovery", d.FailedPrefillWorkerIds))
 			}
 			continue
@@ -318,6 +320,13 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		stream, ho, err := s.remotePrefill(ctx, client, id, req, skip, deadline)
 		if err == nil {
 			d.Path, d.PrefillWorkerId = decodev1.PrefillPath_PREFILL_PATH_REMOTE, id
+			if lastFailure != "" {
+				// The decision stands; the failure before the retry is in the detail,
+				// not in the reason the decision is counted and logged under.
+				d.Reason = decided
+				d.Detail = fmt.Sprintf("%s; prefill worker(s) %q failed before any KV (last: %s), retried on %s", d.GetDetail(),
+					d.FailedPrefillWorkerIds, lastFailure, id)
+			}
 			d.PrefillTime, d.HandoffBytes = durationpb.New(ho.Prefill), uint64(ho.Bytes)
 			computed := len(req.Prompt) - (ho.Skipped+ho.PrefillCached)*s.eng.Info().Layout.BlockSize
 			// The prefill worker reports its own prefill time; it cannot exceed what
@@ -348,10 +357,11 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		if !re.BeforeKV {
 			return fail(re.Reason, re.Error())
 		}
-		if tried == 1 && len(candidates) == 1 {
-			// The router offered one; discovery may know another to retry on.
+		if tried == 1 && !slices.ContainsFunc(candidates[i+1:], untried) {
+			// The router offered no other that has not failed or is unknown;
+			// discovery may know one to retry on.
 			for _, other := range s.prefill.IDs() {
-				if other != id {
+				if !slices.Contains(d.FailedPrefillWorkerIds, other) {
 					candidates = append(candidates, &decodev1.PrefillCandidate{WorkerId: other})
 					break
 				}
@@ -360,9 +370,13 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		if ctx.Err() != nil {
 			return nil, s.clientGone(ctx, req.ID, id, d, err)
 		}
-		d.Reason = re.Reason
+		lastFailure = re.Reason
 	}
-	return fail(d.GetReason(), "no prefill worker succeeded before any KV arrived")
+	if lastFailure == "" {
+		// Every candidate was a repeat of one that had already failed.
+		lastFailure = "no_prefill_worker"
+	}
+	return fail(lastFailure, "no prefill worker succeeded before any KV arrived")
 }
 
 // reasonUnknownPrefill: a candidate prefill worker discovery does not know.

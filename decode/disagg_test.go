@@ -181,6 +181,21 @@ func TestFallbackWhenPrefillWorkerIsDown(t *testing.T) {
 		!slices.Equal(r.decision.GetFailedPrefillWorkerIds(), []string{"dead"}) {
 		t.Errorf("decision %v, want remote on alive after dead failed", r.decision)
 	}
+	// The decision is counted under its own reason; the failure is in the detail.
+	if r.decision.GetReason() != "always_remote" || !strings.Contains(r.decision.GetDetail(), `["dead"] failed before any KV`) {
+		t.Errorf("reason %q, detail %q: want always_remote, naming dead's failure", r.decision.GetReason(), r.decision.GetDetail())
+	}
+
+	// An unknown candidate and a failing one leave the router's list empty:
+	// discovery is asked for another, and alive prefills.
+	r, err = generate(t, ctx, node.client, request("r3", prompt(7, 70), 0, 0, "stale-1", "dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE || r.decision.GetPrefillWorkerId() != "alive" ||
+		!slices.Equal(r.decision.GetFailedPrefillWorkerIds(), []string{"stale-1", "dead"}) {
+		t.Errorf("decision %v, want remote on alive (from discovery) after stale-1 and dead", r.decision)
+	}
 	waitIdle(t, "decode", node.eng)
 }
 
