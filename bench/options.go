@@ -41,6 +41,8 @@ type Options struct {
 	TraceSpeedups string
 	// TraceIgnoreEOS sends ignore_eos with each request of a trace.
 	TraceIgnoreEOS bool
+	// IgnoreEOS sends ignore_eos with each request of the fixed and mixed workloads.
+	IgnoreEOS bool
 }
 
 // RegisterFlags registers the options' flags, with their defaults.
@@ -53,6 +55,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Workload, "workload", "fixed", "fixed, mixed, shared-prefix, jsonl or trace (--trace FILE sets it)")
 	fs.IntVar(&o.ISL, "isl", 256, "fixed: prompt tokens; shared-prefix: tokens of each new user message")
 	fs.IntVar(&o.OSL, "osl", 64, "fixed and shared-prefix: output tokens asked for (max_tokens; no ignore_eos)")
+	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false,
+		"fixed and mixed: send ignore_eos so each answer is exactly its OSL (the report counts answers that ended early either way)")
 	fs.StringVar(&o.Mix, "mix", "0.8:64/32,0.2:2048/64", "mixed: weight:ISL/OSL classes, comma-separated, optionally name=weight:ISL/OSL")
 	fs.IntVar(&o.PrefixLen, "prefix-len", 512, "shared-prefix: tokens of the system prompt every conversation shares")
 	fs.IntVar(&o.Turns, "turns", 4, "shared-prefix: turns per conversation")
@@ -303,18 +307,27 @@ func ParseSpeedups(list string) ([]float64, error) {
 	return out, nil
 }
 
+// eos sets --ignore-eos on a fixed or mixed workload.
+func (o *Options) eos(m *Mixed, err error) (Workload, error) {
+	if err != nil {
+		return nil, err
+	}
+	m.IgnoreEOS = o.IgnoreEOS
+	return m, nil
+}
+
 // workloadFactory returns a function that makes a fresh workload, with its
 // prompts from pl (the served model's once Run has sized them).
 func (o *Options) workloadFactory(pl *Plan) (func() (Workload, error), error) {
 	switch o.Workload {
 	case "fixed":
-		return func() (Workload, error) { return NewFixed(pl.prompts, o.ISL, o.OSL) }, nil
+		return func() (Workload, error) { return o.eos(NewFixed(pl.prompts, o.ISL, o.OSL)) }, nil
 	case "mixed":
 		classes, err := ParseMix(o.Mix)
 		if err != nil {
 			return nil, err
 		}
-		return func() (Workload, error) { return NewMixed(pl.prompts, classes) }, nil
+		return func() (Workload, error) { return o.eos(NewMixed(pl.prompts, classes)) }, nil
 	case "shared-prefix":
 		cfg := SharedPrefixConfig{PrefixTokens: o.PrefixLen, TurnTokens: o.ISL, OutputTokens: o.OSL, Turns: o.Turns, Conversations: o.Convs}
 		return func() (Workload, error) { return NewSharedPrefix(pl.prompts, cfg) }, nil

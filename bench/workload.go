@@ -95,6 +95,9 @@ type Mixed struct {
 	p       *Prompts
 	classes []Class
 	total   float64
+	// IgnoreEOS asks for exactly each class's OSL (ignore_eos): a model, or the
+	// sim's random tokens, may otherwise end an answer early at an EOS.
+	IgnoreEOS bool
 }
 
 // NewMixed returns a mixed workload over classes.
@@ -173,7 +176,11 @@ func (m *Mixed) Next(rng *rand.Rand) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
-	return Request{Class: c.Name, Prompt: prompt, MaxTokens: c.OSL, PromptTokens: c.ISL}, nil
+	r := Request{Class: c.Name, Prompt: prompt, MaxTokens: c.OSL, PromptTokens: c.ISL, IgnoreEOS: m.IgnoreEOS}
+	if m.IgnoreEOS {
+		r.WantTokens = c.OSL
+	}
+	return r, nil
 }
 
 // Done implements Workload.

@@ -164,3 +164,30 @@ func TestReadJSONL(t *testing.T) {
 		}
 	}
 }
+
+// --ignore-eos asks for exactly each class's OSL, and the result is checked
+// against it; without it a request asks only for max_tokens.
+func TestMixedIgnoreEOS(t *testing.T) {
+	classes := []Class{{Name: "a", Weight: 1, ISL: 8, OSL: 5}}
+	for _, on := range []bool{false, true} {
+		o := Options{IgnoreEOS: on}
+		w, err := o.eos(NewMixed(testPrompts(t), classes))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := w.Next(rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if on {
+			want = 5
+		}
+		if r.IgnoreEOS != on || r.WantTokens != want || r.MaxTokens != 5 {
+			t.Errorf("--ignore-eos=%v: ignore_eos %v, want tokens %d, max %d; want %v, %d, 5", on, r.IgnoreEOS, r.WantTokens, r.MaxTokens, on, want)
+		}
+	}
+	if _, err := (&Options{}).eos(NewMixed(testPrompts(t), nil)); err == nil {
+		t.Error("an empty mix accepted")
+	}
+}
