@@ -85,9 +85,10 @@ type Params struct {
 	// serve within its objectives. SLOPreferLocal (the default; "" is the same)
 	// prefills it here while its TTFT is met, keeping the prefill pool for
 	// prompts that cannot wait. SLOPreferFaster sends it where its projected
-	// TTFT is lower once both paths are measured: the local queue then does
-	// not grow towards the objective while prefill workers idle, and what is
-	// left of the objective is margin for the estimate's errors.
+	// TTFT is lower (a prefill worker not yet measured taken to be as fast as
+	// this one): the local queue then does not grow towards the objective
+	// while prefill workers idle, and what is left of the objective is margin
+	// for the estimate's errors.
 	SLOPrefer string `json:"slo_prefer"`
 }
 

@@ -29,9 +29,10 @@ const sloTBTShare = 0.8
 // decoding comes before the TTFT of the new one.
 //
 // With SLOPrefer "faster", a prompt the stall budgets let here goes to the
-// path whose projected TTFT is lower, once both are measured: the two queues
-// balance (join the shortest), and neither grows towards the objective while
-// the other idles.
+// path whose projected TTFT is lower: the two queues balance (join the
+// shortest), and neither grows towards the objective while the other idles.
+// Before the remote side is measured its prefill is taken to be this
+// worker's, at the prefill worker's queue.
 //
 // Before it has measured local prefills it has no stall to weigh: it prefills
 // here while nothing decodes here (the prefill stalls no one, and teaches the
@@ -72,18 +73,27 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 		budgetDetail += "; " + tbtDetail(p, s.slack)
 	}
 	remote := fmt.Sprintf("%.1fms (queue %.1fms)", s.est.Remote*1e3, s.est.RemoteQueue*1e3)
-	if !s.est.RemoteWarm {
+	remoteTTFT := s.est.Remote
+	faster := p.SLOPrefer == SLOPreferFaster
+	switch {
+	case !s.est.RemoteWarm && faster:
+		// Not measured: a prefill worker taken to run as this one does, at its
+		// queue as the router reports it. Waiting for the TTFT objective to
+		// send the first prompt there (the local rule) let the local queue
+		// grow to the objective before the remote side was ever measured.
+		remoteTTFT = s.est.LocalLine.Seconds(s.prefillQueued+s.effective(), s.est.Chunk)
+		remote = fmt.Sprintf("not measured yet, taken as this worker's line at its %d queued tokens: %.1fms", s.prefillQueued, remoteTTFT*1e3)
+	case !s.est.RemoteWarm:
 		remote = "not measured yet, taken as met"
 	}
 	detail := fmt.Sprintf("stall %.1fms (%d queued + %d effective tokens at %s) vs %s; TTFT local %.1fms, remote %s, SLO %.0fms",
 		stall*1e3, s.localQueued, s.effective(), s.est.LocalLine, budgetDetail, s.est.Local*1e3, remote, p.TTFTSLOMs)
-	faster := p.SLOPrefer == SLOPreferFaster && s.est.RemoteWarm
 	switch {
 	case p.TPOTSLOMs > 0 && !fits:
 		return choice{remote: true, reason: "slo_remote_tpot_budget", detail: detail}
 	case p.TBTSLOMs > 0 && !tbtFits:
 		return choice{remote: true, reason: "slo_remote_tbt_budget", detail: detail}
-	case faster && s.est.Local <= s.est.Remote:
+	case faster && s.est.Local <= remoteTTFT:
 		return choice{reason: "slo_local_faster", detail: detail}
 	case faster:
 		return choice{remote: true, reason: "slo_remote_faster", detail: detail}
