@@ -161,6 +161,9 @@ func TestLoadWithCancellationsAndFallbacks(t *testing.T) {
 		}
 		d := r.decision
 		counts[fmt.Sprintf("%s: %s %s", j.kind, d.GetPath().Name(), d.GetReason())]++
+		if d.GetPath() == decodev1.PrefillPath_PREFILL_PATH_REMOTE && slices.Contains(d.GetFailedPrefillWorkerIds(), "dead") {
+			counts[fmt.Sprintf("%s: retried after dead", j.kind)]++
+		}
 		switch j.kind {
 		case loadNormal:
 			if d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
@@ -186,7 +189,7 @@ func TestLoadWithCancellationsAndFallbacks(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", counts)
-	if counts["dead: remote remote_error_before_kv"] == 0 {
+	if counts["dead: retried after dead"] == 0 {
 		t.Errorf("no request retried on p0 after dead failed; the test did not test it: %v", counts)
 	}
 	if counts["cut: fallback remote_error_mid_transfer"] == 0 {

@@ -23,6 +23,17 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 	first := true
 	last := start
 	path := decision.Path.Name()
+	// Until its first token a local prefill stretches the steps of every
+	// stream here (it, or the queue ahead of it, is in them).
+	prefilling := decision.Path != decodev1.PrefillPath_PREFILL_PATH_REMOTE
+	if prefilling {
+		s.prefilling.Add(1)
+		defer func() {
+			if prefilling {
+				s.prefilling.Add(-1)
+			}
+		}()
+	}
 	for {
 		tok, err := stream.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -40,8 +51,10 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		if first {
 			ttft := now.Sub(start)
 			s.metrics.ttft.WithLabelValues(path).Observe(ttft.Seconds())
-			if decision.Path != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
+			if prefilling {
 				s.estimator.ObserveLocal(int(decision.EffectiveTokens), localQueued, now.Sub(start))
+				prefilling = false
+				s.prefilling.Add(-1)
 			}
 			msg.Prefill, msg.WorkerId, msg.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
 			first = false
@@ -52,7 +65,11 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 			// batch, so a window of them spans many steps, not one step's many
 			// streams (all stretched alike when a prefill ran in it).
 			if b := s.live.count(); b > 0 && lv.emitted.Load()%int64(b) == 0 {
-				s.steps.observe(b, gap)
+				if s.prefilling.Load() > 0 {
+					s.stretched.observe(b, gap)
+				} else {
+					s.steps.observe(b, gap)
+				}
 			}
 		}
 		last = now
