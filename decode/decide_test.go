@@ -62,6 +62,12 @@ func TestDecide(t *testing.T) {
 		// slo, TTFT SLO 2 s: a stall of est.Local against half the least slack.
 		{"slo: cold uses the threshold while something decodes", sloP, situation{prompt: 5000, est: Estimate{Local: 0.01, Remote: 9},
 			slack: slack{decoding: 1, min: 10}}, true, "slo_cold_above_threshold"},
+		{"slo: cold, nothing waiting, one step's prompt: here, to learn", sloP, situation{prompt: 2000,
+			est: Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: slack{decoding: 30, min: 10}}, false, "slo_cold_learn"},
+		{"slo: cold, ... but with prompts waiting here the threshold", sloP, situation{prompt: 2000, localQueued: 100,
+			est: Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: slack{decoding: 30, min: 10}}, true, "slo_cold_above_threshold"},
+		{"slo: cold, ... and a prompt of more than one step too", sloP, situation{prompt: 2049,
+			est: Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: slack{decoding: 30, min: 10}}, true, "slo_cold_above_threshold"},
 		{"slo: cold, short", sloP, situation{prompt: 50, est: Estimate{Local: 0.01, Remote: 9},
 			slack: slack{decoding: 1, min: 10}}, false, "slo_cold_below_threshold"},
 		{"slo: cold and idle prefills here, to learn", sloP, situation{prompt: 5000, est: Estimate{RemoteWarm: true, Local: 9, Remote: 0.1}},

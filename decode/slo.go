@@ -36,7 +36,8 @@ const sloTBTShare = 0.8
 //
 // Before it has measured local prefills it has no stall to weigh: it prefills
 // here while nothing decodes here (the prefill stalls no one, and teaches the
-// estimator), and follows the threshold otherwise. Before it
+// estimator), or while nothing waits here and the prompt fits one engine step
+// (it stalls the batch for one step), and follows the threshold otherwise. Before it
 // has measured remote ones it takes the remote TTFT as met, so that the first
 // prompts that do not fit here teach it the remote side.
 func slo(p Params, s situation, threshold func(string) choice) choice {
@@ -46,7 +47,19 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 			return choice{reason: "slo_cold_idle", detail: fmt.Sprintf("no local prefill measured yet, and no sequence decoding here "+
 				"has a TPOT to keep (%d decoding, %d lost): %d effective tokens prefilled here", s.slack.decoding, s.slack.lost, s.effective())}
 		}
-		return threshold("slo_cold_")
+		// Following the threshold while anything decodes here can keep the
+		// line cold for ever: a worker whose every prompt is long sends them all
+		// away, decodes what comes back, and is never idle again (one of two
+		// decode workers on long-only prompts: 269 of 271 decisions cold). A
+		// prompt that takes one step, with nothing waiting here, stalls the
+		// batch for one step: prefilled here, to learn.
+		c := threshold("slo_cold_")
+		if c.remote && s.localQueued == 0 && s.effective() <= s.est.Chunk {
+			return choice{reason: "slo_cold_learn", detail: fmt.Sprintf("no local prefill measured yet; nothing waits here and the prompt's "+
+				"%d effective tokens fit one step (budget %d): prefilled here to learn, stalling the %d decoding for one step",
+				s.effective(), s.est.Chunk, s.slack.decoding)}
+		}
+		return c
 	}
 	ttft := p.TTFTSLOMs / 1e3
 	stall := s.est.Local
