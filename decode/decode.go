@@ -99,6 +99,7 @@ type Service struct {
 	// (while it is above 0 the streams' gaps go to stretched, else to steps).
 	stretched  stepModel
 	prefilling atomic.Int64
+	gapSeq     atomic.Uint64 // gaps seen by all streams, to sample one a step
 	log        *slog.Logger
 	metrics    *metrics
 	running    atomic.Int64

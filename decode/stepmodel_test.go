@@ -3,6 +3,7 @@ package decode
 import (
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -128,5 +129,27 @@ func TestSLOTBTTakesTheStepSeenWhilePrefilling(t *testing.T) {
 	}
 	if _, sl := w.decideStretched(8192, 0.40, 0.36, plain.at(64), low.at(64)); !near(sl.gap, 0.050) {
 		t.Errorf("stretched gap %.1f ms with a learned step of 30 under a plain one of 50, want 50", sl.gap*1e3)
+	}
+}
+
+// 300 streams of 64-token answers decode in one batch: about one gap in 300
+// is sampled, one a step, although no stream emits 300 tokens (counted per
+// stream, as first written, none was ever sampled at such a batch).
+func TestOneGapSampledAStepAtABatchAboveTheAnswersLength(t *testing.T) {
+	var seq atomic.Uint64
+	const batch, tokens = 300, 64
+	n := 0
+	for range tokens - 1 { // each step: every stream's gap
+		for range batch {
+			if sampleGap(&seq, batch) {
+				n++
+			}
+		}
+	}
+	if n != tokens-1 {
+		t.Errorf("%d gaps sampled over %d steps of %d streams, want one a step", n, tokens-1, batch)
+	}
+	if sampleGap(&seq, 0) {
+		t.Error("a gap sampled with no batch")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -61,10 +62,14 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		} else {
 			gap := now.Sub(last).Seconds()
 			s.metrics.itl.Observe(gap)
-			// One gap in batch of each stream's: about one a step across the
-			// batch, so a window of them spans many steps, not one step's many
-			// streams (all stretched alike when a prefill ran in it).
-			if b := s.live.count(); b > 0 && lv.emitted.Load()%int64(b) == 0 {
+			// One gap in batch of all the streams': about one a step across
+			// the batch, so a window of them spans many steps, not one step's
+			// many streams (all stretched alike when a prefill ran in it).
+			// Counted across the streams, not per stream: a stream's own
+			// count reaches the batch only if it emits that many tokens, and
+			// at a batch above the answers' length (300 decoding 64 tokens
+			// each) no gap was ever sampled.
+			if b := s.live.count(); sampleGap(&s.gapSeq, b) {
 				if s.prefilling.Load() > 0 {
 					s.stretched.observe(b, gap)
 				} else {
@@ -89,4 +94,10 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 	}
 	s.metrics.completed.WithLabelValues(stream.Finish().String()).Inc()
 	return out.Send(final)
+}
+
+// sampleGap says whether a gap seen while batch streams decode is the one in
+// batch (counted in seq across the streams) that the step models learn from.
+func sampleGap(seq *atomic.Uint64, batch int) bool {
+	return batch > 0 && seq.Add(1)%uint64(batch) == 0
 }
