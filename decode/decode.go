@@ -182,7 +182,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		// The sequences decode on in a batch of those live here and this one.
 		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
 			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1),
-			stretched: s.stretched.at(s.live.count() + 1), tokens: st.WaitingTokens + sit.effective(), chunk: sit.est.Chunk}
+			stretched: s.stretched.at(s.live.count() + 1)}
 		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
 		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
 			s.metrics.tpotSlack.Set(sit.slack.min)

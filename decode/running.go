@@ -113,14 +113,9 @@ type stretch struct {
 	compute float64
 	plain   stepAt
 	// stretched is the step the batch decodes at while a local prefill runs,
-	// learned from the gaps the streams see then (Service.stretched). When
-	// learned, and the stall's steps are at least half full (tokens over
-	// steps against the step budget chunk), it is the stretched gap: the
-	// steps it was learned from are mostly such. A stall of fewer tokens a
-	// step (a short prompt, nothing queued) keeps the line's figures, which
-	// scale with its tokens.
-	stretched     stepAt
-	tokens, chunk int
+	// learned from the gaps the streams see then (Service.stretched); when
+	// learned it is the stretched gap, the line's figures only when it is not.
+	stretched stepAt
 }
 
 // slack is, for each sequence past its first token, how many seconds of stall
@@ -196,7 +191,7 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float6
 		out.step, out.stepFrom = gaps[len(gaps)/2], "the decoding sequences' median gap"
 	}
 	switch {
-	case st.steps > 0 && st.stretched.learned && st.chunk > 0 && 2*st.tokens >= st.steps*st.chunk:
+	case st.steps > 0 && st.stretched.learned:
 		out.steps, out.gap, out.gapFrom = st.steps, max(out.step, st.stretched.seconds), "learned while prefilling here, "+st.stretched.from
 	case st.steps > 0:
 		out.steps, out.gap, out.gapFrom = st.steps, max(out.step, st.stall/float64(st.steps)), "the local line"

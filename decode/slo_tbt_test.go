@@ -55,8 +55,7 @@ func (w *tbtWorker) decideStretched(tokens int, stall, compute float64, plain, s
 	est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: stall, LocalPrefill: stall, Remote: 1, Chunk: 2048}
 	s := situation{prompt: tokens, est: est}
 	s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, 0.01,
-		stretch{steps: chunks(tokens, est.Chunk), stall: stall, compute: compute, plain: plain, stretched: stretched,
-			tokens: tokens, chunk: est.Chunk})
+		stretch{steps: chunks(tokens, est.Chunk), stall: stall, compute: compute, plain: plain, stretched: stretched})
 	return decide(p, s), s.slack
 }
 
