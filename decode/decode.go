@@ -94,15 +94,10 @@ type Service struct {
 	pending   pendingPrefills
 	live      liveStreams
 	steps     stepModel
-	// stretched is the step while a local prefill runs here; prefilling
-	// counts the local prefills decided and not yet at their first token
-	// (while it is above 0 the streams' gaps go to stretched, else to steps).
-	stretched  stepModel
-	prefilling atomic.Int64
-	gapSeq     atomic.Uint64 // gaps seen by all streams, to sample one a step
-	log        *slog.Logger
-	metrics    *metrics
-	running    atomic.Int64
+	gapSeq    atomic.Uint64 // gaps seen by all streams, to sample one a step
+	log       *slog.Logger
+	metrics   *metrics
+	running   atomic.Int64
 }
 
 var _ decodev1connect.DecodeServiceHandler = (*Service)(nil)
@@ -181,8 +176,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		// stall (est.Local) is theirs and this one's, and so are its steps.
 		// The sequences decode on in a batch of those live here and this one.
 		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
-			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1),
-			stretched: s.stretched.at(s.live.count() + 1)}
+			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1)}
 		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
 		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
 			s.metrics.tpotSlack.Set(sit.slack.min)

@@ -96,9 +96,6 @@ type slack struct {
 	// batch step was taken at either way; stepFrom says where step came from.
 	plain    stepAt
 	stepFrom string
-	// gapFrom says where gap came from: the steps learned while a local
-	// prefill ran, or the line.
-	gapFrom string
 }
 
 // stretch is what a local prefill does to the sequences decoding beside it:
@@ -112,10 +109,6 @@ type stretch struct {
 	stall   float64
 	compute float64
 	plain   stepAt
-	// stretched is the step the batch decodes at while a local prefill runs,
-	// learned from the gaps the streams see then (Service.stretched); when
-	// learned it is the stretched gap, the line's figures only when it is not.
-	stretched stepAt
 }
 
 // slack is, for each sequence past its first token, how many seconds of stall
@@ -136,13 +129,7 @@ type stretch struct {
 // With a TBT objective (tbt > 0) it also projects each sequence's final TBT
 // (projectTBT) were the stretch to come now: its kept longest gaps, st.steps
 // stretched gaps (at most one per token it has left) and plain steps for the
-// rest; and keeps the highest. A stretched gap is, once learned, the median
-// gap the streams saw at that batch while a local prefill ran here: what a
-// step with a prompt's chunk in it takes, measured, where the line's figure
-// below counts the wait for the step under way and the queue's start-up in
-// each step (on long-only prompts in 2,048-token steps the line gave 344 ms
-// (wall, time scale 4) a step against some 280 seen, and refused every local
-// prefill under a 320 ms share of the TBT objective). Until then it is the whole step's time from
+// rest; and keeps the highest. A stretched gap is the whole step's time from
 // the line, stall/steps (the line is fitted to the time of the steps a
 // prefill ran in, decode batch included, so it holds a plain step), never less
 // than a plain step; with a learned plain step, never less than that step plus
@@ -190,11 +177,8 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float6
 		slices.Sort(gaps)
 		out.step, out.stepFrom = gaps[len(gaps)/2], "the decoding sequences' median gap"
 	}
-	switch {
-	case st.steps > 0 && st.stretched.learned:
-		out.steps, out.gap, out.gapFrom = st.steps, max(out.step, st.stretched.seconds), "learned while prefilling here, "+st.stretched.from
-	case st.steps > 0:
-		out.steps, out.gap, out.gapFrom = st.steps, max(out.step, st.stall/float64(st.steps)), "the local line"
+	if st.steps > 0 {
+		out.steps, out.gap = st.steps, max(out.step, st.stall/float64(st.steps))
 		if st.plain.learned {
 			out.gap = max(out.gap, out.step+max(st.compute, 0)/float64(st.steps))
 		}

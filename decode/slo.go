@@ -126,7 +126,7 @@ func tbtDetail(p Params, sl slack) string {
 	if sl.plain.learned {
 		plain += " + the prompt's compute per step"
 	}
-	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s; %s)", sl.steps, sl.gap*1e3, sl.gapFrom, plain)
+	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s)", sl.steps, sl.gap*1e3, plain)
 	switch {
 	case sl.decoding == 0:
 		return "TBT: nothing decoding here; " + stretch

@@ -43,11 +43,6 @@ func (w *tbtWorker) decide(tokens int, stall float64) choice {
 // decideWith is decide with compute seconds of the stall the prompt's own and
 // the step model's plain step.
 func (w *tbtWorker) decideWith(tokens int, stall, compute float64, plain stepAt) (choice, slack) {
-	return w.decideStretched(tokens, stall, compute, plain, stepAt{})
-}
-
-// decideStretched is decideWith with the step learned while prefilling here.
-func (w *tbtWorker) decideStretched(tokens int, stall, compute float64, plain, stretched stepAt) (choice, slack) {
 	p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
 	if err := p.Validate(); err != nil {
 		w.t.Fatal(err)
@@ -55,7 +50,7 @@ func (w *tbtWorker) decideStretched(tokens int, stall, compute float64, plain, s
 	est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: stall, LocalPrefill: stall, Remote: 1, Chunk: 2048}
 	s := situation{prompt: tokens, est: est}
 	s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, 0.01,
-		stretch{steps: chunks(tokens, est.Chunk), stall: stall, compute: compute, plain: plain, stretched: stretched})
+		stretch{steps: chunks(tokens, est.Chunk), stall: stall, compute: compute, plain: plain})
 	return decide(p, s), s.slack
 }
 

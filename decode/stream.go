@@ -24,17 +24,6 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 	first := true
 	last := start
 	path := decision.Path.Name()
-	// Until its first token a local prefill stretches the steps of every
-	// stream here (it, or the queue ahead of it, is in them).
-	prefilling := decision.Path != decodev1.PrefillPath_PREFILL_PATH_REMOTE
-	if prefilling {
-		s.prefilling.Add(1)
-		defer func() {
-			if prefilling {
-				s.prefilling.Add(-1)
-			}
-		}()
-	}
 	for {
 		tok, err := stream.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -52,10 +41,8 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		if first {
 			ttft := now.Sub(start)
 			s.metrics.ttft.WithLabelValues(path).Observe(ttft.Seconds())
-			if prefilling {
+			if decision.Path != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
 				s.estimator.ObserveLocal(int(decision.EffectiveTokens), localQueued, now.Sub(start))
-				prefilling = false
-				s.prefilling.Add(-1)
 			}
 			msg.Prefill, msg.WorkerId, msg.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
 			first = false
@@ -70,11 +57,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 			// at a batch above the answers' length (300 decoding 64 tokens
 			// each) no gap was ever sampled.
 			if b := s.live.count(); sampleGap(&s.gapSeq, b) {
-				if s.prefilling.Load() > 0 {
-					s.stretched.observe(b, gap)
-				} else {
-					s.steps.observe(b, gap)
-				}
+				s.steps.observe(b, gap)
 			}
 		}
 		last = now
