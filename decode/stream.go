@@ -80,7 +80,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 }
 
 // sampleGap says whether a gap seen while batch streams decode is the one in
-// batch (counted in seq across the streams) that the step models learn from.
+// batch (counted in seq across the streams) that the step model learns from.
 func sampleGap(seq *atomic.Uint64, batch int) bool {
 	return batch > 0 && seq.Add(1)%uint64(batch) == 0
 }
