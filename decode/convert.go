@@ -62,6 +62,7 @@ type metrics struct {
 	reranked       prometheus.Counter
 	tpotSlack      prometheus.Gauge
 	tbtProjected   prometheus.Gauge
+	stepProjected  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -132,7 +133,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "slo policy with a TBT objective: the highest TBT projected, were the request to be prefilled here, among the sequences " +
 			"decoding here that can still meet their SLOs, at the last decision that saw one (seconds; compare with tbt_slo_ms).",
 	})
-	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked, m.tpotSlack, m.tbtProjected)
+	m.stepProjected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tandem_decode_step_projected_seconds",
+		Help: "slo policy on an engine that reports its steps: the engine step the last decision projected from the fit to them, " +
+			"plain (the batch decoding alone) and stretched (with the prompt's fullest chunk beside it), seconds.",
+	}, []string{"step"})
+	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked, m.tpotSlack, m.tbtProjected, m.stepProjected)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

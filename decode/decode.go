@@ -94,6 +94,7 @@ type Service struct {
 	pending   pendingPrefills
 	live      liveStreams
 	steps     stepModel
+	stepFit   *stepFit      // engines that report their steps (engine.StepReporter); else nil
 	gapSeq    atomic.Uint64 // gaps seen by all streams, to sample one a step
 	log       *slog.Logger
 	metrics   *metrics
@@ -112,6 +113,10 @@ func New(cfg Config, eng engine.Engine, prefill Prefillers, log *slog.Logger, re
 	registerEstimateGauges(reg, &s.estimator)
 	s.pending.gauge = s.metrics.pendingTokens
 	s.params.Store(&cfg.Params)
+	if r, ok := eng.(engine.StepReporter); ok {
+		s.stepFit = &stepFit{}
+		r.ObserveSteps(s.stepFit.observe)
+	}
 	return s, nil
 }
 
@@ -177,6 +182,14 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		// The sequences decode on in a batch of those live here and this one.
 		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
 			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1)}
+		if s.stepFit != nil {
+			if str.fit = s.projectSteps(st, sit, bs); str.fit.ok {
+				s.metrics.stepProjected.WithLabelValues("stretched").Set(str.fit.gap)
+			}
+			if str.fit.plainOK {
+				s.metrics.stepProjected.WithLabelValues("plain").Set(str.fit.plain)
+			}
+		}
 		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
 		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
 			s.metrics.tpotSlack.Set(sit.slack.min)

@@ -96,6 +96,7 @@ type slack struct {
 	// batch step was taken at either way; stepFrom says where step came from.
 	plain    stepAt
 	stepFrom string
+	fit      bool // step and gap are the engine's steps' fit
 }
 
 // stretch is what a local prefill does to the sequences decoding beside it:
@@ -109,6 +110,9 @@ type stretch struct {
 	stall   float64
 	compute float64
 	plain   stepAt
+	// fit, when ok, is the engine's own steps' fit: the plain step and the
+	// stretched one both, in place of the above.
+	fit stepGuess
 }
 
 // slack is, for each sequence past its first token, how many seconds of stall
@@ -177,9 +181,21 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float6
 		slices.Sort(gaps)
 		out.step, out.stepFrom = gaps[len(gaps)/2], "the decoding sequences' median gap"
 	}
+	switch {
+	case st.fit.plainOK:
+		out.step, out.stepFrom, out.fit = st.fit.plain, st.fit.String(), true
+	case st.fit.ok:
+		// A plain step is no longer than a stretched one: the gaps' figure
+		// (on a worker that never stops prefilling, stretched steps taken for
+		// plain ones) is capped at the fit's.
+		out.step, out.stepFrom, out.fit = min(out.step, st.fit.gap), out.stepFrom+", at most "+st.fit.String(), true
+	}
 	if st.steps > 0 {
 		out.steps, out.gap = st.steps, max(out.step, st.stall/float64(st.steps))
-		if st.plain.learned {
+		switch {
+		case st.fit.ok:
+			out.gap = st.fit.gap
+		case st.plain.learned:
 			out.gap = max(out.gap, out.step+max(st.compute, 0)/float64(st.steps))
 		}
 	}

@@ -123,7 +123,7 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 // the objective, and the stretch it assumes.
 func tbtDetail(p Params, sl slack) string {
 	plain := fmt.Sprintf("plain step %.2fms at batch %d (%s)", sl.step*1e3, sl.plain.batch, sl.stepFrom)
-	if sl.plain.learned {
+	if sl.plain.learned && !sl.fit {
 		plain += " + the prompt's compute per step"
 	}
 	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s)", sl.steps, sl.gap*1e3, plain)

@@ -147,7 +147,8 @@ type Snapshotter interface {
 
 // WatchEvents sends a snapshot when the subscriber holds nothing or has fallen out
 // of the event ring, then every event as it happens, with the load, and at least one
-// message per heartbeat.
+// message per heartbeat. An engine that announces a new prompt in its queue
+// (engine.LoadNotifier) has its load sent then too.
 func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1.WatchEventsRequest],
 	stream *connect.ServerStream[workerv1.WatchEventsResponse]) error {
 	log := s.eng.Events()
@@ -155,7 +156,13 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 	needSnapshot := after == 0
 	tick := time.NewTicker(s.Heartbeat)
 	defer tick.Stop()
+	notifier, _ := s.eng.(engine.LoadNotifier)
 	for {
+		// Taken before the load is read, so a change after the read wakes the next.
+		var loadChanged <-chan struct{}
+		if notifier != nil {
+			loadChanged = notifier.LoadChanged()
+		}
 		msg := &workerv1.WatchEventsResponse{Incarnation: s.incarnation}
 		events, changed, ok := log.Since(after)
 		if needSnapshot || !ok {
@@ -184,6 +191,7 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 			return nil
 		case <-drainChanged:
 		case <-changed:
+		case <-loadChanged:
 		case <-tick.C:
 		}
 	}

@@ -126,8 +126,10 @@ func (sc *sched) publish() {
 		}
 	}
 	e.running.Store(int64(len(sc.running)))
-	e.waiting.Store(int64(len(sc.waiting)))
 	e.waitingTokens.Store(int64(tokens))
+	if n := int64(len(sc.waiting)); e.waiting.Swap(n) < n {
+		e.queueChanged.Fire() // after the store: a woken reader sees the new queue
+	}
 }
 
 // preempt takes s's blocks back and queues it to recompute. Its full blocks stay in
@@ -244,7 +246,7 @@ func (sc *sched) step() bool {
 		sc.unstick()
 		return false
 	}
-	sc.run()
+	sc.run(decodes)
 	return true
 }
 
@@ -308,8 +310,10 @@ func (sc *sched) storeFull(s *sequence) {
 	s.stored = full
 }
 
-// run executes the planned batch and hands out the sampled tokens.
-func (sc *sched) run() {
+// run executes the planned batch, whose first decodes entries are decode
+// tokens and the rest prompt chunks, and hands out the sampled tokens.
+func (sc *sched) run(decodes int) {
+	began := time.Now()
 	var tokens []uint32
 	segs := make([]segment, len(sc.planSeqs))
 	nLogits := 0
@@ -344,6 +348,17 @@ func (sc *sched) run() {
 			lp = logprobsOf(row, tok, s.req.TopLogprobs)
 		}
 		sc.deliver(s, tok, lp)
+	}
+	if f := sc.e.stepObserver.Load(); f != nil {
+		r := engine.StepReport{Seconds: time.Since(began).Seconds(), Decode: decodes}
+		for i, sg := range segs[decodes:] {
+			r.PrefillTokens += sc.planN[decodes+i]
+			r.PrefillPairs += engine.ChunkPairs(sg.pos0, sg.n)
+		}
+		if ps := sc.e.pool.Stats(); ps.Total > 0 {
+			r.KVUsage = float64(ps.Active) / float64(ps.Total)
+		}
+		(*f)(r)
 	}
 }
 

@@ -38,6 +38,7 @@ type Step struct {
 	Decode   int     // sequences that drew a token
 	Prefill  int     // prompt tokens computed
 	Prefills int     // sequences whose prompt chunks ran
+	Pairs    float64 // attention pairs the chunks computed (engine.ChunkPairs)
 	KVUsage  float64
 }
 
@@ -114,6 +115,7 @@ func (d *device) enqueue(ctx context.Context, s *seq) {
 	if s.blocks == nil {
 		d.admitting = append(d.admitting, &admission{s: s})
 		d.grantLocked()
+		d.e.queueChanged.Fire()
 		return
 	}
 	if s.decoding {
@@ -199,7 +201,7 @@ func (d *device) plan() (Step, bool) {
 		budget--
 	}
 	slots := len(d.running)
-	var chunks float64
+	var chunks, pairs float64
 	prefill := 0
 	for _, s := range d.waiting {
 		if budget == 0 || (s.prefillDone == 0 && slots >= maxSeqs) {
@@ -207,7 +209,9 @@ func (d *device) plan() (Step, bool) {
 		}
 		slots++
 		n := min(s.prefillLeft, budget)
-		chunks += d.p.ChunkMS(s.blocks.cached*d.e.cfg.BlockSize+s.prefillDone, n)
+		o := s.blocks.cached*d.e.cfg.BlockSize + s.prefillDone
+		chunks += d.p.ChunkMS(o, n)
+		pairs += engine.ChunkPairs(o, n)
 		d.chunks = append(d.chunks, chunk{s, n})
 		budget -= n
 		prefill += n
@@ -218,7 +222,7 @@ func (d *device) plan() (Step, bool) {
 	ps := d.e.pool.Stats()
 	u := float64(ps.Active) / float64(ps.Total)
 	return Step{At: d.now, MS: d.p.StepMS(len(d.batch), u, len(d.chunks) > 0, chunks),
-		Decode: len(d.batch), Prefill: prefill, Prefills: len(d.chunks), KVUsage: u}, true
+		Decode: len(d.batch), Prefill: prefill, Prefills: len(d.chunks), Pairs: pairs, KVUsage: u}, true
 }
 
 // apply carries out a planned step that has taken its time: each decoding
@@ -290,6 +294,12 @@ func (d *device) run() {
 		d.mu.Unlock()
 		if d.e.cfg.OnStep != nil {
 			d.e.cfg.OnStep(st)
+		}
+		if f := d.e.stepObserver.Load(); f != nil && d.e.cfg.TimeScale > 0 {
+			// The wall time the step took, oversleep included: what the
+			// streams beside it saw.
+			(*f)(engine.StepReport{Seconds: clock.Now().Sub(began).Seconds(), Decode: st.Decode,
+				PrefillTokens: st.Prefill, PrefillPairs: st.Pairs, KVUsage: st.KVUsage})
 		}
 	}
 }
