@@ -3,6 +3,7 @@ package decode
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
@@ -88,5 +89,31 @@ func TestStepFitOfFullStepsOnly(t *testing.T) {
 	}
 	if small := f.project(40, 100, 0, 0.2); math.Abs(small.gap/g.gap-1) > 0.05 {
 		t.Errorf("a 100-token chunk projected %.2fms: below the smallest chunk seen, want it taken as that (%.2fms)", small.gap*1e3, g.gap*1e3)
+	}
+}
+
+// A worker that never stops prefilling: every gap its streams saw (70 ms) was a
+// step with a chunk beside the batch, so the gaps' "plain" step is a stretched
+// one, and adding the prompt's compute to it counts the chunk twice: 125 ms a
+// step, a projected TBT past 80 % of 100 ms, remote. The engine's steps, fitted,
+// say a step with this chunk takes 72 ms: local.
+func TestSLOTBTTakesTheFittedStep(t *testing.T) {
+	decideFit := func(fit stepGuess) (choice, slack) {
+		w := newTBTWorker(t)
+		w.decoding(65, gaps(20, 70)...)
+		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.14, LocalPrefill: 0.14, Remote: 1, Chunk: 2048}
+		s := situation{prompt: 4096, est: est}
+		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: 2, stall: 0.14, compute: 0.11,
+			plain: stepAt{seconds: 0.07, batch: 2, learned: true, from: "bucket"}, fit: fit})
+		return decide(p, s), s.slack
+	}
+	c, _ := decideFit(stepGuess{})
+	wantChoice(t, "gaps only", c, true, "slo_remote_tbt_budget")
+	c, sl := decideFit(stepGuess{ok: true, gap: 0.072, chunk: 2046, batch: 2, reports: 900})
+	wantChoice(t, "with the engine's steps", c, false, "slo_local_fits")
+	if sl.gap != 0.072 || sl.step != 0.07 || !strings.Contains(c.detail, "fitted to the engine's last 512 steps") {
+		t.Errorf("stretched %.1fms, plain %.1fms, detail %q: want the fit's 72 ms, the gaps' 70 ms capped by it, and the fit named",
+			sl.gap*1e3, sl.step*1e3, c.detail)
 	}
 }
