@@ -144,7 +144,9 @@ type stretch struct {
 // with the square of the chunk), and with the sum alone one trace run (slo@1,
 // L 1.25) went local more and met TBT less (77 % against 91.5 %). An
 // engine that reports no step budget (Chunk 0) gives one step: the whole stall
-// in one gap, the worst case.
+// in one gap, the worst case. An engine that reports its steps replaces all
+// of this with the fit to them (st.fit, stepfit.go): the stretched step at
+// the prompt's fullest chunk, and the plain one where the fit can tell it.
 //
 // A sequence that misses an SLO whatever is decided (its TTFT above ttft, its
 // TPOT slack already below 0, or its TBT above tbt with no stall at all) is
