@@ -73,6 +73,14 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	tbt := sloTBTShare * p.TBTSLOMs / 1e3
 	tbtFits := idle || (alive && s.slack.tbt <= tbt)
 	remoteMisses := s.est.RemoteWarm && s.est.Remote > ttft
+	// The TBT share is a margin for the projection's error. When the remote
+	// path is projected to miss the TTFT objective and the local one to meet
+	// it, sending the prompt away loses it for certain while keeping it puts
+	// the sequences here at risk only past the whole objective: the whole
+	// objective is the bound then. Without it slo@1 on long-only prompts sent
+	// a third of them to a prefill worker 15 s behind (TTFT objective 8 s) for
+	// a projected TBT of 323 ms against a share of 320 (objective 400).
+	marginal := p.TBTSLOMs > 0 && !tbtFits && alive && remoteMisses && s.est.Local <= ttft && s.slack.tbt <= p.TBTSLOMs/1e3
 	budgetDetail := "no sequence decoding here has a TPOT left to keep"
 	if p.TPOTSLOMs == 0 {
 		budgetDetail = "no TPOT objective"
@@ -104,6 +112,9 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	switch {
 	case p.TPOTSLOMs > 0 && !fits:
 		return choice{remote: true, reason: "slo_remote_tpot_budget", detail: detail}
+	case marginal:
+		return choice{reason: "slo_local_tbt_margin", detail: detail + "; the remote TTFT misses its objective and the local one meets it: " +
+			"local within the whole TBT objective"}
 	case p.TBTSLOMs > 0 && !tbtFits:
 		return choice{remote: true, reason: "slo_remote_tbt_budget", detail: detail}
 	case faster && s.est.Local <= remoteTTFT:

@@ -134,3 +134,24 @@ func TestSLOTBTUnknownBudgetIsOneGap(t *testing.T) {
 		t.Errorf("%+v: want one stretched gap of 360 ms, TBT 45 ms", sl)
 	}
 }
+
+// The 80 % share is a margin. When the remote path is projected to miss the
+// TTFT objective (40 s against 30 s) and the local one meets it, a projected
+// TBT of 90 ms (within 100 ms, past 80) goes local; one past the whole
+// objective still goes remote.
+func TestSLOTBTMarginGivesWayToACertainTTFTMiss(t *testing.T) {
+	decideRemote := func(w *tbtWorker, remote float64) choice {
+		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.36, LocalPrefill: 0.36, Remote: remote, Chunk: 2048}
+		s := situation{prompt: 8192, est: est}
+		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: 4, stall: 0.36})
+		return decide(p, s)
+	}
+	scarred := newTBTWorker(t)
+	scarred.decoding(101, append(gaps(32, 10), gaps(8, 90)...)...)
+	wantChoice(t, "remote meets its TTFT", decideRemote(scarred, 1), true, "slo_remote_tbt_budget")
+	wantChoice(t, "remote misses its TTFT", decideRemote(scarred, 40), false, "slo_local_tbt_margin")
+	worse := newTBTWorker(t)
+	worse.decoding(101, append(gaps(8, 110), gaps(32, 10)...)...) // 90 ms with no stall, 106 with it
+	wantChoice(t, "past the whole objective", decideRemote(worse, 40), true, "slo_remote_tbt_budget")
+}
