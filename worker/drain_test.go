@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -30,17 +31,8 @@ func TestDrainIsPushedToSubscribers(t *testing.T) {
 		defer mu.Unlock()
 		health = append(health, serving)
 	})
-	mux := http.NewServeMux()
-	mux.Handle(workerv1connect.NewWorkerServiceHandler(svc))
-	c := workerv1connect.NewWorkerServiceClient(rpctest.Client(t), rpctest.NewServer(t, mux).URL)
-
 	ctx := rpctest.Context(t)
-	s, err := c.WatchEvents(ctx, connect.NewRequest(&workerv1.WatchEventsRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	stream := connectStream{s}
+	c, stream := subscribe(ctx, t, svc)
 	first, err := stream.recv()
 	if err != nil || first.GetDraining() {
 		t.Fatalf("first message %v, %v: want one not draining", first, err)
@@ -62,4 +54,19 @@ func TestDrainIsPushedToSubscribers(t *testing.T) {
 	if len(health) != 2 || health[0] || !health[1] {
 		t.Errorf("health hook calls %v, want [false true]", health)
 	}
+}
+
+// subscribe serves svc over Connect on a test server and opens a WatchEvents
+// stream from the start; the client is for the test's other calls.
+func subscribe(ctx context.Context, t *testing.T, svc *worker.Service) (workerv1connect.WorkerServiceClient, connectStream) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(workerv1connect.NewWorkerServiceHandler(svc))
+	c := workerv1connect.NewWorkerServiceClient(rpctest.Client(t), rpctest.NewServer(t, mux).URL)
+	s, err := c.WatchEvents(ctx, connect.NewRequest(&workerv1.WatchEventsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return c, connectStream{s}
 }

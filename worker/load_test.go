@@ -2,17 +2,13 @@ package worker_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
-
-	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/internal/rpctest"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
-	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
 	"github.com/tandem-serve/tandem/worker"
 )
 
@@ -29,17 +25,8 @@ func TestQueuedPromptIsPushedToSubscribers(t *testing.T) {
 	t.Cleanup(func() { _ = eng.Close() })
 	svc := worker.New(workerID, incarnation, workerv1.WorkerMode_WORKER_MODE_PREFILL, version, eng)
 	svc.Heartbeat = time.Hour
-	mux := http.NewServeMux()
-	mux.Handle(workerv1connect.NewWorkerServiceHandler(svc))
-	c := workerv1connect.NewWorkerServiceClient(rpctest.Client(t), rpctest.NewServer(t, mux).URL)
-
 	ctx := rpctest.Context(t)
-	s, err := c.WatchEvents(ctx, connect.NewRequest(&workerv1.WatchEventsRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	stream := connectStream{s}
+	_, stream := subscribe(ctx, t, svc)
 	first, err := stream.recv()
 	if err != nil || first.GetLoad().GetWaitingTokens() != 0 {
 		t.Fatalf("first message %v, %v: want an empty queue", first, err)
