@@ -72,6 +72,13 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	fits := idle || (alive && stall <= budget)
 	tbt := sloTBTShare * p.TBTSLOMs / 1e3
 	tbtFits := idle || (alive && s.slack.tbt <= tbt)
+	// A prompt that fits in the last step of the prefills already waiting here
+	// adds no stretched step: the sequences' gaps are what they would be anyway.
+	addsNoStep := s.localQueued > 0 && s.est.Chunk > 0 && chunks(s.localQueued+s.effective(), s.est.Chunk) == chunks(s.localQueued, s.est.Chunk)
+	noStep := !tbtFits && alive && addsNoStep
+	if noStep {
+		tbtFits = true
+	}
 	remoteMisses := s.est.RemoteWarm && s.est.Remote > ttft
 	// The TBT share is a margin for the projection's error. When the remote
 	// path is projected to miss the TTFT objective and the local one to meet
@@ -92,6 +99,9 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	}
 	if p.TBTSLOMs > 0 {
 		budgetDetail += "; " + tbtDetail(p, s.slack)
+		if noStep {
+			budgetDetail += fmt.Sprintf("; past the share, but the prompt fits in the last step of the %d tokens waiting here: no gap stretched by it", s.localQueued)
+		}
 	}
 	remote := fmt.Sprintf("%.1fms (queue %.1fms)", s.est.Remote*1e3, s.est.RemoteQueue*1e3)
 	remoteTTFT := s.est.Remote

@@ -155,3 +155,26 @@ func TestSLOTBTMarginGivesWayToACertainTTFTMiss(t *testing.T) {
 	worse.decoding(101, append(gaps(8, 110), gaps(32, 10)...)...) // 90 ms with no stall, 106 with it
 	wantChoice(t, "past the whole objective", decideRemote(worse, 40), true, "slo_remote_tbt_budget")
 }
+
+// A prompt that fits in the last step of the prefills already waiting here
+// adds no stretched gap to anyone: the sequences' TBT is what the queue makes
+// it either way, so the TBT rule does not send it away. One that needs a step
+// of its own still goes remote.
+func TestSLOTBTPromptThatAddsNoStep(t *testing.T) {
+	decideQueued := func(queued, tokens int) choice {
+		w := newTBTWorker(t)
+		w.decoding(101, append(gaps(32, 10), gaps(8, 90)...)...) // 90 ms projected with any stall: past 80
+		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.2, LocalPrefill: 0.2, Remote: 1, Chunk: 2048}
+		s := situation{prompt: tokens, est: est, localQueued: queued}
+		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: chunks(queued+tokens, 2048), stall: 0.2})
+		return decide(p, s)
+	}
+	c := decideQueued(3000, 64)
+	wantChoice(t, "64 tokens into a queue of 3,000", c, false, "slo_local_fits")
+	if !strings.Contains(c.detail, "fits in the last step of the 3000 tokens waiting here") {
+		t.Errorf("detail %q: want the reason the share was passed", c.detail)
+	}
+	wantChoice(t, "2,048 tokens into a queue of 3,000", decideQueued(3000, 2048), true, "slo_remote_tbt_budget")
+	wantChoice(t, "64 tokens, nothing queued", decideQueued(0, 64), true, "slo_remote_tbt_budget")
+}
