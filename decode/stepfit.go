@@ -27,12 +27,12 @@ import (
 // The last stepFitWindow reports, solved again at most once per stepFitEvery
 // new ones, with a little ridge so that a term the window never varied (no
 // prefill at all) shrinks to nothing instead of making the system singular;
-// such a term is then not trusted (canPlain, canStretch).
+// such a term is then not trusted (stepGuess.ok, plainOK).
 const (
 	stepFitWindow = 512
 	stepFitEvery  = 32
 	stepFitWarm   = 64 // reports before the fit is used at all
-	stepFitSpread = 8  // steps of each kind a projection needs (see canPlain)
+	stepFitSpread = 8  // steps of each kind a projection needs (see project)
 	stepTerms     = 5
 )
 
@@ -49,11 +49,11 @@ type stepFit struct {
 	// coef is the last solution; plainN and prefillN count the window's steps
 	// without and with a prompt chunk, and minPrefill/maxPrefill the chunk
 	// sizes, when it was solved.
-	coef               [stepTerms]float64
-	solved             bool
-	plainN, prefillN   int
-	minPrefill, maxPre int
-	total              uint64 // reports ever, for the explanation
+	coef                   [stepTerms]float64
+	solved                 bool
+	plainN, prefillN       int
+	minPrefill, maxPrefill int
+	total                  uint64 // reports ever, for the explanation
 }
 
 func stepRow(decode, prefill int, pairs, kvUsage float64) [stepTerms]float64 {
@@ -88,7 +88,7 @@ func (f *stepFit) solveLocked() {
 		return
 	}
 	var a [stepTerms][stepTerms + 1]float64
-	f.plainN, f.prefillN, f.minPrefill, f.maxPre = 0, 0, math.MaxInt, 0
+	f.plainN, f.prefillN, f.minPrefill, f.maxPrefill = 0, 0, math.MaxInt, 0
 	for i := range f.n {
 		row := &f.x[i]
 		for j := range stepTerms {
@@ -99,7 +99,7 @@ func (f *stepFit) solveLocked() {
 		}
 		if p := int(math.Round(row[2] / stepScale[2])); p > 0 {
 			f.prefillN++
-			f.minPrefill, f.maxPre = min(f.minPrefill, p), max(f.maxPre, p)
+			f.minPrefill, f.maxPrefill = min(f.minPrefill, p), max(f.maxPrefill, p)
 		} else {
 			f.plainN++
 		}
@@ -193,7 +193,7 @@ func (f *stepFit) project(batch, chunk, ctx int, kvUsage float64) stepGuess {
 		return s
 	}
 	g.plain = at(stepRow(batch, 0, 0, kvUsage))
-	g.plainOK = g.plain > 0 && (f.plainN >= stepFitSpread || f.maxPre-f.minPrefill >= f.maxPre/4)
+	g.plainOK = g.plain > 0 && (f.plainN >= stepFitSpread || f.maxPrefill-f.minPrefill >= f.maxPrefill/4)
 	if !g.plainOK && chunk < f.minPrefill {
 		ctx, chunk = max(ctx-(f.minPrefill-chunk), 0), f.minPrefill
 	}
