@@ -37,12 +37,6 @@ var (
 	_ engine.StepReporter = (*Engine)(nil)
 )
 
-// ObserveSteps has f told of every step the scheduler runs.
-func (e *Engine) ObserveSteps(f func(engine.StepReport)) { e.stepObserver.Store(&f) }
-
-// LoadChanged is closed when a prompt next joins the queue.
-func (e *Engine) LoadChanged() <-chan struct{} { return e.queueChanged.Wait() }
-
 // ErrNotCached is returned by Import when a block it was told to skip is no longer in
 // this engine's prefix cache (evicted since CachedPrefix was asked): import it all,
 // or prefill locally.
@@ -70,10 +64,8 @@ type Engine struct {
 	done          chan struct{} // closed when the scheduler has exited
 
 	running, waiting, waitingTokens atomic.Int64
-	// queueChanged fires when a prompt joins the queue (engine.LoadNotifier).
-	queueChanged engine.Broadcast
-	// stepObserver is told of every step (engine.StepReporter).
-	stepObserver              atomic.Pointer[func(engine.StepReport)]
+	// Hooks announces prompts joining the queue and reports each step.
+	engine.Hooks
 	preemptions               atomic.Uint64
 	prefixQueries, prefixHits atomic.Uint64
 	maxDecodeBatch            atomic.Int64

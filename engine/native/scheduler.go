@@ -128,7 +128,7 @@ func (sc *sched) publish() {
 	e.running.Store(int64(len(sc.running)))
 	e.waitingTokens.Store(int64(tokens))
 	if n := int64(len(sc.waiting)); e.waiting.Swap(n) < n {
-		e.queueChanged.Fire() // after the store: a woken reader sees the new queue
+		e.QueueChanged() // after the store: a woken reader sees the new queue
 	}
 }
 
@@ -349,16 +349,16 @@ func (sc *sched) run(decodes int) {
 		}
 		sc.deliver(s, tok, lp)
 	}
-	if f := sc.e.stepObserver.Load(); f != nil {
+	if sc.e.StepsObserved() {
 		r := engine.StepReport{Seconds: time.Since(began).Seconds(), Decode: decodes}
-		for i, sg := range segs[decodes:] {
-			r.PrefillTokens += sc.planN[decodes+i]
+		for _, sg := range segs[decodes:] {
+			r.PrefillTokens += sg.n
 			r.PrefillPairs += engine.ChunkPairs(sg.pos0, sg.n)
 		}
 		if ps := sc.e.pool.Stats(); ps.Total > 0 {
 			r.KVUsage = float64(ps.Active) / float64(ps.Total)
 		}
-		(*f)(r)
+		sc.e.Step(r)
 	}
 }
 

@@ -115,7 +115,7 @@ func (d *device) enqueue(ctx context.Context, s *seq) {
 	if s.blocks == nil {
 		d.admitting = append(d.admitting, &admission{s: s})
 		d.grantLocked()
-		d.e.queueChanged.Fire()
+		d.e.QueueChanged()
 		return
 	}
 	if s.decoding {
@@ -295,10 +295,10 @@ func (d *device) run() {
 		if d.e.cfg.OnStep != nil {
 			d.e.cfg.OnStep(st)
 		}
-		if f := d.e.stepObserver.Load(); f != nil && d.e.cfg.TimeScale > 0 {
+		if d.e.StepsObserved() && d.e.cfg.TimeScale > 0 {
 			// The wall time the step took, oversleep included: what the
 			// streams beside it saw.
-			(*f)(engine.StepReport{Seconds: clock.Now().Sub(began).Seconds(), Decode: st.Decode,
+			d.e.Step(engine.StepReport{Seconds: clock.Now().Sub(began).Seconds(), Decode: st.Decode,
 				PrefillTokens: st.Prefill, PrefillPairs: st.Pairs, KVUsage: st.KVUsage})
 		}
 	}

@@ -82,10 +82,9 @@ type Engine struct {
 	dev    *device
 	// prefixQueries and prefixHits count admitted prompt tokens and those cached.
 	prefixQueries, prefixHits atomic.Uint64
-	// queueChanged fires when a prompt joins the queue (engine.LoadNotifier).
-	queueChanged engine.Broadcast
-	// stepObserver is told of every timed step (engine.StepReporter).
-	stepObserver atomic.Pointer[func(engine.StepReport)]
+	// Hooks announces prompts joining the queue and reports each timed step
+	// (an untimed engine's steps take no time worth learning).
+	engine.Hooks
 	// closing ends every sleep when the engine closes.
 	closing context.Context
 	close   context.CancelFunc
@@ -96,13 +95,6 @@ var (
 	_ engine.LoadNotifier = (*Engine)(nil)
 	_ engine.StepReporter = (*Engine)(nil)
 )
-
-// ObserveSteps has f told of every step the device takes in time (a time scale
-// above 0; an untimed engine's steps take no time worth learning).
-func (e *Engine) ObserveSteps(f func(engine.StepReport)) { e.stepObserver.Store(&f) }
-
-// LoadChanged is closed when a prompt next joins the queue.
-func (e *Engine) LoadChanged() <-chan struct{} { return e.queueChanged.Wait() }
 
 // New returns a simulated engine.
 func New(cfg Config) (*Engine, error) {
