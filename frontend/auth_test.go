@@ -55,13 +55,15 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatalf("no key: %d %+v %q", resp.StatusCode, body, resp.Header.Get("WWW-Authenticate"))
 	}
 	// Health checks need no key.
-	hresp, err := http.Get(srv.URL + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hresp.Body.Close()
-	if hresp.StatusCode != 200 {
-		t.Fatalf("healthz without a key: %d", hresp.StatusCode)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		hresp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hresp.Body.Close()
+		if hresp.StatusCode != 200 {
+			t.Fatalf("%s without a key: %d", path, hresp.StatusCode)
+		}
 	}
 
 	// The Connect API takes the same keys.

@@ -28,7 +28,7 @@ type Config struct {
 	MaxQueue     int
 	QueueTimeout time.Duration
 	// APIKeys, when not empty, are the bearer tokens accepted; every endpoint but
-	// /healthz then answers 401 without one.
+	// /healthz and /readyz then answers 401 without one.
 	APIKeys []string
 }
 

@@ -46,6 +46,8 @@ type Frontend struct {
 	keys    *apiKeys // nil: no authentication
 	// outcomes hears every request's Outcome (OnOutcome); nil: nobody.
 	outcomes atomic.Pointer[func(Outcome)]
+	// backendDown: the backend said it cannot place requests (SetBackendServing).
+	backendDown atomic.Bool
 }
 
 var _ frontendv1connect.FrontendServiceHandler = (*Frontend)(nil)

@@ -55,6 +55,26 @@ func (f *Frontend) Model() *Model { return f.model.Load() }
 var errNoModel = &apiError{code: connect.CodeUnavailable,
 	msg: "no model is loaded yet: no worker has published its model card; retry shortly"}
 
+// errBackendDown is /readyz's answer while the backend cannot place requests.
+var errBackendDown = &apiError{code: connect.CodeUnavailable,
+	msg: "the router is not serving yet: this frontend cannot place requests; retry shortly"}
+
+// SetBackendServing records whether the backend (the router) can place
+// requests, for /readyz. A new Frontend takes it to serve.
+func (f *Frontend) SetBackendServing(serving bool) { f.backendDown.Store(!serving) }
+
+// ready is nil when the frontend can serve a request: a model loaded and the
+// backend serving.
+func (f *Frontend) ready() error {
+	if f.model.Load() == nil {
+		return errNoModel
+	}
+	if f.backendDown.Load() {
+		return errBackendDown
+	}
+	return nil
+}
+
 // current is the model a request runs with, or errNoModel.
 func (f *Frontend) current() (*Model, error) {
 	if m := f.model.Load(); m != nil {

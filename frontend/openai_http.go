@@ -21,8 +21,10 @@ import (
 )
 
 // HTTPHandler serves the OpenAI-compatible API: POST /v1/chat/completions,
-// POST /v1/completions, GET /v1/models, GET /v1/models/{model}, and GET /healthz.
-// Every other path under /v1/ is a 404 in OpenAI's error shape.
+// POST /v1/completions, GET /v1/models, GET /v1/models/{model}, GET /healthz
+// (liveness: the process answers) and GET /readyz (readiness: a model is loaded
+// and the router serves; 503 with the reason until then). Every other path
+// under /v1/ is a 404 in OpenAI's error shape.
 func (f *Frontend) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	post, get := []string{http.MethodPost}, []string{http.MethodGet, http.MethodHead}
@@ -31,6 +33,7 @@ func (f *Frontend) HTTPHandler() http.Handler {
 	mux.Handle("/v1/models", f.endpoint("models", get, f.handleModels))
 	mux.Handle("/v1/models/{model}", f.endpoint("models", get, f.handleModel))
 	mux.Handle("/healthz", f.endpoint("healthz", get, f.handleHealth))
+	mux.Handle("/readyz", f.endpoint("readyz", get, f.handleReady))
 	mux.Handle("/tokenize", f.endpoint("tokenize", post, f.handleTokenize))
 	mux.Handle("/detokenize", f.endpoint("detokenize", post, f.handleDetokenize))
 	mux.Handle("/v1/", f.endpoint("unknown", nil, func(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
@@ -83,7 +86,7 @@ func (f *Frontend) endpoint(name string, methods []string, h handlerFunc) http.H
 				msg: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
 			return
 		}
-		if name != "healthz" && !f.requireKey(sw, r, rc) {
+		if name != "healthz" && name != "readyz" && !f.requireKey(sw, r, rc) {
 			return
 		}
 		h(sw, r, rc)
@@ -450,6 +453,21 @@ func (f *Frontend) handleModel(w http.ResponseWriter, r *http.Request, rc *reqCt
 		return
 	}
 	writeJSON(w, http.StatusOK, f.modelJSON(m))
+}
+
+// handleReady answers 200 when a request sent now would be placed, else 503
+// with the reason, as the gRPC health service reports it. Not logged as a
+// failed request: load balancers and start-up scripts poll it.
+func (f *Frontend) handleReady(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {
+	if err := f.ready(); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, asAPIError(err).openAI())
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Status string `json:"status"`
+		Model  string `json:"model"`
+	}{"ready", f.model.Load().ID})
 }
 
 func (f *Frontend) handleHealth(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {

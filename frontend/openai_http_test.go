@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -164,6 +165,9 @@ func TestHTTPMethodsAndPaths(t *testing.T) {
 	errorShape(t, r.body)
 	if r := do(t, h, "GET", "/healthz", ""); r.status != 200 || !strings.Contains(r.body, `"ok"`) {
 		t.Errorf("healthz: %d %s", r.status, r.body)
+	}
+	if r := do(t, h, "GET", "/readyz", ""); r.status != 200 || !strings.Contains(r.body, `"model":"tandem-test"`) {
+		t.Errorf("readyz: %d %s", r.status, r.body)
 	}
 	r = do(t, h, "GET", "/v1/models", "")
 	var list modelList
@@ -347,4 +351,36 @@ func TestHTTPMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
+}
+
+// /readyz answers 503 with the reason, in OpenAI's error shape, until a model
+// is loaded and while the router does not serve; /healthz answers 200 all along.
+func TestHTTPReadiness(t *testing.T) {
+	f, err := New(testConfig(), nil, &fakeBackend{}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.HTTPHandler()
+	want := func(name string, status int, body string) {
+		t.Helper()
+		r := do(t, h, "GET", "/readyz", "")
+		if r.status != status || !strings.Contains(r.body, body) {
+			t.Errorf("%s: readyz %d %s, want %d with %q", name, r.status, r.body, status, body)
+		}
+		if status == 503 {
+			errorShape(t, r.body)
+		}
+		if r := do(t, h, "GET", "/healthz", ""); r.status != 200 {
+			t.Errorf("%s: healthz %d", name, r.status)
+		}
+	}
+	want("no model", 503, "no model is loaded yet")
+	if err := f.SetModel(testModel(testTokenizer(t))); err != nil {
+		t.Fatal(err)
+	}
+	want("model loaded", 200, `"status":"ready"`)
+	f.SetBackendServing(false)
+	want("router down", 503, "the router is not serving")
+	f.SetBackendServing(true)
+	want("router back", 200, `"status":"ready"`)
 }

@@ -270,16 +270,35 @@ func (p *proc) wait(ctx context.Context, limit time.Duration) (string, error) {
 	}
 }
 
-// waitGenerating sends a one-token completion until one succeeds: the frontend
-// is up, and the router has found a worker.
+// waitGenerating waits for the frontend's /readyz, then sends a one-token
+// completion until one succeeds: the frontend is up, has the model, and the
+// router has found a worker. Polling /readyz first keeps the probe's 503s out
+// of the frontend's log of failed requests.
 func waitGenerating(ctx context.Context, url string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	var last error
+	ready := false
 	for time.Now().Before(deadline) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if !ready {
+			req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url+"/readyz", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				ready = resp.StatusCode == http.StatusOK
+				err = fmt.Errorf("GET /readyz: %s", resp.Status)
+			}
+			cancel()
+			if !ready {
+				last = err
+				time.Sleep(200 * time.Millisecond)
+			}
+			continue
+		}
 		req, _ := http.NewRequestWithContext(rctx, http.MethodPost, url+"/v1/completions",
 			strings.NewReader(`{"prompt": "ready", "max_tokens": 1}`))
 		req.Header.Set("Content-Type", "application/json")
