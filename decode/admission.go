@@ -3,8 +3,10 @@ package decode
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/handoff"
@@ -77,7 +79,23 @@ func (s *Service) overloaded(st engine.Stats) *LimitError {
 func (s *Service) reject(ctx context.Context, reqID string, le *LimitError) error {
 	s.metrics.rejected.WithLabelValues(le.Reason).Inc()
 	s.log.InfoContext(ctx, "request refused at admission", "request_id", reqID, "reason", le.Reason, "detail", le.Error())
-	return connect.NewError(connect.CodeResourceExhausted, le)
+	return refusal(le.Reason, le)
+}
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo a refusal carries.
+const ErrorDomain = "tandem.decode.v1"
+
+// refusal is a ResourceExhausted refusal that carries its reason (one of the
+// Reject constants, upper-cased as ErrorInfo reasons are) as a
+// google.rpc.ErrorInfo: a frontend tells a moment's lack of room, worth
+// offering again, from a shed (TTFT_UNMEETABLE), which is not, without
+// reading the message.
+func refusal(reason string, err error) *connect.Error {
+	ce := connect.NewError(connect.CodeResourceExhausted, err)
+	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: strings.ToUpper(reason), Domain: ErrorDomain}); derr == nil {
+		ce.AddDetail(d)
+	}
+	return ce
 }
 
 // noBlocks ends a request whose remote prefill succeeded but whose KV this
@@ -96,7 +114,7 @@ func (s *Service) noBlocks(ctx context.Context, reqID, prefillWorker string, d *
 	s.metrics.decisions.WithLabelValues("error", re.Reason).Inc()
 	s.log.WarnContext(ctx, "no KV blocks for the remote prefill's KV; refused rather than prefilled locally on the same full pool",
 		"request_id", reqID, "prefill_worker", prefillWorker, "reason", re.Reason, "error", re.Err)
-	return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+	return refusal(RejectKVBlocks, fmt.Errorf(
 		"decode worker %s refuses the request: %s (%v) after the remote prefill on %s; a local prefill would need the same blocks",
 		s.cfg.WorkerID, re.Reason, re.Err, prefillWorker))
 }

@@ -2,7 +2,9 @@ package decode_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
@@ -109,6 +112,8 @@ func TestAdmissionOnLoad(t *testing.T) {
 		case tc.want != "" && (connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), tc.want) ||
 			strings.Contains(err.Error(), "--")):
 			t.Errorf("%d of %d blocks, %d tokens waiting: %v, want ResourceExhausted saying %q", tc.active, total, tc.tokens, err, tc.want)
+		case tc.want != "" && !hasReason(err, "KV_USAGE", "WAITING_TOKENS"):
+			t.Errorf("%d of %d blocks, %d tokens waiting: %v, want the refusal's reason as an ErrorInfo", tc.active, total, tc.tokens, err)
 		}
 	}
 	if got := rejected(t, reg); got[decode.RejectKVUsage] != 2 || got[decode.RejectWaitingTokens] != 1 || got[decode.RejectMaxRunning] != 0 {
@@ -178,4 +183,21 @@ func TestAdmissionOnRealEngineLoad(t *testing.T) {
 		t.Errorf("queue-limited worker's rejections %v, want waiting_tokens 1", got)
 	}
 	waitIdle(t, "decode engine", eng)
+}
+
+// hasReason says whether err carries a google.rpc.ErrorInfo of the decode
+// domain with one of reasons: the frontend holds a refusal for room and not a
+// shed by it.
+func hasReason(err error, reasons ...string) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	for _, d := range ce.Details() {
+		v, verr := d.Value()
+		if ei, ok := v.(*errdetails.ErrorInfo); verr == nil && ok && ei.GetDomain() == decode.ErrorDomain && slices.Contains(reasons, ei.GetReason()) {
+			return true
+		}
+	}
+	return false
 }

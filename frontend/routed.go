@@ -2,8 +2,15 @@ package frontend
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,7 +40,18 @@ type Routed struct {
 	decode DecodeWorkers
 	// served is the model's fingerprint and block size, from its model card.
 	served atomic.Pointer[servedModel]
+	// hold is how long a request that every decode worker tried refused for
+	// room is held and offered again (HoldRefused); 0: the client hears 429
+	// at once.
+	hold      time.Duration
+	held      *prometheus.CounterVec
+	heldFor   prometheus.Histogram
+	holdFirst time.Duration // the first wait; doubled up to holdMaxWait
 }
+
+// holdMaxWait caps the wait between offers of a held request: room frees as
+// sequences end, many a second on a busy worker.
+const holdMaxWait = time.Second
 
 type servedModel struct {
 	fingerprint string
@@ -53,6 +71,29 @@ func NewRouted(router Router, decode DecodeWorkers) *Routed {
 // size.
 func (b *Routed) SetModel(fingerprint string, blockSize int) {
 	b.served.Store(&servedModel{fingerprint: fingerprint, blockSize: blockSize})
+}
+
+// HoldRefused makes Generate hold a request that every decode worker it was
+// offered to refused for room (ResourceExhausted: at capacity, on load, no
+// room for its KV; not a shed) and offer it again, after 50 ms doubling to a
+// second, for up to d, before the client hears 429. Room on a decode worker
+// frees as its sequences end, and a client that does not retry a 429 (a batch
+// job) loses the request to a moment's state. It is not a goodput lever: the
+// requests refused for KV room are the largest, and placed late they cost the
+// others their objectives (the Mooncake trace, docs/BENCHMARKS.md). reg takes
+// the held requests' metrics; nil leaves them unregistered.
+func (b *Routed) HoldRefused(d time.Duration, reg prometheus.Registerer) {
+	f := promauto.With(reg)
+	b.hold, b.holdFirst = d, 50*time.Millisecond
+	b.held = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_frontend_held_requests_total",
+		Help: "Requests every decode worker refused for room, held and offered again: placed, or refused at the end of the hold (--refused-hold).",
+	}, []string{"outcome"})
+	b.heldFor = f.NewHistogram(prometheus.HistogramOpts{
+		Name:    "tandem_frontend_held_seconds",
+		Help:    "How long a held request waited before it was placed or refused.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	})
 }
 
 // MaxDecodeAttempts is how many distinct decode workers one request is offered
@@ -78,8 +119,56 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 		BlockHashes: blockhash.Hash(req.GetPromptTokenIds(), m.blockSize), BlockSize: uint32(m.blockSize),
 		Explain: req.GetExplain(), ModelFingerprint: m.fingerprint,
 	}
+	var start time.Time
+	wait := b.holdFirst
+	for {
+		s, route, refused, shed, err := b.offer(ctx, rreq, req)
+		if err == nil || len(refused) == 0 || shed || b.hold <= 0 {
+			if !start.IsZero() {
+				outcome := "placed"
+				if err != nil {
+					outcome = "failed"
+				}
+				b.held.WithLabelValues(outcome).Inc()
+				b.heldFor.Observe(time.Since(start).Seconds())
+			}
+			if err != nil && len(refused) > 0 {
+				return nil, nil, allRefused(refused, time.Duration(0))
+			}
+			return s, route, err
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		// Jitter keeps the requests refused together from coming back together.
+		d := time.Duration(float64(wait) * (0.8 + 0.4*rand.Float64()))
+		if time.Since(start)+d > b.hold {
+			b.held.WithLabelValues("refused").Inc()
+			b.heldFor.Observe(time.Since(start).Seconds())
+			return nil, nil, allRefused(refused, time.Since(start))
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, holdMaxWait)
+		rreq.ExcludeWorkerIds = nil
+	}
+}
+
+// offer routes the request and starts it, on up to MaxDecodeAttempts decode
+// workers. refused are the words of those that refused it (ResourceExhausted),
+// when every worker tried refused it or could not be reached and at least one
+// refused; shed says one of them shed it (its TTFT projected unmeetable, no
+// matter of room), so it is not held.
+func (b *Routed) offer(ctx context.Context, rreq *routerv1.RouteRequest, req *decodev1.GenerateRequest) (
+	*tokenStream, *routerv1.RouteResponse, []string, bool, error) {
 	var lastErr error
-	var refused []string // the full workers' own words, for the client
+	var refused []string // the workers' own words, for the client
+	shed := false
 	for range MaxDecodeAttempts {
 		route, err := b.router.Route(ctx, rreq)
 		if err != nil {
@@ -87,38 +176,53 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 				// Nobody else to try: the full workers' answers ("at capacity",
 				// 429) say more than the router's "no decode worker is available".
 				// (An unreachable worker's dial error is not for the client.)
-				return nil, nil, allRefused(refused)
+				return nil, nil, refused, shed, err
 			}
-			return nil, nil, err
+			return nil, nil, nil, false, err
 		}
 		s, err := b.start(ctx, route, req)
 		if err == nil {
-			return s, route, nil
+			return s, route, nil, false, nil
 		}
 		// Unreachable or at capacity, before it took the request: another worker
 		// may have room.
 		c := status.Code(err)
 		if c != codes.Unavailable && c != codes.ResourceExhausted {
-			return nil, nil, err
+			return nil, nil, nil, false, err
 		}
 		if c == codes.ResourceExhausted {
-			refused = append(refused, status.Convert(err).Message())
+			st := status.Convert(err)
+			refused = append(refused, st.Message())
+			shed = shed || isShed(st)
 		}
 		lastErr = err
 		rreq.ExcludeWorkerIds = append(rreq.ExcludeWorkerIds, route.GetDecodeWorker().GetId())
 	}
-	if len(refused) > 0 {
-		return nil, nil, allRefused(refused)
+	return nil, nil, refused, shed, lastErr
+}
+
+// isShed says whether a decode worker's refusal was a shed (decode's
+// RejectTTFTUnmeetable, as its ErrorInfo reason): the request would miss its
+// TTFT objective on every path, and holding it would only make it later.
+func isShed(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == "tandem.decode.v1" && ei.GetReason() == "TTFT_UNMEETABLE" {
+			return true
+		}
 	}
-	return nil, nil, lastErr
+	return false
 }
 
 // allRefused is the answer when every decode worker tried that could be reached
 // refused the request: ResourceExhausted (a 429 the client retries), saying how
 // many and why, in each worker's words.
-func allRefused(refused []string) error {
-	return status.Errorf(codes.ResourceExhausted, "no decode worker took the request: %d refused it (%s); retry later",
-		len(refused), strings.Join(refused, "; "))
+func allRefused(refused []string, held time.Duration) error {
+	after := ""
+	if held > 0 {
+		after = fmt.Sprintf(" after it was held %.1fs for room", held.Seconds())
+	}
+	return status.Errorf(codes.ResourceExhausted, "no decode worker took the request%s: %d refused it (%s); retry later",
+		after, len(refused), strings.Join(refused, "; "))
 }
 
 // start runs req on the route's decode worker, with the route's prefill ranking.

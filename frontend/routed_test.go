@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -32,16 +34,27 @@ type fakeDecode struct {
 	decodev1connect.UnimplementedDecodeServiceHandler
 	id   string
 	full bool
+	shed bool // refuses every request as its TTFT unmeetable, with the ErrorInfo
 
 	mu   sync.Mutex
 	last *decodev1.GenerateRequest
+	// refuse is how many offers it refuses as full before it has room.
+	refuse, offers int
 }
 
 func (d *fakeDecode) Generate(_ context.Context, req *connect.Request[decodev1.GenerateRequest], out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	d.mu.Lock()
 	d.last = req.Msg
+	d.offers++
+	full := d.full || d.offers <= d.refuse
 	d.mu.Unlock()
-	if d.full {
+	if d.shed {
+		ce := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s refuses the request: TTFT unmeetable", d.id))
+		detail, _ := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "TTFT_UNMEETABLE", Domain: "tandem.decode.v1"})
+		ce.AddDetail(detail)
+		return ce
+	}
+	if full {
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s is at capacity (1 requests)", d.id))
 	}
 	return out.Send(&decodev1.GenerateResponse{TokenIds: []uint32{7}})
@@ -286,5 +299,73 @@ func TestRoutedPassesTheWholeRequest(t *testing.T) {
 	}
 	if !proto.Equal(req, sent) {
 		t.Errorf("the caller's request became %v", req)
+	}
+}
+
+// A request every decode worker refused for room is held and offered again as
+// room frees (HoldRefused), and placed when a worker has it: no 429 for a
+// moment's state. Past the hold the client hears 429, saying it was held; a
+// client that gives up ends the hold at once.
+func TestRoutedHoldsRefusedRequests(t *testing.T) {
+	busy := &fakeDecode{id: "busy", refuse: 3}
+	r := &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, busy)}}
+	b := newTestBackend(t, r)
+	reg := prometheus.NewRegistry()
+	b.HoldRefused(5*time.Second, reg)
+	b.holdFirst = 5 * time.Millisecond
+	if _, err := routedGenerate(t, b); err != nil {
+		t.Fatalf("a worker with room after three refusals: %v", err)
+	}
+	busy.mu.Lock()
+	offers := busy.offers
+	busy.mu.Unlock()
+	if offers != 4 || metricValue(t, reg, "tandem_frontend_held_requests_total", "outcome", "placed") != 1 ||
+		metricValue(t, reg, "tandem_frontend_held_seconds") != 1 {
+		t.Errorf("%d offers, metrics placed %v; want 4 offers and one request held, then placed", offers,
+			metricValue(t, reg, "tandem_frontend_held_requests_total", "outcome", "placed"))
+	}
+	// Each offer starts from the whole fleet: the worker that refused the last
+	// one may have room now.
+	fresh := 0
+	for _, ex := range r.excluded {
+		if len(ex) == 0 {
+			fresh++
+		}
+	}
+	if fresh != 4 {
+		t.Errorf("routes asked with exclusions %v; want each of the 4 offers to start with none", r.excluded)
+	}
+
+	full := &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, &fakeDecode{id: "full", full: true})}}
+	b = newTestBackend(t, full)
+	reg = prometheus.NewRegistry()
+	b.HoldRefused(100*time.Millisecond, reg)
+	b.holdFirst = 5 * time.Millisecond
+	_, err := routedGenerate(t, b)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "after it was held") ||
+		!strings.Contains(err.Error(), "full is at capacity") {
+		t.Errorf("always full: %v; want ResourceExhausted saying it was held, in the worker's words", err)
+	}
+	if metricValue(t, reg, "tandem_frontend_held_requests_total", "outcome", "refused") != 1 || len(full.excluded) < 3 {
+		t.Errorf("refused after the hold counted %v, %d routes; want 1 and several offers",
+			metricValue(t, reg, "tandem_frontend_held_requests_total", "outcome", "refused"), len(full.excluded))
+	}
+
+	// A shed is no matter of room: the client hears it at once.
+	b = newTestBackend(t, &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, &fakeDecode{id: "shedding", shed: true})}})
+	reg = prometheus.NewRegistry()
+	b.HoldRefused(time.Minute, reg)
+	_, err = routedGenerate(t, b)
+	if status.Code(err) != codes.ResourceExhausted || strings.Contains(err.Error(), "held") ||
+		metricValue(t, reg, "tandem_frontend_held_requests_total", "outcome", "refused") != 0 {
+		t.Errorf("shed: %v; want ResourceExhausted at once, not held", err)
+	}
+
+	b = newTestBackend(t, &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, &fakeDecode{id: "full", full: true})}})
+	b.HoldRefused(time.Minute, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := b.Generate(ctx, &decodev1.GenerateRequest{RequestId: "r2", PromptTokenIds: []uint32{1}, MaxTokens: 1}); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("client gone during the hold: %v; want DeadlineExceeded", err)
 	}
 }

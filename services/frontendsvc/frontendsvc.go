@@ -38,6 +38,9 @@ type Config struct {
 	APIKeysFile string
 	// Console serves the live console at / (package console).
 	Console bool
+	// RefusedHold is how long a request every decode worker refused for room
+	// is held and offered again before the client hears 429 (frontend.Routed.HoldRefused).
+	RefusedHold time.Duration
 }
 
 // RegisterFlags registers the frontend's flags.
@@ -70,6 +73,9 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Frontend.MaxInFlight, "max-in-flight", d.MaxInFlight, "requests generating at once (0: unbounded); more wait in a queue")
 	fs.IntVar(&c.Frontend.MaxQueue, "max-queue", d.MaxQueue, "requests waiting for a slot; more get 429 with Retry-After")
 	fs.DurationVar(&c.Frontend.QueueTimeout, "queue-timeout", d.QueueTimeout, "longest wait for a slot; then 503 with Retry-After")
+	fs.DurationVar(&c.RefusedHold, "refused-hold", 0,
+		"how long a request that every decode worker tried refused for room (at capacity, KV pool full) is held and offered again "+
+			"as room frees, before the client gets 429 (0: at once); for clients that do not retry a 429")
 	fs.BoolVar(&c.Console, "console", true,
 		"serve the live console at / (chat, fleet, prefill decisions, policy); its data needs an API key when --api-keys-file is set")
 }
@@ -81,6 +87,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Consul.ValidateServing(c.Serve.TLS.Enabled()); err != nil {
 		return err
+	}
+	if c.RefusedHold < 0 {
+		return fmt.Errorf("--refused-hold %s: must not be negative", c.RefusedHold)
 	}
 	return c.Frontend.Validate()
 }
@@ -137,6 +146,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		}
 		return decodev1.NewDecodeServiceClient(cc), nil
 	})
+	b.HoldRefused(cfg.RefusedHold, env.Registry)
 	// The model comes from the workers' model cards (modelLoader); until then the
 	// frontend answers 503 and reports NOT_SERVING.
 	f, err := frontend.New(cfg.Frontend, nil, b, env.Logger, env.Registry)
@@ -174,6 +184,8 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		srv.OnDrain(member.Deregister)
 	}
 	s := &Service{srv: srv, workers: workers, router: rc, member: member, routers: routers, console: con}
+	// Not serving until the router's health says so, for /readyz as for gRPC.
+	f.SetBackendServing(false)
 	s.ready = &readiness{setServing: srv.SetServing}
 	s.loader = &modelLoader{router: routerv1.NewRouterServiceClient(rc), conns: workers, fe: f, backend: b, ready: s.ready, log: env.Logger,
 		told: map[string]bool{}}
@@ -220,6 +232,7 @@ func (s *Service) Run(ctx context.Context) error {
 					break
 				}
 				serving := resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+				s.loader.fe.SetBackendServing(serving)
 				s.ready.set(&serving, nil)
 			}
 			select {

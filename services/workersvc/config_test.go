@@ -1,11 +1,13 @@
 package workersvc
 
 import (
+	"errors"
 	"flag"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/services"
@@ -109,10 +111,15 @@ func TestShedFlags(t *testing.T) {
 		!strings.Contains(err.Error(), "slo_prefer") {
 		t.Errorf("Consul KV: slo_prefer fastest: %v", err)
 	}
-	err = flagNamed(connect.NewError(connect.CodeResourceExhausted, &decode.LimitError{Worker: "d1", Reason: decode.RejectTTFTUnmeetable,
-		Field: "ShedTTFTFactor", Limit: "1", Detail: "TTFT unmeetable: projected ..."}))
+	shed := connect.NewError(connect.CodeResourceExhausted, &decode.LimitError{Worker: "d1", Reason: decode.RejectTTFTUnmeetable,
+		Field: "ShedTTFTFactor", Limit: "1", Detail: "TTFT unmeetable: projected ..."})
+	d, _ := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "TTFT_UNMEETABLE", Domain: decode.ErrorDomain})
+	shed.AddDetail(d)
+	err = flagNamed(shed)
+	var ce *connect.Error
 	if connect.CodeOf(err) != connect.CodeResourceExhausted ||
-		!strings.HasSuffix(err.Error(), "decode worker d1 refuses the request: TTFT unmeetable: projected ... (--shed-ttft-factor 1)") {
-		t.Errorf("a shed as the client sees it: %v", err)
+		!strings.HasSuffix(err.Error(), "decode worker d1 refuses the request: TTFT unmeetable: projected ... (--shed-ttft-factor 1)") ||
+		!errors.As(err, &ce) || len(ce.Details()) != 1 {
+		t.Errorf("a shed as the client sees it: %v; want the flag named and its ErrorInfo kept", err)
 	}
 }

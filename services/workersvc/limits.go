@@ -73,5 +73,12 @@ func flagNamed(err error) error {
 	if !ok {
 		return err
 	}
-	return connect.NewError(connect.CodeOf(err), errors.New(le.Named("--"+flag)))
+	named := connect.NewError(connect.CodeOf(err), errors.New(le.Named("--"+flag)))
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		for _, d := range ce.Details() {
+			named.AddDetail(d) // the refusal's reason (ErrorInfo), for the frontend
+		}
+	}
+	return named
 }
