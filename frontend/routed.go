@@ -87,7 +87,8 @@ func (b *Routed) HoldRefused(d time.Duration, reg prometheus.Registerer) {
 	b.hold, b.holdFirst = d, 50*time.Millisecond
 	b.held = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_frontend_held_requests_total",
-		Help: "Requests every decode worker refused for room, held and offered again: placed, or refused at the end of the hold (--refused-hold).",
+		Help: "Requests every decode worker refused for room, held and offered again: placed; refused at the end of the hold (--refused-hold); " +
+			"failed on another error; cancelled by the client meanwhile.",
 	}, []string{"outcome"})
 	b.heldFor = f.NewHistogram(prometheus.HistogramOpts{
 		Name:    "tandem_frontend_held_seconds",
@@ -124,16 +125,21 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 	for {
 		s, route, refused, shed, err := b.offer(ctx, rreq, req)
 		if err == nil || len(refused) == 0 || shed || b.hold <= 0 {
+			var held time.Duration
 			if !start.IsZero() {
+				held = time.Since(start)
 				outcome := "placed"
-				if err != nil {
+				switch {
+				case err != nil && ctx.Err() != nil:
+					outcome = "cancelled"
+				case err != nil:
 					outcome = "failed"
 				}
 				b.held.WithLabelValues(outcome).Inc()
-				b.heldFor.Observe(time.Since(start).Seconds())
+				b.heldFor.Observe(held.Seconds())
 			}
 			if err != nil && len(refused) > 0 {
-				return nil, nil, allRefused(refused, time.Duration(0))
+				return nil, nil, allRefused(refused, held)
 			}
 			return s, route, err
 		}
@@ -151,6 +157,8 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			b.held.WithLabelValues("cancelled").Inc()
+			b.heldFor.Observe(time.Since(start).Seconds())
 			return nil, nil, status.FromContextError(ctx.Err()).Err()
 		case <-t.C:
 		}

@@ -362,10 +362,12 @@ func TestRoutedHoldsRefusedRequests(t *testing.T) {
 	}
 
 	b = newTestBackend(t, &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, &fakeDecode{id: "full", full: true})}})
-	b.HoldRefused(time.Minute, nil)
+	reg = prometheus.NewRegistry()
+	b.HoldRefused(time.Minute, reg)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if _, _, err := b.Generate(ctx, &decodev1.GenerateRequest{RequestId: "r2", PromptTokenIds: []uint32{1}, MaxTokens: 1}); status.Code(err) != codes.DeadlineExceeded {
-		t.Errorf("client gone during the hold: %v; want DeadlineExceeded", err)
+	if _, _, err := b.Generate(ctx, &decodev1.GenerateRequest{RequestId: "r2", PromptTokenIds: []uint32{1}, MaxTokens: 1}); status.Code(err) != codes.DeadlineExceeded ||
+		metricValue(t, reg, "tandem_frontend_held_requests_total", "outcome", "cancelled") != 1 {
+		t.Errorf("client gone during the hold: %v; want DeadlineExceeded, counted as cancelled", err)
 	}
 }
