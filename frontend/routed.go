@@ -138,10 +138,13 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 				b.held.WithLabelValues(outcome).Inc()
 				b.heldFor.Observe(held.Seconds())
 			}
-			if err != nil && len(refused) > 0 {
+			switch {
+			case err != nil && len(refused) > 0:
 				return nil, nil, allRefused(refused, held)
+			case err != nil:
+				return nil, nil, err // not a nil *tokenStream in a non-nil TokenStream
 			}
-			return s, route, err
+			return s, route, nil
 		}
 		if start.IsZero() {
 			start = time.Now()
