@@ -39,8 +39,8 @@ func (c *CompareOptions) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Deployments, "deployments", "aggregated,"+strings.Join(cluster.Policies, ","),
 		"deployments to compare, each on --workers workers: aggregated (every worker prefills and decodes), a decode policy (one prefill worker, "+
 			"the rest decode), POLICY@P (P prefill workers), POLICY@* (every split), POLICY@P+A (A aggregated workers beside), "+
-			"SPEC{--decode-flag v}{router: --router-flag v}{aggregated: --lend-prefill} (POLICY@0+A{aggregated: --lend-prefill}: aggregated workers "+
-			"lend prefill, no prefill worker)")
+			"SPEC{--decode-flag v}{router: --router-flag v}{aggregated: --lend-prefill}{frontend: --frontend-flag v} "+
+			"(POLICY@0+A{aggregated: --lend-prefill}: aggregated workers lend prefill, no prefill worker)")
 	fs.IntVar(&c.Workers, "workers", 2, "workers per deployment, one per CPU when pinned")
 	fs.StringVar(&c.WorkerArgs, "worker-args", "", "flags for every worker, e.g. '--engine sim' (default: the native engine, model tiny)")
 	fs.BoolVar(&c.Pin, "pin", true, "pin each worker to its own CPU with taskset, when taskset is installed")

@@ -41,6 +41,8 @@ type Deployment struct {
 	// --lend-prefill they lend prefill, and the decode workers list them among
 	// their prefill workers.
 	AggregatedFlags []string
+	// FrontendFlags are extra flags for the frontend (e.g. --refused-hold 10s).
+	FrontendFlags []string
 }
 
 // Lends says whether the deployment's aggregated workers lend prefill.
@@ -181,7 +183,7 @@ func Start(ctx context.Context, d Deployment, o Options) (*Cluster, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fe, err := start(logName+"-frontend", false, "frontend", "--listen", "127.0.0.1:0", "--router", router)
+	fe, err := start(logName+"-frontend", false, append([]string{"frontend", "--listen", "127.0.0.1:0", "--router", router}, d.FrontendFlags...)...)
 	if err != nil {
 		return fail(err)
 	}

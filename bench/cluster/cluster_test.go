@@ -167,7 +167,7 @@ func TestParseCPUList(t *testing.T) {
 func TestStartWiresLenders(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("FAKE_TANDEM_DIR", dir)
-	ds, err := Parse("load@0+2{aggregated: --lend-prefill}", 3)
+	ds, err := Parse("load@0+2{aggregated: --lend-prefill}{frontend: --refused-hold 3s}", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +182,9 @@ func TestStartWiresLenders(t *testing.T) {
 		if a := readArgs(t, dir, id); !strings.Contains(a, "--mode aggregated --engine sim --lend-prefill") {
 			t.Errorf("%s started as %q", id, a)
 		}
+	}
+	if fe := readArgs(t, dir, "frontend"); !strings.Contains(fe, "--refused-hold 3s") {
+		t.Errorf("frontend started as %q; want its {frontend: ...} flags", fe)
 	}
 	decode := readArgs(t, dir, "decode-0")
 	if _, after, ok := strings.Cut(decode, "--prefill-workers "); !ok || strings.Count(strings.Fields(after)[0], "127.0.0.1:") != 2 {

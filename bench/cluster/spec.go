@@ -19,6 +19,7 @@ import (
 //	SPEC{--flag v ...}         extra flags for that deployment's decode workers (the
 //	                           aggregated workers of an aggregated deployment)
 //	SPEC{...}{router: --f v}   extra flags for its router
+//	SPEC{...}{frontend: --f v} extra flags for its frontend (e.g. --refused-hold 10s)
 //	SPEC{...}{aggregated: --f} extra flags for the A aggregated workers of POLICY@P+A;
 //	                           with --lend-prefill they lend prefill (role-flexible
 //	                           workers) and the decode workers list them as prefill
@@ -75,7 +76,7 @@ func splitSpecs(s string) []string {
 }
 
 func parseOne(spec string, workers int) ([]Deployment, error) {
-	head, flags, routerFlags, aggFlags, err := cutFlags(spec)
+	head, flags, routerFlags, aggFlags, feFlags, err := cutFlags(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +88,8 @@ func parseOne(spec string, workers int) ([]Deployment, error) {
 		if len(aggFlags) > 0 {
 			return nil, fmt.Errorf("deployment %q: {aggregated: ...} is for the aggregated workers of POLICY@P+A; an aggregated deployment takes {--flags}", spec)
 		}
-		return []Deployment{{Name: spec, Mode: "aggregated", Decode: workers, ExtraDecodeFlags: flags, RouterFlags: routerFlags}}, nil
+		return []Deployment{{Name: spec, Mode: "aggregated", Decode: workers, ExtraDecodeFlags: flags, RouterFlags: routerFlags,
+			FrontendFlags: feFlags}}, nil
 	}
 	if !slices.Contains(Policies, name) {
 		return nil, fmt.Errorf("unknown deployment %q (aggregated, %s)", spec, strings.Join(Policies, ", "))
@@ -133,26 +135,29 @@ func parseOne(spec string, workers int) ([]Deployment, error) {
 			n = strings.Replace(spec, "@*", "@"+strconv.Itoa(p), 1)
 		}
 		out = append(out, Deployment{Name: n, Mode: "decode", Policy: name, Prefill: p, Decode: workers - p - agg, Aggregated: agg,
-			ExtraDecodeFlags: flags, RouterFlags: routerFlags, AggregatedFlags: aggFlags})
+			ExtraDecodeFlags: flags, RouterFlags: routerFlags, AggregatedFlags: aggFlags, FrontendFlags: feFlags})
 	}
 	return out, nil
 }
 
-// cutFlags splits "head{flags}{router: flags}{aggregated: flags}" into its parts.
-func cutFlags(spec string) (head string, flags, routerFlags, aggFlags []string, err error) {
+// cutFlags splits "head{flags}{router: flags}{aggregated: flags}{frontend: flags}"
+// into its parts.
+func cutFlags(spec string) (head string, flags, routerFlags, aggFlags, feFlags []string, err error) {
 	head, rest, ok := strings.Cut(spec, "{")
 	head = strings.TrimSpace(head)
 	for ok {
 		var body string
 		body, rest, ok = strings.Cut(rest, "}")
 		if !ok {
-			return "", nil, nil, nil, fmt.Errorf("deployment %q: a '{' is not closed", spec)
+			return "", nil, nil, nil, nil, fmt.Errorf("deployment %q: a '{' is not closed", spec)
 		}
 		body = strings.TrimSpace(body)
 		if r, isRouter := strings.CutPrefix(body, "router:"); isRouter {
 			routerFlags = append(routerFlags, strings.Fields(r)...)
 		} else if a, isAgg := strings.CutPrefix(body, "aggregated:"); isAgg {
 			aggFlags = append(aggFlags, strings.Fields(a)...)
+		} else if f, isFE := strings.CutPrefix(body, "frontend:"); isFE {
+			feFlags = append(feFlags, strings.Fields(f)...)
 		} else {
 			flags = append(flags, strings.Fields(body)...)
 		}
@@ -161,8 +166,8 @@ func cutFlags(spec string) (head string, flags, routerFlags, aggFlags []string, 
 			break
 		}
 		if rest, ok = strings.CutPrefix(rest, "{"); !ok {
-			return "", nil, nil, nil, fmt.Errorf("deployment %q: unexpected %q after the flags", spec, rest)
+			return "", nil, nil, nil, nil, fmt.Errorf("deployment %q: unexpected %q after the flags", spec, rest)
 		}
 	}
-	return head, flags, routerFlags, aggFlags, nil
+	return head, flags, routerFlags, aggFlags, feFlags, nil
 }

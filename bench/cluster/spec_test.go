@@ -72,6 +72,21 @@ func TestParseLenders(t *testing.T) {
 	}
 }
 
+// {frontend: ...} flags go to the frontend, in either kind of deployment.
+func TestParseFrontendFlags(t *testing.T) {
+	ds, err := Parse("aggregated{--a}{frontend: --refused-hold 10s}, slo@2{frontend: --max-queue 8}{--b}{frontend: --x}", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ds[0].FrontendFlags, []string{"--refused-hold", "10s"}) || !slices.Equal(ds[0].ExtraDecodeFlags, []string{"--a"}) {
+		t.Errorf("aggregated: %+v", ds[0])
+	}
+	if !slices.Equal(ds[1].FrontendFlags, []string{"--max-queue", "8", "--x"}) || !slices.Equal(ds[1].ExtraDecodeFlags, []string{"--b"}) ||
+		ds[1].Prefill != 2 {
+		t.Errorf("slo@2: %+v", ds[1])
+	}
+}
+
 func TestParseRejects(t *testing.T) {
 	for spec, want := range map[string]string{
 		"sometimes":                              "unknown deployment",
