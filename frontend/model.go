@@ -63,9 +63,9 @@ var errBackendDown = &apiError{code: connect.CodeUnavailable,
 // requests, for /readyz. A new Frontend takes it to serve.
 func (f *Frontend) SetBackendServing(serving bool) { f.backendDown.Store(!serving) }
 
-// ready is nil when the frontend can serve a request: a model loaded and the
-// backend serving.
-func (f *Frontend) ready() error {
+// Ready is nil when the frontend can serve a request: a model loaded and the
+// backend serving (SetBackendServing); else why not.
+func (f *Frontend) Ready() error {
 	if f.model.Load() == nil {
 		return errNoModel
 	}

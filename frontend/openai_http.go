@@ -459,7 +459,7 @@ func (f *Frontend) handleModel(w http.ResponseWriter, r *http.Request, rc *reqCt
 // with the reason, as the gRPC health service reports it. Not logged as a
 // failed request: load balancers and start-up scripts poll it.
 func (f *Frontend) handleReady(w http.ResponseWriter, _ *http.Request, _ *reqCtx) {
-	if err := f.ready(); err != nil {
+	if err := f.Ready(); err != nil {
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusServiceUnavailable, asAPIError(err).openAI())
 		return

@@ -127,7 +127,6 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 		if err == nil || len(refused) == 0 || shed || b.hold <= 0 {
 			var held time.Duration
 			if !start.IsZero() {
-				held = time.Since(start)
 				outcome := "placed"
 				switch {
 				case err != nil && ctx.Err() != nil:
@@ -135,8 +134,7 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 				case err != nil:
 					outcome = "failed"
 				}
-				b.held.WithLabelValues(outcome).Inc()
-				b.heldFor.Observe(held.Seconds())
+				held = b.endHold(outcome, start)
 			}
 			switch {
 			case err != nil && len(refused) > 0:
@@ -152,22 +150,27 @@ func (b *Routed) Generate(ctx context.Context, req *decodev1.GenerateRequest) (T
 		// Jitter keeps the requests refused together from coming back together.
 		d := time.Duration(float64(wait) * (0.8 + 0.4*rand.Float64()))
 		if time.Since(start)+d > b.hold {
-			b.held.WithLabelValues("refused").Inc()
-			b.heldFor.Observe(time.Since(start).Seconds())
-			return nil, nil, allRefused(refused, time.Since(start))
+			return nil, nil, allRefused(refused, b.endHold("refused", start))
 		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			b.held.WithLabelValues("cancelled").Inc()
-			b.heldFor.Observe(time.Since(start).Seconds())
+			b.endHold("cancelled", start)
 			return nil, nil, status.FromContextError(ctx.Err()).Err()
 		case <-t.C:
 		}
 		wait = min(2*wait, holdMaxWait)
 		rreq.ExcludeWorkerIds = nil
 	}
+}
+
+// endHold counts a hold that ended with outcome, and returns how long it was.
+func (b *Routed) endHold(outcome string, start time.Time) time.Duration {
+	held := time.Since(start)
+	b.held.WithLabelValues(outcome).Inc()
+	b.heldFor.Observe(held.Seconds())
+	return held
 }
 
 // offer routes the request and starts it, on up to MaxDecodeAttempts decode
@@ -212,12 +215,19 @@ func (b *Routed) offer(ctx context.Context, rreq *routerv1.RouteRequest, req *de
 	return nil, nil, refused, shed, lastErr
 }
 
-// isShed says whether a decode worker's refusal was a shed (decode's
-// RejectTTFTUnmeetable, as its ErrorInfo reason): the request would miss its
-// TTFT objective on every path, and holding it would only make it later.
+// The ErrorInfo of a decode worker's shed, as decode writes it (decode.ErrorDomain
+// and RejectTTFTUnmeetable, upper-cased): strings on the wire, not an import of
+// the decode package.
+const (
+	decodeErrorDomain = "tandem.decode.v1"
+	reasonShed        = "TTFT_UNMEETABLE"
+)
+
+// isShed says whether a decode worker's refusal was a shed: the request would
+// miss its TTFT objective on every path, and holding it would only make it later.
 func isShed(st *status.Status) bool {
 	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == "tandem.decode.v1" && ei.GetReason() == "TTFT_UNMEETABLE" {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == decodeErrorDomain && ei.GetReason() == reasonShed {
 			return true
 		}
 	}

@@ -50,7 +50,7 @@ func (d *fakeDecode) Generate(_ context.Context, req *connect.Request[decodev1.G
 	d.mu.Unlock()
 	if d.shed {
 		ce := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("decode worker %s refuses the request: TTFT unmeetable", d.id))
-		detail, _ := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "TTFT_UNMEETABLE", Domain: "tandem.decode.v1"})
+		detail, _ := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reasonShed, Domain: decodeErrorDomain})
 		ce.AddDetail(detail)
 		return ce
 	}

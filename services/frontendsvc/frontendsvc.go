@@ -186,7 +186,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	s := &Service{srv: srv, workers: workers, router: rc, member: member, routers: routers, console: con}
 	// Not serving until the router's health says so, for /readyz as for gRPC.
 	f.SetBackendServing(false)
-	s.ready = &readiness{setServing: srv.SetServing}
+	s.ready = &readiness{fe: f, setServing: srv.SetServing}
 	s.loader = &modelLoader{router: routerv1.NewRouterServiceClient(rc), conns: workers, fe: f, backend: b, ready: s.ready, log: env.Logger,
 		told: map[string]bool{}}
 	return s, nil
@@ -233,7 +233,7 @@ func (s *Service) Run(ctx context.Context) error {
 				}
 				serving := resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 				s.loader.fe.SetBackendServing(serving)
-				s.ready.set(&serving, nil)
+				s.ready.update()
 			}
 			select {
 			case <-ctx.Done():

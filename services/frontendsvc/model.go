@@ -45,24 +45,20 @@ func modelFromCard(card *workerv1.ModelCard) (m *frontend.Model, warn, err error
 	return m, warn, nil
 }
 
-// readiness is SERVING only when both the router serves and a model is loaded: a
-// load balancer must not send requests this frontend would refuse.
+// readiness carries the frontend's own readiness (frontend.Ready: a model loaded
+// and the router serving) to the gRPC health service, so that health and
+// /readyz never disagree: a load balancer must not send requests this frontend
+// would refuse. update is called after either changes.
 type readiness struct {
-	mu            sync.Mutex
-	router, model bool
-	setServing    func(bool)
+	mu         sync.Mutex // orders the updates of the router watch and the model loader
+	fe         *frontend.Frontend
+	setServing func(bool)
 }
 
-func (r *readiness) set(router, model *bool) {
+func (r *readiness) update() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if router != nil {
-		r.router = *router
-	}
-	if model != nil {
-		r.model = *model
-	}
-	r.setServing(r.router && r.model)
+	r.setServing(r.fe.Ready() == nil)
 }
 
 // modelLoader learns the served model from the workers. Until the frontend has one,
@@ -137,8 +133,7 @@ func (l *modelLoader) load(ctx context.Context, w *routerv1.Worker) error {
 	if err := l.fe.SetModel(m); err != nil {
 		return err
 	}
-	loaded := true
-	l.ready.set(nil, &loaded)
+	l.ready.update()
 	l.log.Info("serving the model a worker publishes", "worker_id", w.GetId(), "model", m.ID, "fingerprint", m.Fingerprint,
 		"context_length", m.ContextLength, "tokenizer", m.Tokenizer.Name(), "chat_template", m.Template.Name())
 	return nil
