@@ -87,7 +87,7 @@ func (b *Routed) HoldRefused(d time.Duration, reg prometheus.Registerer) {
 	b.hold, b.holdFirst = d, 50*time.Millisecond
 	b.held = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_frontend_held_requests_total",
-		Help: "Requests every decode worker refused for room, held and offered again: placed; refused at the end of the hold (--refused-hold); " +
+		Help: "Requests every decode worker refused for room, held and offered again: placed; refused at the end of the hold; " +
 			"failed on another error; cancelled by the client meanwhile.",
 	}, []string{"outcome"})
 	b.heldFor = f.NewHistogram(prometheus.HistogramOpts{
