@@ -74,6 +74,9 @@ func (c BoundConfig) Validate() error {
 // Demand is the device time a trace window asks for at speedup 1, in
 // milliseconds: divided by the window's span it is device-seconds per second.
 type Demand struct {
+	// Mix is the --mix value the demand was priced from (MixDemand), empty for a
+	// trace window.
+	Mix      string
 	Requests int
 	// SpanMS is the window's span at speedup 1, from its first arrival to its last.
 	SpanMS float64

@@ -55,7 +55,7 @@ func TestDemandByHand(t *testing.T) {
 		t.Errorf("crossing at 0.8 of 2 devices, shared: %g", x)
 	}
 	var out bytes.Buffer
-	if err := WriteBound(&out, d, boundDevice(1, 100, CacheNone), []float64{1, 2}, 0.8, 0, true); err != nil {
+	if err := WriteBound(&out, d, boundDevice(1, 100, CacheNone), []float64{1, 2}, BoundOutput{MaxUtil: 0.8, Markdown: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| 2 | 4.00 | 0.06 | 0.05 | 0.11 | 0.11 | 0.09 | 0.09 |",
