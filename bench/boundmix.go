@@ -21,6 +21,11 @@ func MixDemand(classes []Class, cfg BoundConfig) (Demand, error) {
 	if len(classes) == 0 {
 		return Demand{}, errors.New("bench bound: the mix has no classes")
 	}
+	for _, c := range classes {
+		if !(c.Weight > 0) || math.IsInf(c.Weight, 0) || c.ISL < 1 || c.OSL < 1 {
+			return Demand{}, fmt.Errorf("bench bound: mix class %q: want a positive weight and lengths", c.Name)
+		}
+	}
 	if cfg.Cache != CacheNone {
 		return Demand{}, fmt.Errorf("bench bound: --prefix-cache %s: a mix's prompts are fresh random tokens, so only %s applies", cfg.Cache, CacheNone)
 	}

@@ -45,6 +45,9 @@ func TestMixDemandByHand(t *testing.T) {
 	if _, err := MixDemand(classes, boundDevice(1, 100, CacheUnbounded)); err == nil {
 		t.Error("a mix credited by a prefix cache: no error")
 	}
+	if _, err := MixDemand([]Class{{Name: "none", Weight: 0, ISL: 1, OSL: 1}}, boundDevice(1, 100, CacheNone)); err == nil {
+		t.Error("a class of weight 0: no error")
+	}
 }
 
 // Shares split by largest remainder and sum to n.
