@@ -45,7 +45,7 @@ func MixDemand(classes []Class, cfg BoundConfig) (Demand, error) {
 	// n one-second slots, not the n-1 seconds between the first arrival and the
 	// last: exactly one request a second.
 	d.SpanMS = float64(len(reqs)) * 1e3
-	d.Mix = MixString(classes)
+	d.Mix = mixString(classes)
 	return d, nil
 }
 
@@ -84,8 +84,8 @@ func shares(classes []Class, n int) []int {
 	return counts
 }
 
-// MixString writes classes back as a --mix value.
-func MixString(classes []Class) string {
+// mixString writes classes back as a --mix value.
+func mixString(classes []Class) string {
 	parts := make([]string, len(classes))
 	for i, c := range classes {
 		parts[i] = fmt.Sprintf("%g:%d/%d", c.Weight, c.ISL, c.OSL)
