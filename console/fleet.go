@@ -84,6 +84,7 @@ func fleetOf(m *routerv1.WatchFleetResponse) Fleet {
 			PrefillWeight: p.GetPrefillWeight(), QueueWeight: p.GetQueueWeight(), Temperature: p.GetTemperature(),
 			ISLGate: p.GetIslGate(), ISLThreshold: p.GetIslThreshold(), ISLAdaptive: p.GetIslAdaptive(),
 			ISLMin: p.GetIslMin(), ISLMax: p.GetIslMax(), ISLThresholdInForce: p.GetIslThresholdInForce(),
+			LendersPrefillFirst: p.GetLendersPrefillFirst(),
 		}
 	}
 	for _, fw := range m.GetWorkers() {
@@ -93,7 +94,7 @@ func fleetOf(m *routerv1.WatchFleetResponse) Fleet {
 			Draining: w.GetDraining(), Reported: l != nil,
 			Running: l.GetRunningSequences(), Waiting: l.GetWaitingSequences(), WaitingTokens: l.GetWaitingTokens(),
 			KVTotalBlocks: l.GetTotalBlocks(), CachedBlocks: fw.GetIndexedBlocks(), Synced: fw.GetSynced(), Routed: fw.GetRouted(),
-			NoKVEvents: fw.GetNoKvEvents(),
+			NoKVEvents: fw.GetNoKvEvents(), Lending: fw.GetWithheldFromDecode(),
 		}
 		if total, free := l.GetTotalBlocks(), l.GetFreeBlocks(); total > 0 {
 			// Free counts evictable cached blocks too: used is what requests hold.

@@ -58,6 +58,9 @@ type Worker struct {
 	// NoKVEvents: its engine reports no KV events (some GPU engine servers), so
 	// its cache is unknown and the router scores it on load alone.
 	NoKVEvents bool `json:"no_kv_events"`
+	// Lending: a lender the router keeps out of the decode candidates while it
+	// prefills for decode workers (lenders_prefill_first).
+	Lending bool `json:"lending"`
 	// Routed counts the requests the router sent it since the router started.
 	Routed uint64 `json:"routed"`
 	// PrefillPolicy is a decode worker's; nil for prefill workers.
@@ -87,6 +90,7 @@ type RouterPolicy struct {
 	ISLMin              uint32  `json:"isl_min"`
 	ISLMax              uint32  `json:"isl_max"`
 	ISLThresholdInForce uint32  `json:"isl_threshold_in_force"`
+	LendersPrefillFirst bool    `json:"lenders_prefill_first"`
 }
 
 // Request is one finished request: where it ran, how its prompt was prefilled and

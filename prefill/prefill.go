@@ -57,6 +57,7 @@ type Service struct {
 	log     *slog.Logger
 	metrics *metrics
 	queued  atomic.Int64 // prompt tokens accepted and not yet prefilled
+	emptied engine.Broadcast
 	// draining: `tandem drain` asked for nothing new. Prefills already running
 	// finish; a new one is refused before any work, so the decode worker retries
 	// elsewhere or prefills locally, even when its view of the fleet (or the
@@ -72,6 +73,22 @@ func New(cfg Config, eng engine.Engine, log *slog.Logger, reg prometheus.Registe
 		return nil, err
 	}
 	return &Service{cfg: cfg, eng: eng, log: log, metrics: newMetrics(reg)}, nil
+}
+
+// QueuedTokens are the prompt tokens accepted and not yet prefilled: a worker's
+// load reports them (Load.lent_waiting_tokens), and a lender's decides whether
+// the router sends it decodes (--lenders-prefill-first).
+func (s *Service) QueuedTokens() uint64 { return uint64(max(0, s.queued.Load())) }
+
+// QueueEmptied is closed when the queue next falls to nothing: the engine's own
+// notices come before a prefill's tokens leave this queue, so without it a
+// lender's report would say it is lending until the next heartbeat.
+func (s *Service) QueueEmptied() <-chan struct{} { return s.emptied.Wait() }
+
+func (s *Service) dequeue(tokens int64) {
+	if s.queued.Add(-tokens) == 0 {
+		s.emptied.Fire()
+	}
 }
 
 // SetDraining makes the service refuse new prefills (true) or take them again.
@@ -112,7 +129,7 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 	// queued: refusing it everywhere would make it impossible to serve.
 	tokens := int64(len(m.GetPromptTokenIds()))
 	if q := s.queued.Add(tokens); s.cfg.MaxQueuedTokens > 0 && q > int64(s.cfg.MaxQueuedTokens) && q != tokens {
-		s.queued.Add(-tokens)
+		s.dequeue(tokens)
 		s.metrics.requests.WithLabelValues("queue_full").Inc()
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("prefill queue full: %d tokens queued, limit %d", q-tokens, s.cfg.MaxQueuedTokens))
 	}
@@ -130,12 +147,12 @@ func (s *Service) serve(ctx context.Context, m *prefillv1.PrefillRequest, sendMs
 		s.metrics.requests.WithLabelValues(outcome).Inc()
 	}
 	if m.GetByReference() {
-		defer s.queued.Add(-tokens)
+		defer s.dequeue(tokens)
 		return s.serveRef(ctx, m, sendMsg, port, failed)
 	}
 	start := time.Now()
 	exp, err := s.eng.Prefill(ctx, handoff.EngineRequest(m))
-	s.queued.Add(-tokens)
+	s.dequeue(tokens)
 	if err != nil {
 		failed("prefill_error")
 		return errcode.Error(err)

@@ -45,6 +45,7 @@ func TestRouteByLoadEqualsFullPass(t *testing.T) {
 			// Weights that round (0.1, 0.3) as well as whole ones.
 			p.QueueWeight = []float64{0, 1, 2, 0.1, 0.3}[rng.IntN(5)]
 			p.PrefillWeight = []float64{0, 1, 2, 0.7}[rng.IntN(4)]
+			p.LendersPrefillFirst = rng.IntN(2) == 0
 			return p
 		}
 		p := params()
@@ -88,6 +89,7 @@ func TestRouteByLoadEqualsFullPass(t *testing.T) {
 			return &workerv1.Load{
 				ActiveBlocks: uint32(rng.IntN(6)), WaitingTokens: uint64(8 * rng.IntN(5)),
 				FreeBlocks: uint32(rng.IntN(16)), TotalBlocks: uint32(rng.IntN(2) * 64), RunningSequences: uint32(rng.IntN(4)),
+				LentWaitingTokens: uint64(64 * rng.IntN(2)), // a lender lending, when prefill first takes it out
 			}
 		}
 		var workers []Worker

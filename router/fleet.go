@@ -67,12 +67,14 @@ func (r *Router) fleetView() (*routerv1.WatchFleetResponse, <-chan struct{}) {
 			PrefillWeight: p.PrefillWeight, QueueWeight: p.QueueWeight, Temperature: p.Temperature,
 			IslGate: p.ISLGate, IslThreshold: uint32(p.ISLThreshold), IslThresholdInForce: uint32(r.threshold),
 			IslAdaptive: p.ISLAdaptive, IslMin: uint32(p.ISLMin), IslMax: uint32(p.ISLMax), IslItlWeight: p.ISLITLWeight,
+			LendersPrefillFirst: p.LendersPrefillFirst,
 		},
 	}
 	for _, st := range r.order {
 		view.Workers = append(view.Workers, &routerv1.FleetWorker{
 			Worker: workerProto(st.w), Load: st.load, IndexedBlocks: uint32(r.ix.Held(st.ref)), Synced: st.synced,
 			Routed: st.routedTotal, PrefillPolicy: st.policy, NoKvEvents: st.w.NoKVEvents,
+			WithheldFromDecode: st.withheld,
 		})
 	}
 	if r.fleetChanged == nil {

@@ -64,3 +64,52 @@ func TestRoutePrefillLender(t *testing.T) {
 		}
 	})
 }
+
+// With lenders_prefill_first a lender decodes only while it lends nothing: lending
+// (its prefill service holds a prompt for a decode worker), it is still ranked
+// to prefill but chosen to decode no more, and as soon as its queue empties it
+// is a decode candidate again. Turned off at run time, it decodes while lending.
+func TestRouteLendersPrefillFirst(t *testing.T) {
+	lender := router.Worker{ID: "agg-lender", Address: "10.0.0.5:7001", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED, LendsPrefill: true}
+	start(t, []router.Worker{decodeA, prefillP, lender}, func(t *testing.T, r *router.Router, c client) {
+		p := router.DefaultParams()
+		p.ISLGate, p.LendersPrefillFirst = true, true
+		if err := r.SetParams(p); err != nil {
+			t.Fatal(err)
+		}
+		decodes := func(explain bool, lent uint64) (toLender int, rankedLender bool) {
+			for range 100 {
+				for _, w := range []router.Worker{decodeA, prefillP} {
+					observeLoad(t, r, w, &workerv1.Load{})
+				}
+				observeLoad(t, r, lender, &workerv1.Load{LentWaitingTokens: lent}) // lent alone, no queue term
+				resp := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64, Explain: explain})
+				if resp.GetDecodeWorker().GetId() == lender.ID {
+					toLender++
+				}
+				for _, w := range resp.GetPrefillWorkers() {
+					rankedLender = rankedLender || w.GetWorker().GetId() == lender.ID
+				}
+			}
+			return toLender, rankedLender
+		}
+		for _, explain := range []bool{false, true} { // the load order and the full pass
+			if n, _ := decodes(explain, 0); n == 0 {
+				t.Errorf("explain=%v: an idle lender was never chosen to decode in 100 short prompts", explain)
+			}
+			if n, ranked := decodes(explain, 2048); n != 0 || !ranked {
+				t.Errorf("explain=%v: a lending lender decoded %d of 100 short prompts, ranked to prefill: %v; want 0 and ranked", explain, n, ranked)
+			}
+			if n, _ := decodes(explain, 0); n == 0 {
+				t.Errorf("explain=%v: the lender's queue emptied but it was never chosen to decode again", explain)
+			}
+		}
+		p.LendersPrefillFirst = false
+		if err := r.SetParams(p); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := decodes(false, 2048); n == 0 {
+			t.Errorf("prefill first turned off: a lending lender was never chosen to decode")
+		}
+	})
+}

@@ -16,6 +16,7 @@ type metrics struct {
 	adaptMoves   [2]prometheus.Counter // up, down
 	events       prometheus.Counter
 	threshold    prometheus.Gauge
+	withheld     prometheus.Gauge
 	indexBlocks  prometheus.Gauge
 	cachedBlocks prometheus.Histogram
 	latency      prometheus.Histogram
@@ -46,6 +47,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		threshold: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_router_isl_threshold_tokens", Help: "The ISL gating threshold in force.",
 		}),
+		withheld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tandem_router_lenders_withheld",
+			Help: "Lenders out of the decode candidates because they are prefilling for decode workers (--lenders-prefill-first).",
+		}),
 		indexBlocks: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_router_index_blocks", Help: "(block, worker) entries in the KV index.",
 		}),
@@ -71,6 +76,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, []string{"direction"})
 	m.adaptMoves = [2]prometheus.Counter{moves.WithLabelValues("up"), moves.WithLabelValues("down")}
 	reg.MustRegister(moves)
-	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.events, m.threshold, m.indexBlocks, m.cachedBlocks, m.latency)
+	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.events, m.threshold, m.withheld, m.indexBlocks, m.cachedBlocks, m.latency)
 	return m
 }

@@ -47,6 +47,14 @@ type Params struct {
 	// 0 ignores them, 1 counts each one's stall as fully as the new request's own
 	// wait; the default is the decode workers' --itl-weight default.
 	ISLITLWeight float64 `json:"isl_itl_weight"`
+
+	// LendersPrefillFirst makes a lender (an aggregated worker with
+	// --lend-prefill) a decode candidate only while its prefill service holds no
+	// prompt for a decode worker (Load.lent_waiting_tokens is 0): a device that
+	// would otherwise be parked in a prefill-only role decodes when it has nothing
+	// to lend, and stops taking new sequences as soon as it has. Meant with
+	// ISLGate, so that only prompts it would prefill quickly reach it.
+	LendersPrefillFirst bool `json:"lenders_prefill_first"`
 }
 
 // DefaultParams are Dynamo's defaults for the cost (scale 1, temperature 0), gating

@@ -98,6 +98,10 @@ type state struct {
 	waitingBlocks       float64 // waiting / block size
 	active, free, total uint32  // blocks
 	running             uint32  // sequences decoding, from load
+	lent                uint64  // tokens its prefill service holds for decode workers, from load
+	// withheld: a lender out of the decode candidates while it lends
+	// (Params.LendersPrefillFirst).
+	withheld bool
 
 	w           Worker
 	load        *workerv1.Load
@@ -147,6 +151,7 @@ func (st *state) setLoad(l *workerv1.Load, blockSize int) {
 	st.load, st.pendingBlocks = l, 0
 	st.active, st.waiting, st.free, st.total = l.GetActiveBlocks(), l.GetWaitingTokens(), l.GetFreeBlocks(), l.GetTotalBlocks()
 	st.running = l.GetRunningSequences()
+	st.lent = l.GetLentWaitingTokens()
 	// Divided once here rather than for every candidate of every request (a
 	// sixth of the scoring pass at 1,000 workers); the same division, so the same cost.
 	st.waitingBlocks = float64(st.waiting) / float64(blockSize)
@@ -165,6 +170,7 @@ type Router struct {
 	workers   map[string]*state
 	order     []*state // workers sorted by id: a fixed order makes seeded runs repeatable
 	threshold int      // the adaptive ISL threshold in force
+	withheld  int      // lenders out of the decode candidates (state.withheld)
 	evidence  int      // signed count of consecutive adaptive signals
 	byRef     []*state // by index slot
 	requests  uint64   // numbers requests, for state.excluded
@@ -240,8 +246,13 @@ func (r *Router) SetParams(p Params) error {
 	old := r.params
 	r.params, r.threshold, r.evidence = p, p.ISLThreshold, 0
 	r.metrics.threshold.Set(float64(r.threshold))
-	if p.QueueWeight != old.QueueWeight {
-		r.reindexAll() // the keys include the queue term
+	if p.LendersPrefillFirst != old.LendersPrefillFirst {
+		for _, st := range r.order {
+			r.setKind(st)
+		}
+	}
+	if p.QueueWeight != old.QueueWeight || p.LendersPrefillFirst != old.LendersPrefillFirst {
+		r.reindexAll() // the keys include the queue term; the lists, the kinds
 	}
 	r.fleetChange()
 	return nil
@@ -302,16 +313,15 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 	if st.model != 0 {
 		r.modelCount[st.model]--
 	}
-	st.w, st.kind, st.model = w, kindOf(w), r.modelID(w.Fingerprint)
+	st.w, st.model = w, r.modelID(w.Fingerprint)
 	r.modelCount[st.model]++
 	if msg.GetDraining() {
-		// A draining worker keeps its index entries (it may be undrained) but is
-		// no candidate for anything, as if discovery had dropped it.
-		st.w.Draining, st.kind = true, 0
+		st.w.Draining = true
 	}
 	if l := msg.GetLoad(); l != nil {
 		st.setLoad(l, r.blockSize)
 	}
+	r.setKind(st)
 	resync := func(reason string) error {
 		r.ix.Clear(st.ref)
 		st.synced = false
@@ -352,11 +362,39 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 	return nil
 }
 
+// setKind works out what st is a candidate for now; r.mu is held, and the
+// caller reindexes st. A draining worker keeps its index entries (it may be
+// undrained) but is no candidate for anything, as if discovery had dropped it.
+func (r *Router) setKind(st *state) {
+	st.kind = kindOf(st.w)
+	if st.w.Draining {
+		st.kind = 0
+	}
+	withheld := r.params.LendersPrefillFirst && st.w.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED &&
+		st.kind&kindPrefill != 0 && st.lent > 0
+	if withheld {
+		st.kind = kindPrefill
+	}
+	if withheld != st.withheld {
+		st.withheld = withheld
+		if withheld {
+			r.withheld++
+		} else {
+			r.withheld--
+		}
+		r.metrics.withheld.Set(float64(r.withheld))
+	}
+}
+
 // Leave drops a worker that left discovery, and its index entries.
 func (r *Router) Leave(w Worker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if st := r.workers[w.ID]; st != nil {
+		if st.withheld {
+			r.withheld--
+			r.metrics.withheld.Set(float64(r.withheld))
+		}
 		r.ix.Remove(st.ref)
 		r.unlist(st)
 		r.byRef[st.ref] = nil

@@ -30,6 +30,7 @@ type Service struct {
 	setServing func(bool)
 	kvPort     int
 	lends      bool
+	lent       LentQueue
 	card       *workerv1.ModelCard
 	// Heartbeat is the longest gap between WatchEvents messages.
 	Heartbeat time.Duration
@@ -94,6 +95,20 @@ func (s *Service) SetKVTransferPort(port int) { s.kvPort = port }
 // decode workers too (--lend-prefill).
 func (s *Service) SetLendsPrefill(lends bool) { s.lends = lends }
 
+// LentQueue is a worker's prefill service as its load report sees it.
+type LentQueue interface {
+	// QueuedTokens are the prompt tokens accepted for decode workers and not yet
+	// prefilled.
+	QueuedTokens() uint64
+	// QueueEmptied is closed when they next fall to none.
+	QueueEmptied() <-chan struct{}
+}
+
+// SetLentQueue makes the load report carry the prefill service's queue
+// (Load.lent_waiting_tokens), sent again as soon as it empties. Call it before
+// serving.
+func (s *Service) SetLentQueue(q LentQueue) { s.lent = q }
+
 // SetModelCard sets what ModelCard returns; its model id is also the one Info reports.
 func (s *Service) SetModelCard(card *workerv1.ModelCard) { s.card = card }
 
@@ -130,7 +145,7 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 }
 
 func (s *Service) Info(context.Context, *connect.Request[workerv1.InfoRequest]) (*connect.Response[workerv1.InfoResponse], error) {
-	return connect.NewResponse(&workerv1.InfoResponse{Info: s.WorkerInfo(), Load: loadProto(s.eng.Stats())}), nil
+	return connect.NewResponse(&workerv1.InfoResponse{Info: s.WorkerInfo(), Load: s.loadProto()}), nil
 }
 
 // EventReporter is implemented by engines that may report no KV cache events
@@ -159,9 +174,12 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 	notifier, _ := s.eng.(engine.LoadNotifier)
 	for {
 		// Taken before the load is read, so a change after the read wakes the next.
-		var loadChanged <-chan struct{}
+		var loadChanged, lentEmptied <-chan struct{}
 		if notifier != nil {
 			loadChanged = notifier.LoadChanged()
+		}
+		if s.lent != nil {
+			lentEmptied = s.lent.QueueEmptied()
 		}
 		msg := &workerv1.WatchEventsResponse{Incarnation: s.incarnation}
 		events, changed, ok := log.Since(after)
@@ -175,7 +193,7 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 			msg.Events = append(msg.Events, eventProto(ev))
 			after = ev.ID
 		}
-		msg.Load = loadProto(s.eng.Stats())
+		msg.Load = s.loadProto()
 		if s.policy != nil {
 			msg.PrefillPolicy = s.policy()
 		}
@@ -192,6 +210,7 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 		case <-drainChanged:
 		case <-changed:
 		case <-loadChanged:
+		case <-lentEmptied:
 		case <-tick.C:
 		}
 	}
@@ -222,8 +241,17 @@ func eventProto(ev kvcache.Event) *workerv1.KVEvent {
 	return p
 }
 
-// loadProto is the engine's load as the protos carry it.
-func loadProto(st engine.Stats) *workerv1.Load {
+// loadProto is the engine's load, and the prefill service's queue, as the
+// protos carry them.
+func (s *Service) loadProto() *workerv1.Load {
+	l := engineLoad(s.eng.Stats())
+	if s.lent != nil {
+		l.LentWaitingTokens = s.lent.QueuedTokens()
+	}
+	return l
+}
+
+func engineLoad(st engine.Stats) *workerv1.Load {
 	return &workerv1.Load{
 		RunningSequences: uint32(st.Running), WaitingSequences: uint32(st.Waiting),
 		WaitingTokens: uint64(st.WaitingTokens), FreeBlocks: uint32(st.FreeBlocks + st.CachedBlocks),

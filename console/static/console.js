@@ -109,6 +109,7 @@ function renderFleet() {
       : el("span", { class: "empty", text: "no report yet" });
     const stateCell = el("td", {}, pill(st, st));
     if (!w.synced) stateCell.append(" ", pill("resync", "resync"));
+    if (w.lending) stateCell.append(" ", pill("lending", "lending"));
     body.append(el("tr", { class: w.draining ? "draining" : "", "data-worker": w.id, "data-state": st,
       "data-running": w.running, "data-routed": w.routed, "data-cached": w.cached_blocks },
       el("td", { class: "id" }, w.id + " ", pill(w.mode, "mode"), el("div", { class: "addr", text: w.address })),
@@ -361,6 +362,7 @@ function renderPolicy() {
       ["isl_gate", rp.isl_gate ? "on" : "off"],
       ["isl_threshold", rp.isl_threshold + (rp.isl_threshold_in_force !== rp.isl_threshold ? " (in force " + rp.isl_threshold_in_force + ")" : "")],
       ["isl_adaptive", rp.isl_adaptive ? "on (" + rp.isl_min + "–" + rp.isl_max + ")" : "off"],
+      ["lenders_prefill_first", rp.lenders_prefill_first ? "on" : "off"],
     ]);
   }
   const { p, mixed } = decodePolicy();

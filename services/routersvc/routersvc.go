@@ -62,6 +62,8 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.ISLHysteresis, "isl-hysteresis", p.ISLHysteresis, "consecutive agreeing requests needed before the threshold moves")
 	fs.Float64Var(&p.ISLITLWeight, "isl-itl-weight", p.ISLITLWeight,
 		"in the adaptive comparison, weight of the stall a local prefill inflicts on each sequence decoding on the local class's best worker (0 ignores them, 1 counts each as fully as the new request's wait)")
+	fs.BoolVar(&p.LendersPrefillFirst, "lenders-prefill-first", p.LendersPrefillFirst,
+		"send decodes to a lender (an aggregated worker with --lend-prefill) only while it prefills nothing for decode workers; use with --isl-gate")
 }
 
 // Validate checks the flags.

@@ -25,6 +25,7 @@ func (s *Service) servePrefill(env *process.Env, cfg Config) (server.Handler, er
 		return server.Handler{}, err
 	}
 	s.prefillSvc = ps
+	s.worker.SetLentQueue(ps)
 	h := server.Mount(prefillv1connect.PrefillServiceName)(prefillv1connect.NewPrefillServiceHandler(ps, env.HandlerOptions()...))
 	if s.kv, err = env.NewKVPort(cfg.Serve, cfg.KVListen, func(r grpc.ServiceRegistrar) { prefillv1.RegisterPrefillServiceServer(r, ps.GRPC()) }); err != nil {
 		return server.Handler{}, err

@@ -685,9 +685,12 @@ type FleetWorker struct {
 	PrefillPolicy *v1.PrefillPolicy `protobuf:"bytes,6,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
 	// Its engine reports no KV events: its cache is unknown to the router, which
 	// scores it on load alone.
-	NoKvEvents    bool `protobuf:"varint,7,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NoKvEvents bool `protobuf:"varint,7,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
+	// A lender out of the decode candidates while it prefills for decode workers
+	// (lenders_prefill_first).
+	WithheldFromDecode bool `protobuf:"varint,8,opt,name=withheld_from_decode,json=withheldFromDecode,proto3" json:"withheld_from_decode,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *FleetWorker) Reset() {
@@ -769,6 +772,13 @@ func (x *FleetWorker) GetNoKvEvents() bool {
 	return false
 }
 
+func (x *FleetWorker) GetWithheldFromDecode() bool {
+	if x != nil {
+		return x.WithheldFromDecode
+	}
+	return false
+}
+
 // RoutingParams are the router's parameters in force (router.Params).
 type RoutingParams struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -785,9 +795,11 @@ type RoutingParams struct {
 	IslMax              uint32 `protobuf:"varint,9,opt,name=isl_max,json=islMax,proto3" json:"isl_max,omitempty"`
 	// What the adaptive comparison charges the local class for the stall its
 	// prefill inflicts on the sequences decoding beside it (Params.ISLITLWeight).
-	IslItlWeight  float64 `protobuf:"fixed64,10,opt,name=isl_itl_weight,json=islItlWeight,proto3" json:"isl_itl_weight,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IslItlWeight float64 `protobuf:"fixed64,10,opt,name=isl_itl_weight,json=islItlWeight,proto3" json:"isl_itl_weight,omitempty"`
+	// Lenders decode only while they lend nothing (Params.LendersPrefillFirst).
+	LendersPrefillFirst bool `protobuf:"varint,11,opt,name=lenders_prefill_first,json=lendersPrefillFirst,proto3" json:"lenders_prefill_first,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *RoutingParams) Reset() {
@@ -888,6 +900,13 @@ func (x *RoutingParams) GetIslItlWeight() float64 {
 		return x.IslItlWeight
 	}
 	return 0
+}
+
+func (x *RoutingParams) GetLendersPrefillFirst() bool {
+	if x != nil {
+		return x.LendersPrefillFirst
+	}
+	return false
 }
 
 // WatchFleetResponse is the whole fleet view; each message replaces the last.
@@ -1018,7 +1037,7 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x12ListWorkersRequest\"I\n" +
 	"\x13ListWorkersResponse\x122\n" +
 	"\aworkers\x18\x01 \x03(\v2\x18.tandem.router.v1.WorkerR\aworkers\"\x13\n" +
-	"\x11WatchFleetRequest\"\xac\x02\n" +
+	"\x11WatchFleetRequest\"\xde\x02\n" +
 	"\vFleetWorker\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12%\n" +
@@ -1027,7 +1046,8 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x06routed\x18\x05 \x01(\x04R\x06routed\x12F\n" +
 	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\x12 \n" +
 	"\fno_kv_events\x18\a \x01(\bR\n" +
-	"noKvEvents\"\xeb\x02\n" +
+	"noKvEvents\x120\n" +
+	"\x14withheld_from_decode\x18\b \x01(\bR\x12withheldFromDecode\"\x9f\x03\n" +
 	"\rRoutingParams\x12%\n" +
 	"\x0eprefill_weight\x18\x01 \x01(\x01R\rprefillWeight\x12!\n" +
 	"\fqueue_weight\x18\x02 \x01(\x01R\vqueueWeight\x12 \n" +
@@ -1039,7 +1059,8 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\aisl_min\x18\b \x01(\rR\x06islMin\x12\x17\n" +
 	"\aisl_max\x18\t \x01(\rR\x06islMax\x12$\n" +
 	"\x0eisl_itl_weight\x18\n" +
-	" \x01(\x01R\fislItlWeight\"\xc8\x01\n" +
+	" \x01(\x01R\fislItlWeight\x122\n" +
+	"\x15lenders_prefill_first\x18\v \x01(\bR\x13lendersPrefillFirst\"\xc8\x01\n" +
 	"\x12WatchFleetResponse\x127\n" +
 	"\aworkers\x18\x01 \x03(\v2\x1d.tandem.router.v1.FleetWorkerR\aworkers\x127\n" +
 	"\x06params\x18\x02 \x01(\v2\x1f.tandem.router.v1.RoutingParamsR\x06params\x12\x1d\n" +

@@ -575,9 +575,14 @@ type Load struct {
 	FreeBlocks    uint32 `protobuf:"varint,4,opt,name=free_blocks,json=freeBlocks,proto3" json:"free_blocks,omitempty"`
 	TotalBlocks   uint32 `protobuf:"varint,5,opt,name=total_blocks,json=totalBlocks,proto3" json:"total_blocks,omitempty"`
 	// Blocks held by running sequences.
-	ActiveBlocks  uint32 `protobuf:"varint,6,opt,name=active_blocks,json=activeBlocks,proto3" json:"active_blocks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ActiveBlocks uint32 `protobuf:"varint,6,opt,name=active_blocks,json=activeBlocks,proto3" json:"active_blocks,omitempty"`
+	// Prompt tokens its PrefillService accepted for decode workers and has not
+	// finished prefilling (a prefill worker's, or a lender's). With
+	// --lenders-prefill-first the router takes a lender out of the decode
+	// candidates while this is above zero.
+	LentWaitingTokens uint64 `protobuf:"varint,7,opt,name=lent_waiting_tokens,json=lentWaitingTokens,proto3" json:"lent_waiting_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Load) Reset() {
@@ -648,6 +653,13 @@ func (x *Load) GetTotalBlocks() uint32 {
 func (x *Load) GetActiveBlocks() uint32 {
 	if x != nil {
 		return x.ActiveBlocks
+	}
+	return 0
+}
+
+func (x *Load) GetLentWaitingTokens() uint64 {
+	if x != nil {
+		return x.LentWaitingTokens
 	}
 	return 0
 }
@@ -1614,7 +1626,7 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\fno_kv_events\x18\n" +
 	" \x01(\bR\n" +
 	"noKvEvents\x12#\n" +
-	"\rlends_prefill\x18\v \x01(\bR\flendsPrefill\"\xf0\x01\n" +
+	"\rlends_prefill\x18\v \x01(\bR\flendsPrefill\"\xa0\x02\n" +
 	"\x04Load\x12+\n" +
 	"\x11running_sequences\x18\x01 \x01(\rR\x10runningSequences\x12+\n" +
 	"\x11waiting_sequences\x18\x02 \x01(\rR\x10waitingSequences\x12%\n" +
@@ -1622,7 +1634,8 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\vfree_blocks\x18\x04 \x01(\rR\n" +
 	"freeBlocks\x12!\n" +
 	"\ftotal_blocks\x18\x05 \x01(\rR\vtotalBlocks\x12#\n" +
-	"\ractive_blocks\x18\x06 \x01(\rR\factiveBlocks\"\xde\x01\n" +
+	"\ractive_blocks\x18\x06 \x01(\rR\factiveBlocks\x12.\n" +
+	"\x13lent_waiting_tokens\x18\a \x01(\x04R\x11lentWaitingTokens\"\xde\x01\n" +
 	"\rPrefillPolicy\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x126\n" +
 	"\x17short_prefill_threshold\x18\x02 \x01(\rR\x15shortPrefillThreshold\x12\x1d\n" +
