@@ -3,6 +3,7 @@ package router_test
 import (
 	"testing"
 
+	"github.com/tandem-serve/tandem/kvcache/blockhash"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
@@ -112,4 +113,41 @@ func TestRouteLendersPrefillFirst(t *testing.T) {
 			t.Errorf("prefill first turned off: a lending lender was never chosen to decode")
 		}
 	})
+}
+
+// With lenders_prefill_first an idle lender decodes only a prompt whose part it
+// does not hold is below the threshold: a 2,048-token prompt that a busy decode
+// worker holds all but a block of is short for that worker (the gate scores the
+// local class) but long for the lender, which would prefill all of it in the
+// steps of the sequences it decodes. Without the rule the lender, far less
+// loaded, would take it.
+func TestRouteLenderDecodesOnlyShortUncached(t *testing.T) {
+	prompt := tokens(7, 2048)
+	hashes := blockhash.Hash(prompt, 16)
+	lender := router.Worker{ID: "agg-lender", Address: "agg:1", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED, LendsPrefill: true, TotalBlocks: 4096}
+	for _, first := range []bool{true, false} {
+		p := router.DefaultParams()
+		p.ISLGate, p.LendersPrefillFirst = true, first
+		r := newRouter(t, p)
+		busy := &workerv1.Load{TotalBlocks: 4096, FreeBlocks: 2000, ActiveBlocks: 2000}
+		join(t, r, decodeWorker("d", "slo"), busy, hashes[:len(hashes)-1]...)
+		idle := &workerv1.Load{TotalBlocks: 4096, FreeBlocks: 4096}
+		join(t, r, lender, idle)
+		for range 20 {
+			got := routeTokens(t, r, prompt).GetDecodeWorker().GetId()
+			if first && got != "d" {
+				t.Fatalf("prefill first: a prompt of %d uncached tokens on the lender went to %s, want d, which holds all but a block", len(prompt), got)
+			}
+			if !first && got != lender.ID {
+				t.Fatalf("without prefill first: went to %s, want the idle lender (the cheaper by the cost)", got)
+			}
+			// Routed blocks count as pending on the chosen worker: reset.
+			observeLoad(t, r, decodeWorker("d", "slo"), busy)
+			observeLoad(t, r, lender, idle)
+		}
+		// A short prompt the lender holds nothing of is its to take.
+		if got := routeTokens(t, r, tokens(8, 64)).GetDecodeWorker().GetId(); got != lender.ID {
+			t.Errorf("prefill first %v: a 64-token prompt went to %s, want the idle lender", first, got)
+		}
+	}
 }

@@ -52,8 +52,10 @@ type Params struct {
 	// --lend-prefill) a decode candidate only while its prefill service holds no
 	// prompt for a decode worker (Load.lent_waiting_tokens is 0): a device that
 	// would otherwise be parked in a prefill-only role decodes when it has nothing
-	// to lend, and stops taking new sequences as soon as it has. Meant with
-	// ISLGate, so that only prompts it would prefill quickly reach it.
+	// to lend, and stops taking new sequences as soon as it has. Nor does it
+	// decode a prompt whose part it does not hold reaches the ISL threshold (in
+	// force): short for a decode worker holding its prefix, such a prompt is long
+	// for the lender. Meant with ISLGate, so that only short prompts reach it.
 	LendersPrefillFirst bool `json:"lenders_prefill_first"`
 }
 

@@ -140,7 +140,13 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		pass       passResult // what an explanation needs, from the full pass only
 		err        error
 	)
-	if r.byLoad(p, m.GetExplain(), fp, model) {
+	// With lenders putting prefill first, a lender decodes only a prompt whose
+	// part it does not hold is below the threshold: it would otherwise prefill a
+	// long prompt in its decode steps, which is what it lends to spare decode
+	// workers. That test is per worker, so a prompt as long as the threshold
+	// takes the full pass while any lender is a decode candidate.
+	lenderRule := p.LendersPrefillFirst && r.decLend > 0 && promptBlocks*bs >= r.threshold
+	if !lenderRule && r.byLoad(p, m.GetExplain(), fp, model) {
 		var ok bool
 		r.metrics.path[0].Inc()
 		if ch, prefillers, ok = r.decideByLoad(p, m.GetRequestId(), cached, excluded, gateClass, want, promptBlocks, bs, effective); !ok {
@@ -233,6 +239,9 @@ func (r *Router) decideByPass(p Params, reqID string, cached []int32, gateClass 
 		}
 		if st.kind&kindDecodes == 0 {
 			continue
+		}
+		if p.LendersPrefillFirst && st.w.LendsPrefill && (promptBlocks-int(c.cached))*bs >= r.threshold {
+			continue // a lender decodes only prompts it would prefill quickly (Route)
 		}
 		pre, dec, q := terms(p, st, int(c.cached), promptBlocks, bs)
 		c.cost = pre + dec + q

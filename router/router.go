@@ -100,8 +100,8 @@ type state struct {
 	running             uint32  // sequences decoding, from load
 	lent                uint64  // tokens its prefill service holds for decode workers, from load
 	// withheld: a lender out of the decode candidates while it lends
-	// (Params.LendersPrefillFirst).
-	withheld bool
+	// (Params.LendersPrefillFirst); decLend: a lender that is one.
+	withheld, decLend bool
 
 	w           Worker
 	load        *workerv1.Load
@@ -171,6 +171,7 @@ type Router struct {
 	order     []*state // workers sorted by id: a fixed order makes seeded runs repeatable
 	threshold int      // the adaptive ISL threshold in force
 	withheld  int      // lenders out of the decode candidates (state.withheld)
+	decLend   int      // lenders that are decode candidates now (state.decLend)
 	evidence  int      // signed count of consecutive adaptive signals
 	byRef     []*state // by index slot
 	requests  uint64   // numbers requests, for state.excluded
@@ -375,6 +376,14 @@ func (r *Router) setKind(st *state) {
 	if withheld {
 		st.kind = kindPrefill
 	}
+	if decLend := st.w.LendsPrefill && st.kind&kindDecodes != 0; decLend != st.decLend {
+		st.decLend = decLend
+		if decLend {
+			r.decLend++
+		} else {
+			r.decLend--
+		}
+	}
 	if withheld != st.withheld {
 		st.withheld = withheld
 		if withheld {
@@ -394,6 +403,9 @@ func (r *Router) Leave(w Worker) {
 		if st.withheld {
 			r.withheld--
 			r.metrics.withheld.Set(float64(r.withheld))
+		}
+		if st.decLend {
+			r.decLend--
 		}
 		r.ix.Remove(st.ref)
 		r.unlist(st)
