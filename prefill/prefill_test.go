@@ -36,8 +36,15 @@ type client = rpctest.Call[prefillv1.PrefillRequest, prefillv1.PrefillResponse]
 
 func newEngine(t *testing.T) *sim.Engine {
 	t.Helper()
+	return newEngineAt(t, 0)
+}
+
+// newEngineAt is a sim engine whose modelled times are scaled by timeScale (0:
+// no waiting).
+func newEngineAt(t *testing.T, timeScale float64) *sim.Engine {
+	t.Helper()
 	cfg := sim.DefaultConfig()
-	cfg.TimeScale = 0
+	cfg.TimeScale = timeScale
 	eng, err := sim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -55,11 +62,7 @@ const chunkBytes = 3*1024 + 1000
 func startPrefill(t *testing.T) ([]client, *sim.Engine) {
 	t.Helper()
 	eng := newEngine(t)
-	svc, err := prefill.New(prefill.Config{WorkerID: prefillWorkerID, ChunkBytes: chunkBytes, MaxLease: 10 * time.Second, MaxPromptTokens: 4096},
-		eng, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newService(t, eng)
 	mux := http.NewServeMux()
 	mux.Handle(prefillv1connect.NewPrefillServiceHandler(svc))
 	clients := rpctest.ServeStream[prefillv1.PrefillRequest, prefillv1.PrefillResponse](t, mux, prefillv1connect.PrefillServicePrefillProcedure)
@@ -67,6 +70,17 @@ func startPrefill(t *testing.T) ([]client, *sim.Engine) {
 	clients = append(clients, rpctest.GRPCCall[prefillv1.PrefillRequest, prefillv1.PrefillResponse](
 		"grpc-server", grpcServe(t, svc), prefillv1connect.PrefillServicePrefillProcedure))
 	return clients, eng
+}
+
+// newService is the prefill service the tests run over eng.
+func newService(t *testing.T, eng *sim.Engine) *prefill.Service {
+	t.Helper()
+	svc, err := prefill.New(prefill.Config{WorkerID: prefillWorkerID, ChunkBytes: chunkBytes, MaxLease: 10 * time.Second, MaxPromptTokens: 4096},
+		eng, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
 
 // grpcServe serves svc.GRPC() on a grpc-go server over loopback and returns a

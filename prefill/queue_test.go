@@ -2,16 +2,11 @@ package prefill_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/internal/rpctest"
-	"github.com/tandem-serve/tandem/prefill"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 )
@@ -21,18 +16,7 @@ import (
 // QueueEmptied wakes the reporter when the last one leaves, here by the decode
 // worker going away.
 func TestQueuedTokensAndEmptied(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.TimeScale = 1e6 // the prompt stays queued: its first step takes hours
-	eng, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = eng.Close() })
-	svc, err := prefill.New(prefill.Config{WorkerID: prefillWorkerID, ChunkBytes: chunkBytes, MaxLease: 10 * time.Second, MaxPromptTokens: 4096},
-		eng, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newService(t, newEngineAt(t, 1e6)) // the prompt stays queued: its first step takes hours
 	if q := svc.QueuedTokens(); q != 0 {
 		t.Fatalf("a new service holds %d tokens", q)
 	}
