@@ -1426,6 +1426,9 @@ type WatchEventsResponse struct {
 	// A decode worker's prefill policy now; it may change at run time (Consul KV),
 	// and with it the gating classes the router puts the worker in.
 	PrefillPolicy *PrefillPolicy `protobuf:"bytes,6,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
+	// Why the worker cannot serve now (its engine does not answer); empty while it
+	// can. It comes with draining set, so that subscribers send it nothing new.
+	Unavailable   string `protobuf:"bytes,7,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1500,6 +1503,13 @@ func (x *WatchEventsResponse) GetPrefillPolicy() *PrefillPolicy {
 		return x.PrefillPolicy
 	}
 	return nil
+}
+
+func (x *WatchEventsResponse) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
 }
 
 type DrainRequest struct {
@@ -1680,14 +1690,15 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x1c.tandem.worker.v1.WorkerInfoR\x04info\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\":\n" +
 	"\x12WatchEventsRequest\x12$\n" +
-	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xb2\x02\n" +
+	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xd4\x02\n" +
 	"\x13WatchEventsResponse\x12 \n" +
 	"\vincarnation\x18\x01 \x01(\tR\vincarnation\x126\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1a.tandem.worker.v1.SnapshotR\bsnapshot\x121\n" +
 	"\x06events\x18\x03 \x03(\v2\x19.tandem.worker.v1.KVEventR\x06events\x12*\n" +
 	"\x04load\x18\x04 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12\x1a\n" +
 	"\bdraining\x18\x05 \x01(\bR\bdraining\x12F\n" +
-	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\"(\n" +
+	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\x12 \n" +
+	"\vunavailable\x18\a \x01(\tR\vunavailable\"(\n" +
 	"\fDrainRequest\x12\x18\n" +
 	"\aserving\x18\x01 \x01(\bR\aserving\"\x0f\n" +
 	"\rDrainResponse*v\n" +
