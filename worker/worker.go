@@ -157,6 +157,8 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	if s.card != nil {
 		wi.Model = s.card.GetModel()
 	}
+	draining, unavailable, _ := s.drainState()
+	wi.Draining, wi.Unavailable = draining || unavailable != "", unavailable
 	return wi
 }
 

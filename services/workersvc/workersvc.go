@@ -80,7 +80,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 			}
 		}()
 		s.ready.waiting = "waiting for the " + cfg.Engine + " engine server at " + cfg.GPU.URL
-		s.log.Info("listening; not serving until the engine server answers", "addr", s.srv.Addr(), "engine_url", cfg.GPU.URL)
+		s.log.Info("not serving until the engine server answers; worker listening", "addr", s.srv.Addr(), "engine_url", cfg.GPU.URL)
 		cfg.onEngineWait = func(err error) {
 			s.update(func(r *readiness) {
 				r.waiting = "waiting for the " + cfg.Engine + " engine server at " + cfg.GPU.URL + ": " + err.Error()

@@ -453,7 +453,11 @@ type WorkerInfo struct {
 	// An aggregated worker that also serves PrefillService.Prefill for decode
 	// workers (--lend-prefill): the router ranks it among the prefill workers,
 	// its own decode load added to its cost, and decode workers may call it.
-	LendsPrefill  bool `protobuf:"varint,11,opt,name=lends_prefill,json=lendsPrefill,proto3" json:"lends_prefill,omitempty"`
+	LendsPrefill bool `protobuf:"varint,11,opt,name=lends_prefill,json=lendsPrefill,proto3" json:"lends_prefill,omitempty"`
+	// The worker drains (tandem drain), or cannot serve now; unavailable says why
+	// (its engine does not answer). Callers offer such a worker no new work.
+	Draining      bool   `protobuf:"varint,12,opt,name=draining,proto3" json:"draining,omitempty"`
+	Unavailable   string `protobuf:"bytes,13,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,6 +567,20 @@ func (x *WorkerInfo) GetLendsPrefill() bool {
 		return x.LendsPrefill
 	}
 	return false
+}
+
+func (x *WorkerInfo) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *WorkerInfo) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
 }
 
 // Load is a worker's instantaneous load.
@@ -1621,7 +1639,7 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"block_size\x18\x05 \x01(\rR\tblockSize\x12\x1f\n" +
 	"\vblock_bytes\x18\x06 \x01(\x04R\n" +
 	"blockBytes\x12+\n" +
-	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\x85\x03\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xc3\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
@@ -1636,7 +1654,9 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\fno_kv_events\x18\n" +
 	" \x01(\bR\n" +
 	"noKvEvents\x12#\n" +
-	"\rlends_prefill\x18\v \x01(\bR\flendsPrefill\"\xa0\x02\n" +
+	"\rlends_prefill\x18\v \x01(\bR\flendsPrefill\x12\x1a\n" +
+	"\bdraining\x18\f \x01(\bR\bdraining\x12 \n" +
+	"\vunavailable\x18\r \x01(\tR\vunavailable\"\xa0\x02\n" +
 	"\x04Load\x12+\n" +
 	"\x11running_sequences\x18\x01 \x01(\rR\x10runningSequences\x12+\n" +
 	"\x11waiting_sequences\x18\x02 \x01(\rR\x10waitingSequences\x12%\n" +
