@@ -29,13 +29,15 @@ func (s *Subscriber) recover(from, to int64) bool {
 	got, next, err := s.replay(ctx, from, to)
 	switch {
 	case err != nil:
-		s.log.Warn("KV events: replay failed", "endpoint", s.cfg.ReplayEndpoint, "from", from, "error", err)
-		return first
+		s.log.Warn("KV events: replay failed", "endpoint", s.cfg.ReplayEndpoint, "from", from, "applied_to", next-1, "error", err)
+		// Batches applied up to a failure leave out those after them, removals
+		// included: the view could hold blocks the engine has dropped.
+		return first && next == from
 	case first:
-		// Whatever the buffer held before the live message is applied; a
-		// publisher that numbers from 1 (llm-d's inference simulator) holds
-		// nothing before it.
-		return true
+		// Whatever the buffer held before the live message is applied, as long
+		// as it reached up to it; a publisher that numbers from 1 (llm-d's
+		// inference simulator) holds nothing before it.
+		return next == to || next == from
 	case got != from || next != to:
 		s.log.Warn("KV events: the replay did not hold every missed batch", "wanted_from", from, "wanted_to", to-1,
 			"got_from", got, "got_to", next-1)
@@ -48,31 +50,31 @@ func (s *Subscriber) recover(from, to int64) bool {
 // replay asks the ROUTER socket for batches from `from` on and applies those
 // before `to`, reading until the end marker (sequence -1). It returns the
 // sequence number of the first batch it applied (to when none) and the one
-// after the last.
+// after the last (from when none), also with an error.
 func (s *Subscriber) replay(ctx context.Context, from, to int64) (got, next int64, err error) {
+	got, next = to, from
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(3), zmq4.WithDialerRetry(100*time.Millisecond))
 	defer d.Close()
 	if err := d.Dial(s.cfg.ReplayEndpoint); err != nil {
-		return 0, 0, err
+		return got, next, err
 	}
 	var start [8]byte
 	binary.BigEndian.PutUint64(start[:], uint64(from))
 	// The empty delimiter a REQ socket would add, which the publisher expects.
 	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
-		return 0, 0, err
+		return got, next, err
 	}
-	got, next = to, from
 	for {
 		msg, err := d.Recv()
 		if err != nil {
-			return 0, 0, err
+			return got, next, err
 		}
 		if s.cfg.OnFrames != nil {
 			s.cfg.OnFrames(true, msg.Frames)
 		}
 		seq, payload, err := replayed(msg.Frames)
 		if err != nil {
-			return 0, 0, err
+			return got, next, err
 		}
 		if seq < 0 {
 			return got, next, nil // the end marker
@@ -83,7 +85,7 @@ func (s *Subscriber) replay(ctx context.Context, from, to int64) (got, next int6
 		if got == to {
 			got = seq // the buffer may not reach back to from
 		} else if seq != next {
-			return 0, 0, fmt.Errorf("replay skipped from %d to %d", next, seq)
+			return got, next, fmt.Errorf("replay skipped from %d to %d", next, seq)
 		}
 		s.apply(seq, payload, true)
 		next = seq + 1

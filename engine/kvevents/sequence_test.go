@@ -2,10 +2,13 @@ package kvevents
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/go-zeromq/zmq4"
 )
 
 // message is a live (topic, sequence, batch) message holding events.
@@ -98,5 +101,41 @@ func TestReplayedFrames(t *testing.T) {
 	if _, _, err := replayed([][]byte{{}, []byte("kv"), []byte("short"), []byte("p")}); err == nil ||
 		!strings.Contains(err.Error(), "4 frames") {
 		t.Errorf("a 5-byte sequence: error %v, want one naming the frames", err)
+	}
+}
+
+// A replay that fails part way leaves out the batches after the failure, their
+// removals with them: what it applied is dropped (a resync), even on the first
+// message, rather than kept as a view that may hold more than the engine does.
+func TestSubscriberReplayFailsPartWay(t *testing.T) {
+	const bs = 4
+	router := zmq4.NewRouter(context.Background())
+	defer router.Close()
+	if err := router.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			req, err := router.Recv()
+			if err != nil {
+				return
+			}
+			id := req.Frames[0]
+			first := message(t, 0, stored(nil, []uint64{1}, tokens(bs, 10), bs))
+			_ = router.SendMulti(zmq4.NewMsgFrom(id, []byte{}, first[1], first[2]))
+			_ = router.SendMulti(zmq4.NewMsgFrom(id, []byte{}, []byte("not a sequence")))
+		}
+	}()
+	m := NewMirror(bs, 64)
+	s := newSubscriber(SubscriberConfig{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: "tcp://" + router.Addr().String()}, m,
+		slog.New(slog.DiscardHandler))
+	defer s.cancel()
+	s.handle(message(t, 2, stored(nil, []uint64{3}, tokens(bs, 30), bs)))
+	held := func(from uint32) bool { return m.CachedPrefix(append(tokens(bs, from), 0)) == bs }
+	if held(10) || !held(30) {
+		t.Errorf("after a replay that failed part way: replayed block held %v, live one %v; want only the live one", held(10), held(30))
+	}
+	if st := s.Stats(); st.Replayed != 1 || st.Resyncs[ResyncGap] != 1 {
+		t.Errorf("stats %+v, want 1 batch replayed and then a resync", st)
 	}
 }
