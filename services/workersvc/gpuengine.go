@@ -200,7 +200,7 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		_ = eng.Close()
 		return nil, fmt.Errorf("KV events: %w", err)
 	}
-	return &withEvents{Engine: eng, sub: sub}, nil
+	return &withEvents{Engine: eng, sub: sub, mirror: mirror}, nil
 }
 
 // EngineModel is the served model id to ask the engine server for: --model when
@@ -216,7 +216,8 @@ func (c *Config) EngineModel() string {
 // it stops the subscriber.
 type withEvents struct {
 	*openaihttp.Engine
-	sub *kvevents.Subscriber
+	sub    *kvevents.Subscriber
+	mirror *kvevents.Mirror
 }
 
 func (w *withEvents) Close() error {
