@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -160,11 +159,7 @@ func TestDocumentedCommandsParse(t *testing.T) {
 	}
 	root := root(t)
 	bin := filepath.Join(t.TempDir(), "tandem")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
-	build := exec.Command(gobin, "build", "-o", bin, "./cmd/tandem")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/tandem")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/tandem: %v\n%s", err, out)
