@@ -72,7 +72,14 @@ func engineErrorOf(status int, body string) string {
 }
 
 func TestGPUEngineFailureReachesClient(t *testing.T) {
-	c := startGPUCluster(t, fakeengine.VLLM)
+	for _, kind := range []fakeengine.Kind{fakeengine.VLLM, fakeengine.TRTLLM, fakeengine.SGLang} {
+		t.Run(string(kind), func(t *testing.T) { engineFailures(t, kind) })
+	}
+}
+
+func engineFailures(t *testing.T, kind fakeengine.Kind) {
+	c := startGPUCluster(t, kind)
+	where := string(kind) + " at " + c.d.URL()
 	fc := frontendv1connect.NewFrontendServiceClient(http.DefaultClient, "http://"+c.fe)
 	for _, fault := range []fakeengine.StreamFault{fakeengine.StreamGarbage, fakeengine.StreamDie, fakeengine.StreamHTML} {
 		t.Run(string(fault), func(t *testing.T) {
@@ -87,9 +94,8 @@ func TestGPUEngineFailureReachesClient(t *testing.T) {
 				if !stream && status != http.StatusBadGateway {
 					t.Errorf("stream=%v: status %d, want 502 (the engine failed): %s", stream, status, body)
 				}
-				if !strings.Contains(msg, "vllm at "+c.d.URL()) || strings.Contains(msg, "context canceled") {
-					t.Errorf("stream=%v: the client was told %q (status %d), want the engine's failure naming vllm at %s",
-						stream, msg, status, c.d.URL())
+				if !strings.Contains(msg, where) || strings.Contains(msg, "context canceled") {
+					t.Errorf("stream=%v: the client was told %q (status %d), want the engine's failure naming %s", stream, msg, status, where)
 				}
 			}
 			// Connect: the code says the server side failed, and the message names the engine.
@@ -100,8 +106,8 @@ func TestGPUEngineFailureReachesClient(t *testing.T) {
 				err = s.Err()
 			}
 			var ce *connect.Error
-			if !errors.As(err, &ce) || ce.Code() != connect.CodeInternal || !strings.Contains(ce.Message(), "vllm at ") {
-				t.Errorf("Connect Generate ended with %v, want Internal naming the engine", err)
+			if !errors.As(err, &ce) || ce.Code() != connect.CodeInternal || !strings.Contains(ce.Message(), where) {
+				t.Errorf("Connect Generate ended with %v, want Internal naming %s", err, where)
 			}
 		})
 	}
