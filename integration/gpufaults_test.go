@@ -129,6 +129,11 @@ func TestGPUSilentEngineIsBounded(t *testing.T) {
 			t.Errorf("%s engine: status %d %q after %s, want 504 naming %s", tc.fault, status, msg, time.Since(start).Round(time.Millisecond), tc.flag)
 		}
 	}
+	for _, reason := range []string{"timeout_headers", "timeout_token"} {
+		if !metricAtLeast(t, c.dec, `tandem_engine_failures_total{reason="`+reason+`"}`, 1) {
+			t.Errorf("the decode worker's metrics count no %s failure", reason)
+		}
+	}
 	c.d.SetStreamFault(fakeengine.StreamOK, 0)
 	if status, body := postCompletion(t, c.fe, false, 20*time.Second); status != http.StatusOK {
 		t.Errorf("after the faults: status %d %s", status, body)
@@ -155,6 +160,9 @@ func TestGPUEngineDownAndBack(t *testing.T) {
 		out, _ := runTandem("workers", "--router", c.rtr)
 		return strings.Contains(out, "unavailable: vllm at "+c.p.URL())
 	})
+	if up, ok := metricValue(pre, "tandem_engine_up"); !ok || up != 0 {
+		t.Errorf("the prefill worker's tandem_engine_up is %v (found %v) with its engine dead, want 0", up, ok)
+	}
 	ready := readyz(t, pre)
 	if !strings.Contains(ready, "does not answer its health check") {
 		t.Errorf("/readyz while the engine is down: %s", ready)

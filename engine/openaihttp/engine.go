@@ -99,6 +99,7 @@ type Engine struct {
 	// timeouts are Config.Timeouts with the defaults filled in.
 	timeouts Timeouts
 	health   *prober
+	failures failures
 
 	mu     sync.Mutex
 	closed bool
@@ -318,9 +319,9 @@ func (e *Engine) Start(ctx context.Context, req engine.Request, body CompletionR
 		stall := stallOf(rctx)
 		cancel(nil)
 		if stall != nil {
-			return nil, stall
+			return nil, e.count(stall)
 		}
-		return nil, e.wrap(ctx, err)
+		return nil, e.count(e.wrap(ctx, err))
 	}
 	dog.arm("first token", e.timeouts.FirstToken, flagFirstToken)
 	return newStream(e, req, rctx, cancel, dog, resp.Body), nil
@@ -337,9 +338,9 @@ func (e *Engine) Complete(ctx context.Context, reqID string, body CompletionRequ
 	resp, err := e.c.complete(rctx, reqID, &body)
 	if err != nil {
 		if stall := stallOf(rctx); stall != nil {
-			return nil, stall
+			return nil, e.count(stall)
 		}
-		return nil, e.wrap(ctx, err)
+		return nil, e.count(e.wrap(ctx, err))
 	}
 	return resp, nil
 }

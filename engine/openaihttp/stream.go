@@ -61,7 +61,7 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 			return 0, io.EOF
 		}
 		if err := s.read(); err != nil {
-			return 0, s.fail(ctx, err)
+			return 0, s.e.count(s.fail(ctx, err))
 		}
 	}
 	tok := s.pending[0]

@@ -2,9 +2,13 @@ package openaihttp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/tandem-serve/tandem/engine"
 )
 
 // Timeouts bound each wait on an engine server, so that an engine that accepts a
@@ -104,4 +108,59 @@ func (w *watchdog) stop() {
 	if w.t != nil {
 		w.t.Stop()
 	}
+}
+
+// FailureReasons name the ways a request to the engine fails, for metrics:
+// the server unreachable or refusing (unavailable), the request refused
+// (rejected), an answer that is not the protocol (protocol), a stream that
+// broke (broken_stream), and each wait that outlived its bound.
+var FailureReasons = []string{"unavailable", "rejected", "protocol", "broken_stream", "timeout_headers", "timeout_first_token", "timeout_token"}
+
+// failures counts them.
+type failures struct {
+	n [7]atomic.Uint64 // by FailureReasons' index
+}
+
+// reasonOf is err's FailureReasons index, or -1 for a caller's own cancel.
+func reasonOf(err error) int {
+	var stall *StallError
+	var pe *ProtocolError
+	switch {
+	case errors.As(err, &stall):
+		switch stall.Flag {
+		case flagHeader:
+			return 4
+		case flagFirstToken:
+			return 5
+		}
+		return 6
+	case errors.Is(err, context.Canceled):
+		return -1
+	case errors.As(err, &pe):
+		return 2
+	case errors.Is(err, engine.ErrUnavailable):
+		return 0
+	case errors.Is(err, engine.ErrRejected):
+		return 1
+	}
+	return 3
+}
+
+// count records err (if it is a failure) and returns it.
+func (e *Engine) count(err error) error {
+	if err != nil {
+		if i := reasonOf(err); i >= 0 {
+			e.failures.n[i].Add(1)
+		}
+	}
+	return err
+}
+
+// Failures are the requests that failed so far, by FailureReasons.
+func (e *Engine) Failures() map[string]uint64 {
+	out := make(map[string]uint64, len(FailureReasons))
+	for i, r := range FailureReasons {
+		out[r] = e.failures.n[i].Load()
+	}
+	return out
 }

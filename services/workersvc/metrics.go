@@ -104,3 +104,34 @@ func registerEventMetrics(reg prometheus.Registerer, eng engine.Engine) {
 		}, func() float64 { return float64(w.mirror.Stats().Skipped[reason]) }))
 	}
 }
+
+// engineServer is a GPU engine server as its metrics see it (openaihttp.Engine).
+type engineServer interface {
+	Healthy() (bool, string)
+	Failures() map[string]uint64
+}
+
+// registerEngineMetrics says whether a GPU engine server answers its health
+// checks, and counts the requests it failed by how they failed.
+func registerEngineMetrics(reg prometheus.Registerer, eng engine.Engine) {
+	e, ok := eng.(engineServer)
+	if !ok {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tandem_engine_up", Help: "1 while the engine server answers its health checks, 0 after --engine-health-failures in a row failed.",
+	}, func() float64 {
+		if ok, _ := e.Healthy(); ok {
+			return 1
+		}
+		return 0
+	}))
+	for _, reason := range openaihttp.FailureReasons {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_engine_failures_total",
+			Help: "Requests to the engine server that failed, by how: unavailable (unreachable, 503, 429), rejected (another 4xx), " +
+				"protocol (an answer that is not the API), broken_stream (a stream cut or garbled), timeout_headers, timeout_first_token, timeout_token.",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(e.Failures()[reason]) }))
+	}
+}

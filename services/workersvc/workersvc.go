@@ -134,6 +134,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	}
 	registerPoolMetrics(env.Registry, eng)
 	registerEventMetrics(env.Registry, eng)
+	registerEngineMetrics(env.Registry, eng)
 	if s.srv == nil {
 		if s.srv, err = env.NewServer(cfg.Serve, handlers, s.readyz()); err != nil {
 			return nil, err
