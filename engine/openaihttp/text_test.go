@@ -92,7 +92,7 @@ func TestTextModeKeepsTheEnginesText(t *testing.T) {
 			for i := range engineChunks {
 				out = append(out, uint32(i+len(engineChunks)))
 			}
-			f := (&fakeengine.Server{Kind: fakeengine.VLLM, Output: append(out, stop), Text: func(id uint32) string {
+			f := (&fakeengine.Server{Kind: fakeengine.VLLM, LogprobIDs: true, Output: append(out, stop), Text: func(id uint32) string {
 				if i := int(id) - len(engineChunks); i >= 0 && i < len(engineChunks) {
 					return engineChunks[i]
 				}
@@ -123,19 +123,24 @@ func TestTextModeKeepsTheEnginesText(t *testing.T) {
 			if slices.Contains(lps, nil) || len(lps) != len(engineChunks) {
 				t.Errorf("logprobs %v, want the engine's one a token", lps)
 			}
-			// The ids are a guess, the token spelling a chunk's text when there is one.
-			if len(ids) == 0 || tok.Piece(ids[0]) != c.piece {
-				t.Errorf("first token %v (%q), want %s", ids, tok.Piece(ids[0]), c.piece)
+			// With logprobs the engine names each token by id: the ids are its own.
+			if !slices.Equal(ids, out) {
+				t.Errorf("ids %v, want the engine's %v", ids, out)
 			}
 
 			// Cut by max_tokens before the engine's usage arrives, the tokens counted
-			// are the chunks returned.
+			// are the chunks returned. Without logprobs the ids are a guess: the
+			// token spelling a chunk's text, when there is one.
 			s, err = e.Generate(t.Context(), engine.Request{ID: "r2", Prompt: prompt, MaxTokens: 3, StopTokens: tok.StopTokens()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, texts, _ := drainText(t, tok, s); strings.Join(texts, "") != " The temperature  here" || s.Usage().CompletionTokens != 3 {
+			ids, texts, _ = drainText(t, tok, s)
+			if strings.Join(texts, "") != " The temperature  here" || s.Usage().CompletionTokens != 3 {
 				t.Errorf("max_tokens 3: text %q, usage %+v", strings.Join(texts, ""), s.Usage())
+			}
+			if len(ids) == 0 || tok.Piece(ids[0]) != c.piece {
+				t.Errorf("first token %v, want %s", ids, c.piece)
 			}
 		})
 	}

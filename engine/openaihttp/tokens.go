@@ -136,10 +136,12 @@ func logprobsOf(lp *Logprobs, n, top int) []*engine.TokenLogprobs {
 // text that already begins with a space, and splits words other than the model
 // drew them, so the text decoded from those ids is not the engine's.
 //
-// The ids are a best guess (the token whose text is exactly the chunk's, else the
-// first of the chunk's tokenization, 0 for empty text): nothing reads them as the
-// model's. A server that sends several tokens in one chunk has them counted as
-// one; usage is the engine's own count when it reports one.
+// The ids are the engine's when its logprobs name the chunk's token by id (vLLM's
+// return_tokens_as_token_ids, asked for with logprobs), else a best guess (the
+// token whose text is exactly the chunk's, else the first of the chunk's
+// tokenization, 0 for empty text): nothing reads them as the model's. A server
+// that sends several tokens in one chunk has them counted as one; usage is the
+// engine's own count when it reports one.
 type textTokens struct {
 	tok tokenizer.Tokenizer
 	ids *pieceIDs
@@ -150,6 +152,11 @@ type textTokens struct {
 func (t textTokens) chunk(c Choice) ([]uint32, []string) {
 	if c.Text == "" && c.FinishReason != nil && *c.FinishReason == "stop" {
 		return nil, nil
+	}
+	if lp := c.Logprobs; lp != nil && len(lp.Tokens) == 1 {
+		if id, ok := tokenIDOf(lp.Tokens[0]); ok {
+			return []uint32{id}, []string{c.Text}
+		}
 	}
 	return []uint32{t.ids.guess(t.tok, c.Text)}, []string{c.Text}
 }
