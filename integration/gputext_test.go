@@ -70,30 +70,37 @@ func TestGPUTextModeSentencePiece(t *testing.T) {
 		}
 		return resp
 	}
-	whole := func(extra string) (string, string, int) {
+	type answer struct {
+		Choices []struct {
+			Text         string `json:"text"`
+			FinishReason string `json:"finish_reason"`
+			Logprobs     *struct {
+				Tokens []string `json:"tokens"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	whole := func(extra string) answer {
 		t.Helper()
 		resp := post(`{"model":"fake-model","prompt":"Hi there","max_tokens":64,"temperature":0` + extra + `}`)
 		defer resp.Body.Close()
-		var out struct {
-			Choices []struct {
-				Text         string `json:"text"`
-				FinishReason string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
+		var out answer
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
 			t.Fatalf("answer: %v %+v", err, out)
 		}
-		return out.Choices[0].Text, out.Choices[0].FinishReason, out.Usage.CompletionTokens
+		return out
 	}
-	if got, finish, n := whole(""); got != want || finish != "stop" || n != wantTokens {
-		t.Errorf("not streamed: %q, finish %q, %d completion tokens; want %q, stop, %d", got, finish, n, want, wantTokens)
+	if a := whole(""); a.Choices[0].Text != want || a.Choices[0].FinishReason != "stop" || a.Usage.CompletionTokens != wantTokens {
+		t.Errorf("not streamed: %+v; want %q, stop, %d completion tokens", a, want, wantTokens)
 	}
-	// A stop string is found in the engine's text.
-	if got, finish, _ := whole(`,"stop":["here"]`); got != " The temperature " || finish != "stop" {
-		t.Errorf(`with stop "here": %q, finish %q`, got, finish)
+	// A stop string is found in the engine's text; logprobs name its tokens by it.
+	if a := whole(`,"stop":["here"]`); a.Choices[0].Text != " The temperature " || a.Choices[0].FinishReason != "stop" {
+		t.Errorf(`with stop "here": %+v`, a)
+	}
+	if a := whole(`,"logprobs":0`); a.Choices[0].Logprobs == nil || strings.Join(a.Choices[0].Logprobs.Tokens, "") != want {
+		t.Errorf("with logprobs: %+v, want tokens spelling %q", a, want)
 	}
 
 	resp := post(`{"model":"fake-model","prompt":"Hi there","max_tokens":64,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`)
@@ -143,7 +150,7 @@ func TestGPUTextModeSentencePiece(t *testing.T) {
 	if err := cs.Err(); err != nil || viaConnect.String() != want || usage.GetCompletionTokens() != uint32(wantTokens) {
 		t.Errorf("Connect: %q, usage %v (%v); want %q, %d", viaConnect.String(), usage, err, want, wantTokens)
 	}
-	if got := len(eng.Completions()); got != 4 {
-		t.Errorf("the engine got %d completions, want 4", got)
+	if got := len(eng.Completions()); got != 5 {
+		t.Errorf("the engine got %d completions, want 5", got)
 	}
 }
