@@ -86,8 +86,9 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 	if s.text != nil {
 		s.lastText, s.pendingText = s.pendingText[0], s.pendingText[1:]
 	}
-	// A text-mode id is a guess, never the stop token: the engine stopped at
-	// that itself and sent no chunk for it.
+	// In text mode the engine applied the stop tokens itself (textTokens.chunk
+	// drops its stop token's chunk), and an id may be a guess that must not end
+	// the stream.
 	if s.text == nil && slices.Contains(s.req.StopTokens, tok) {
 		s.end(engine.FinishStop)
 		return 0, io.EOF
