@@ -63,6 +63,7 @@ type metrics struct {
 	tpotSlack      prometheus.Gauge
 	tbtProjected   prometheus.Gauge
 	stepProjected  *prometheus.GaugeVec
+	engineText     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -82,6 +83,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_decode_requests_total", Help: "Requests finished on this decode worker, by finish reason.",
 		}, []string{"finish"}),
+		engineText: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_decode_engine_text_requests_total",
+			Help: "Requests answered with the engine's own text beside guessed token ids (an engine server in text mode).",
+		}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "tandem_decode_time_to_first_token_seconds", Help: "Time from Generate to the first token, by prefill path.", Buckets: lat,
 		}, []string{"path"}),
@@ -139,6 +144,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"plain (the batch decoding alone) and stretched (with the prompt's fullest chunk beside it), seconds.",
 	}, []string{"step"})
 	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked, m.tpotSlack, m.tbtProjected, m.stepProjected)
-	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
+	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.engineText, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

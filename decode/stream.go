@@ -24,6 +24,10 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 	first := true
 	last := start
 	path := decision.Path.Name()
+	// An engine that sends its own text (a GPU engine server in text mode) has
+	// it passed on beside the ids, which are then only a guess.
+	texts, _ := stream.(engine.TextStream)
+	withText := false
 	for {
 		tok, err := stream.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -37,6 +41,11 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		msg := &decodev1.GenerateResponse{TokenIds: []uint32{tok}}
 		if lp := stream.Logprobs(); lp != nil {
 			msg.Logprobs = []*workerv1.TokenLogprobs{handoff.LogprobsProto(lp)}
+		}
+		if texts != nil {
+			if text, ok := texts.Text(); ok {
+				msg.TokenTexts, withText = []string{text}, true
+			}
 		}
 		if first {
 			ttft := now.Sub(start)
@@ -76,6 +85,9 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		final.Prefill, final.WorkerId, final.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
 	}
 	s.metrics.completed.WithLabelValues(stream.Finish().String()).Inc()
+	if withText {
+		s.metrics.engineText.Inc()
+	}
 	return out.Send(final)
 }
 

@@ -153,6 +153,19 @@ type Stream interface {
 	Close()
 }
 
+// TextStream is a Stream whose engine sends the text of what it generated, as a
+// GPU engine server that streams text and no token ids does. That text is the
+// answer, exactly: the serving layer passes it on instead of detokenizing the
+// ids, which are then only the tokenizer's best guess (re-tokenizing an engine's
+// text does not give back the model's tokens, nor their text).
+type TextStream interface {
+	Stream
+	// Text is the engine's text for the token the last Next returned; "" when
+	// the token's text comes with a later one (it ends inside a character). ok
+	// is false when the stream has no text of the engine's: its ids are exact.
+	Text() (text string, ok bool)
+}
+
 // Export is a prefilled prompt whose KV can be read out block by block.
 type Export interface {
 	FirstToken() uint32

@@ -29,6 +29,8 @@ type fakeBackend struct {
 	failAfter int
 	// reportCompletion, if set, is what the final Usage claims was generated.
 	reportCompletion uint32
+	// texts, if set, are the engine's text for each output token (token_texts).
+	texts []string
 
 	mu     sync.Mutex
 	reqs   []*decodev1.GenerateRequest
@@ -51,6 +53,9 @@ func (b *fakeBackend) Generate(ctx context.Context, req *decodev1.GenerateReques
 	var msgs []*decodev1.GenerateResponse
 	for i := 0; i < len(out) || i == 0; i += per {
 		m := &decodev1.GenerateResponse{TokenIds: out[min(i, len(out)):min(i+per, len(out))]}
+		if b.texts != nil {
+			m.TokenTexts = b.texts[min(i, len(b.texts)):min(i+per, len(out), len(b.texts))]
+		}
 		if req.GetSampling().GetLogprobs() {
 			// Token k's logprob is -k/10; its alternatives are itself and the next id.
 			for k := i; k < min(i+per, len(out)); k++ {

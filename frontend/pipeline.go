@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -355,6 +356,14 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 	if u := resp.GetUsage(); u != nil {
 		g.backendUsage = u
 	}
+	// The engine's own text, when it sent one, is the answer exactly; the ids are
+	// then a guess, neither detokenized nor checked for stop tokens.
+	texts := resp.GetTokenTexts()
+	engineText := len(texts) > 0
+	if engineText && len(texts) != len(resp.GetTokenIds()) {
+		return "", &apiError{code: connect.CodeInternal, upstream: true,
+			msg: fmt.Sprintf("backend: %d token texts for %d token ids", len(texts), len(resp.GetTokenIds()))}
+	}
 	var sb strings.Builder
 	for i, id := range resp.GetTokenIds() {
 		if i == 0 {
@@ -366,7 +375,7 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 		g.generated++
 		// The backend should not emit its stop tokens, but if it does they end
 		// the output rather than leak into it.
-		if slices.Contains(g.stopIDs, id) {
+		if !engineText && slices.Contains(g.stopIDs, id) {
 			g.finish = "stop"
 			break
 		}
@@ -375,9 +384,19 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 			if i < len(resp.GetLogprobs()) {
 				lp = resp.GetLogprobs()[i]
 			}
-			g.lps = append(g.lps, logprobOf(g.tok, id, lp))
+			tlp := logprobOf(g.tok, id, lp)
+			if engineText {
+				tlp.text, tlp.bytes = texts[i], []byte(texts[i])
+			}
+			g.lps = append(g.lps, tlp)
 		}
-		out, stopped := g.stops.push(g.detok.Add(id))
+		var piece string
+		if engineText {
+			piece = texts[i]
+		} else {
+			piece = g.detok.Add(id)
+		}
+		out, stopped := g.stops.push(piece)
 		sb.WriteString(out)
 		if stopped {
 			g.finish = "stop"

@@ -53,7 +53,7 @@ type Config struct {
 	URL     string // http://host:port
 	Dialect Dialect
 	// Tokenizer is the model's: its vocabulary bounds token ids, and text mode
-	// tokenizes the engine's output with it.
+	// guesses the ids of the engine's text with it.
 	Tokenizer tokenizer.Tokenizer
 	// Model is the served model id to request; "" takes the engine's first.
 	Model string
@@ -100,6 +100,7 @@ type Engine struct {
 	timeouts Timeouts
 	health   *prober
 	failures failures
+	pieces   pieceIDs // text mode's tokens by their text
 
 	mu     sync.Mutex
 	closed bool

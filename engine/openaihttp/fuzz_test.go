@@ -24,6 +24,7 @@ func FuzzParseCompletion(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	tt := textTokens{tok: tok, ids: &pieceIDs{}}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		resp, err := ParseCompletion(b)
 		if err != nil {
@@ -35,9 +36,11 @@ func FuzzParseCompletion(f *testing.F) {
 			if len(lps) != len(c.TokenIDs) {
 				t.Fatalf("%d logprobs for %d tokens", len(lps), len(c.TokenIDs))
 			}
-			tt := &textTokens{tok: tok}
-			tt.add(c.Text)
-			tt.flush()
+			// A chunk in text mode is at most one token, with the chunk's text.
+			ids, texts := tt.chunk(c)
+			if len(ids) != len(texts) || len(ids) > 1 || len(ids) == 1 && texts[0] != c.Text {
+				t.Fatalf("chunk %q: tokens %v, texts %q", c.Text, ids, texts)
+			}
 		}
 	})
 }

@@ -21,6 +21,12 @@ type stream struct {
 	body   io.ReadCloser
 	ev     *events
 	text   *textTokens // text mode
+	// Text mode: the texts of pending's tokens, of the token Next returned last,
+	// and the engine's count of the tokens it generated, when it sent one.
+	pendingText   []string
+	lastText      string
+	engineTokens  int
+	engineCounted bool
 
 	pending   []uint32
 	pendingLP []*engine.TokenLogprobs
@@ -41,12 +47,14 @@ type stream struct {
 	unbound bool // Close ran: bind nothing more
 }
 
+var _ engine.TextStream = (*stream)(nil)
+
 func newStream(e *Engine, req engine.Request, ctx context.Context, cancel context.CancelCauseFunc, dog *watchdog,
 	body io.ReadCloser) *stream {
 	s := &stream{e: e, req: req, ctx: ctx, cancel: cancel, dog: dog, body: body, ev: newEvents(body),
 		usage: engine.Usage{PromptTokens: len(req.Prompt)}}
 	if e.mode == TextTokens {
-		s.text = &textTokens{tok: e.cfg.Tokenizer}
+		s.text = &textTokens{tok: e.cfg.Tokenizer, ids: &e.pieces}
 	}
 	return s
 }
@@ -70,14 +78,20 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 	if len(s.pendingLP) > 0 {
 		s.lastLP, s.pendingLP = s.pendingLP[0], s.pendingLP[1:]
 	}
-	if slices.Contains(s.req.StopTokens, tok) {
+	if s.text != nil {
+		s.lastText, s.pendingText = s.pendingText[0], s.pendingText[1:]
+	}
+	// In text mode the engine applied the stop tokens itself (textTokens.chunk
+	// drops its stop token's chunk), and an id may be a guess that must not end
+	// the stream.
+	if s.text == nil && slices.Contains(s.req.StopTokens, tok) {
 		s.end(engine.FinishStop)
 		return 0, io.EOF
 	}
 	s.returned++
 	if s.req.MaxTokens > 0 && s.returned >= s.req.MaxTokens {
 		// The engine stops there too; what it sent beyond is not the client's.
-		s.pending, s.pendingLP = nil, nil
+		s.pending, s.pendingLP, s.pendingText = nil, nil, nil
 		if !s.finished {
 			s.finish, s.finished = engine.FinishLength, true
 		}
@@ -128,7 +142,7 @@ func (s *stream) bind(ctx context.Context) {
 func (s *stream) end(f engine.FinishReason) {
 	s.dog.stop()
 	s.finish, s.finished, s.done = f, true, true
-	s.pending, s.pendingLP = nil, nil
+	s.pending, s.pendingLP, s.pendingText = nil, nil, nil
 }
 
 // read takes the next event off the wire into pending.
@@ -136,7 +150,6 @@ func (s *stream) read() error {
 	data, err := s.ev.next()
 	switch {
 	case errors.Is(err, errDone), errors.Is(err, io.EOF) && s.finished:
-		s.flushText()
 		if !s.finished {
 			// A stream that ends with [DONE] but no finish reason ended on its own.
 			s.finish, s.finished = engine.FinishStop, true
@@ -159,6 +172,7 @@ func (s *stream) read() error {
 		if d := u.PromptTokensDetails; d != nil {
 			s.usage.CachedTokens = d.CachedTokens
 		}
+		s.engineTokens, s.engineCounted = u.CompletionTokens, true
 	}
 	for _, c := range chunk.Choices {
 		if c.Index != 0 {
@@ -183,7 +197,6 @@ func (s *stream) read() error {
 				s.finish = engine.FinishStop
 			}
 			s.finished = true
-			s.flushText()
 		}
 	}
 	return nil
@@ -206,7 +219,9 @@ func (s *stream) tokens(c Choice) ([]uint32, error) {
 			}
 		}
 	case TextTokens:
-		toks = s.text.add(c.Text)
+		var texts []string
+		toks, texts = s.text.chunk(c)
+		s.pendingText = append(s.pendingText, texts...)
 	}
 	vocab := uint32(s.e.cfg.Tokenizer.VocabSize())
 	for _, t := range toks {
@@ -217,21 +232,22 @@ func (s *stream) tokens(c Choice) ([]uint32, error) {
 	return toks, nil
 }
 
-func (s *stream) flushText() {
-	if s.text != nil {
-		s.pending = append(s.pending, s.text.flush()...)
-	}
-}
-
 func (s *stream) Logprobs() *engine.TokenLogprobs { return s.lastLP }
 func (s *stream) Finish() engine.FinishReason     { return s.finish }
 
+// Text is the engine's text for the token Next returned last, in text mode.
+func (s *stream) Text() (string, bool) { return s.lastText, s.text != nil }
+
 // Usage counts the tokens this stream returned, which is what the client was
-// sent (in text mode, tokenized here), and the prompt and cache as the engine
-// reported them.
+// sent, and the prompt and cache as the engine reported them. In text mode the
+// tokens are the engine's count when it sent one (its usage chunk), else the
+// chunks returned.
 func (s *stream) Usage() engine.Usage {
 	u := s.usage
 	u.CompletionTokens = s.returned
+	if s.text != nil && s.engineCounted {
+		u.CompletionTokens = s.engineTokens
+	}
 	return u
 }
 

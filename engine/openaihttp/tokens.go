@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/tokenizer"
@@ -24,10 +25,9 @@ const (
 	// LogprobTokens: logprobs' tokens written "token_id:N" (vLLM's
 	// return_tokens_as_token_ids, for versions without return_token_ids).
 	LogprobTokens TokenMode = "logprobs"
-	// TextTokens: the engine streams only text, which the worker tokenizes with
-	// the model's tokenizer. Exact for byte-level BPE vocabularies whenever the
-	// engine's detokenizer is; a token's text may split differently than the
-	// model drew it, so the ids are not always the model's own.
+	// TextTokens: the engine streams only text. Each chunk is one token whose
+	// text is the engine's, passed on exactly (engine.TextStream); its id is the
+	// tokenizer's best guess (textTokens).
 	TextTokens TokenMode = "text"
 )
 
@@ -83,7 +83,7 @@ func (e *Engine) settleTokenMode(ctx context.Context, want TokenMode) (TokenMode
 			return m, nil
 		}
 	}
-	e.log.Warn("the engine returns no token ids: the worker tokenizes its text (token mode text)")
+	e.log.Warn("the engine returns no token ids: its text is passed on, one token a chunk, the ids guessed (token mode text)")
 	return TextTokens, nil
 }
 
@@ -127,38 +127,63 @@ func logprobsOf(lp *Logprobs, n, top int) []*engine.TokenLogprobs {
 	return out
 }
 
-// textTokens tokenizes streamed text as it arrives. The last token of what has
-// arrived may still grow ("hel" + "lo"), so it is held back until more text
-// follows or the stream ends.
+// textTokens reads text mode's chunks, each choice's text one token whose text is
+// exactly the engine's. vLLM, and the servers that copy its API, send a token per
+// chunk, with empty text for a token that ends inside a character (the character
+// comes whole with the token that completes it), so the chunks are the model's
+// tokens and their texts joined are the answer. Tokenizing the text again does
+// not give that back: a SentencePiece tokenizer puts its word-start "▁" before
+// text that already begins with a space, and splits words other than the model
+// drew them, so the text decoded from those ids is not the engine's.
+//
+// The ids are the engine's when its logprobs name the chunk's token by id (vLLM's
+// return_tokens_as_token_ids, asked for with logprobs), else a best guess (the
+// token whose text is exactly the chunk's, else the first of the chunk's
+// tokenization, 0 for empty text): nothing reads them as the model's. A server
+// that sends several tokens in one chunk has them counted as one; usage is the
+// engine's own count when it reports one.
 type textTokens struct {
-	tok     tokenizer.Tokenizer
-	pending string
+	tok tokenizer.Tokenizer
+	ids *pieceIDs
 }
 
-func (t *textTokens) add(s string) []uint32 {
-	t.pending += s
-	ids := t.tok.Encode(t.pending)
-	if len(ids) < 2 {
-		return nil
+// chunk returns choice c's token and its text; none for the chunk of a stop
+// token, which has no text (the engine leaves it out) and finish reason "stop".
+func (t textTokens) chunk(c Choice) ([]uint32, []string) {
+	if c.Text == "" && c.FinishReason != nil && *c.FinishReason == "stop" {
+		return nil, nil
 	}
-	head := ids[:len(ids)-1]
-	prefix := t.tok.Decode(head)
-	rest, ok := strings.CutPrefix(t.pending, prefix)
-	if !ok {
-		// The head's text is not a prefix of the pending text (a tokenizer that
-		// adds a space prefix): send it all rather than hold text back forever.
-		t.pending = ""
-		return ids
+	if lp := c.Logprobs; lp != nil && len(lp.Tokens) == 1 {
+		if id, ok := tokenIDOf(lp.Tokens[0]); ok {
+			return []uint32{id}, []string{c.Text}
+		}
 	}
-	t.pending = rest
-	return head
+	return []uint32{t.ids.guess(t.tok, c.Text)}, []string{c.Text}
 }
 
-func (t *textTokens) flush() []uint32 {
-	if t.pending == "" {
-		return nil
+// pieceIDs finds a token by its text. It is built on first use, so that only an
+// engine in text mode holds a map of its vocabulary.
+type pieceIDs struct {
+	once   sync.Once
+	byText map[string]uint32
+}
+
+func (p *pieceIDs) guess(tok tokenizer.Tokenizer, text string) uint32 {
+	p.once.Do(func() {
+		p.byText = make(map[string]uint32, tok.VocabSize())
+		// A later id wins: SentencePiece's byte tokens (<0x41>) come before the
+		// pieces spelling the same text ("A").
+		for id := range uint32(tok.VocabSize()) {
+			if b, _ := tok.TokenBytes(id); len(b) > 0 && !tok.IsSpecial(id) {
+				p.byText[string(b)] = id
+			}
+		}
+	})
+	if id, ok := p.byText[text]; ok {
+		return id
 	}
-	ids := t.tok.Encode(t.pending)
-	t.pending = ""
-	return ids
+	if ids := tok.Encode(text); len(ids) > 0 {
+		return ids[0]
+	}
+	return 0
 }

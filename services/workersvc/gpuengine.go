@@ -49,7 +49,7 @@ func (g *GPUEngine) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&g.URL, "engine-url", "", "vllm, trtllm, sglang: the engine server's HTTP address, e.g. http://gpu-host:8000")
 	fs.StringVar(&g.TokenMode, "engine-token-ids", string(openaihttp.TokenAuto),
 		"vllm, trtllm, sglang: how generated token ids come back: auto (ask the engine at start), token_ids, logprobs (vLLM's "+
-			"return_tokens_as_token_ids) or text (tokenize the streamed text with --tokenizer)")
+			"return_tokens_as_token_ids) or text (the engine's streamed text passed on exactly, one token a chunk)")
 	fs.DurationVar(&g.MetricsInterval, "engine-metrics-interval", time.Second, "vllm, trtllm, sglang: how often the engine's load is scraped")
 	fs.DurationVar(&g.Wait, "engine-wait", 10*time.Minute, "vllm, trtllm, sglang: how long to wait at start for the engine to serve its model")
 	fs.StringVar(&g.Bootstrap, "engine-bootstrap", "", "sglang prefill workers: the engine's bootstrap server as decode engines reach it, "+

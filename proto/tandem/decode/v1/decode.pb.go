@@ -509,12 +509,18 @@ type GenerateResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	TokenIds []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	// One per token id, when the request's sampling asked for logprobs.
-	Logprobs      []*v1.TokenLogprobs `protobuf:"bytes,7,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
-	Prefill       *PrefillDecision    `protobuf:"bytes,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
-	FinishReason  FinishReason        `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=tandem.decode.v1.FinishReason" json:"finish_reason,omitempty"`
-	Usage         *Usage              `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
-	WorkerId      string              `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	WorkerMode    v1.WorkerMode       `protobuf:"varint,6,opt,name=worker_mode,json=workerMode,proto3,enum=tandem.worker.v1.WorkerMode" json:"worker_mode,omitempty"`
+	Logprobs []*v1.TokenLogprobs `protobuf:"bytes,7,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// One per token id when the engine sends its own text (a GPU engine server
+	// that streams text, not token ids): the answer is these texts joined,
+	// exactly, and the frontend uses them instead of detokenizing. The ids are
+	// then the tokenizer's best guess, and the frontend does not check them for
+	// stop tokens (the engine stopped at them itself). Empty otherwise.
+	TokenTexts    []string         `protobuf:"bytes,8,rep,name=token_texts,json=tokenTexts,proto3" json:"token_texts,omitempty"`
+	Prefill       *PrefillDecision `protobuf:"bytes,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	FinishReason  FinishReason     `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=tandem.decode.v1.FinishReason" json:"finish_reason,omitempty"`
+	Usage         *Usage           `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	WorkerId      string           `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerMode    v1.WorkerMode    `protobuf:"varint,6,opt,name=worker_mode,json=workerMode,proto3,enum=tandem.worker.v1.WorkerMode" json:"worker_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +565,13 @@ func (x *GenerateResponse) GetTokenIds() []uint32 {
 func (x *GenerateResponse) GetLogprobs() []*v1.TokenLogprobs {
 	if x != nil {
 		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *GenerateResponse) GetTokenTexts() []string {
+	if x != nil {
+		return x.TokenTexts
 	}
 	return nil
 }
@@ -635,10 +648,12 @@ const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xf9\x02\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\x9a\x03\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12;\n" +
-	"\blogprobs\x18\a \x03(\v2\x1f.tandem.worker.v1.TokenLogprobsR\blogprobs\x12;\n" +
+	"\blogprobs\x18\a \x03(\v2\x1f.tandem.worker.v1.TokenLogprobsR\blogprobs\x12\x1f\n" +
+	"\vtoken_texts\x18\b \x03(\tR\n" +
+	"tokenTexts\x12;\n" +
 	"\aprefill\x18\x02 \x01(\v2!.tandem.decode.v1.PrefillDecisionR\aprefill\x12C\n" +
 	"\rfinish_reason\x18\x03 \x01(\x0e2\x1e.tandem.decode.v1.FinishReasonR\ffinishReason\x12-\n" +
 	"\x05usage\x18\x04 \x01(\v2\x17.tandem.decode.v1.UsageR\x05usage\x12\x1b\n" +
