@@ -79,6 +79,8 @@ type Server struct {
 	mu       sync.Mutex
 	requests []Request
 	fault    PrefillFault
+	// unhealthy makes /health answer 503.
+	unhealthy bool
 	// gone delivers cancelled request ids to a test that waits for them; a test
 	// that does not read it must not stall the handlers, so sends never block
 	// and every id is also kept in cancelled.
@@ -113,6 +115,7 @@ func (s *Server) Start(t interface{ Cleanup(func()) }) *Server {
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /prometheus/metrics", s.metrics)
+	mux.HandleFunc("GET /health", s.health)
 	s.httpSrv = httptest.NewServer(mux)
 	t.Cleanup(s.httpSrv.Close)
 	return s
