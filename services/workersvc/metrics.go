@@ -58,7 +58,7 @@ func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
 // read.
 func registerEventMetrics(reg prometheus.Registerer, eng engine.Engine) {
 	w, ok := eng.(*withEvents)
-	if !ok {
+	if !ok || w.sub == nil {
 		return
 	}
 	counter := func(name, help string, labels prometheus.Labels, get func(kvevents.SubscriberStats) int) prometheus.Collector {

@@ -1,0 +1,75 @@
+package workersvc
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/services"
+)
+
+// --engine-record (or TANDEM_ENGINE_RECORD) writes the worker's exchanges with
+// its engine, start-up probes and generations, to a capture file in the
+// directory; closing the engine closes the file.
+func TestEngineRecordFlag(t *testing.T) {
+	// The test tokenizer has four tokens: the engine generates within them.
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, Output: []uint32{1, 2}}).Start(t)
+	dir := filepath.Join(t.TempDir(), "captures")
+	tok := gpuConfig(t, "vllm", f.URL()).Tokenizer
+	var cfg Config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg.RegisterFlags(fs, "aggregated")
+	if err := fs.Parse([]string{"--engine", "vllm", "--engine-url", f.URL(), "--tokenizer", tok}); err != nil {
+		t.Fatal(err)
+	}
+	if err := services.ApplyEnv(fs, func(k string) string {
+		if k == "TANDEM_ENGINE_RECORD" {
+			return dir
+		}
+		return ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GPU.Record != dir {
+		t.Fatalf("TANDEM_ENGINE_RECORD gave %q", cfg.GPU.Record)
+	}
+	eng, err := cfg.NewEngine(t.Context(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := eng.Generate(t.Context(), engine.Request{ID: "req-1", Prompt: []uint32{0, 1, 2}, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := s.Next(t.Context()); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "engine-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("capture files %v", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"path":"/v1/models"`, `"X-Request-Id":"tandem-probe-token-mode"`, `"X-Request-Id":"req-1"`, `"chunks":[`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the capture lacks %s:\n%s", want, b)
+		}
+	}
+}
