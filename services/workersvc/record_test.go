@@ -73,3 +73,13 @@ func TestEngineRecordFlag(t *testing.T) {
 		}
 	}
 }
+
+// A native worker has no engine server to record.
+func TestEngineRecordNeedsGPU(t *testing.T) {
+	var cfg Config
+	cfg.RegisterFlags(flag.NewFlagSet("worker", flag.ContinueOnError), "aggregated")
+	cfg.GPU.Record = t.TempDir()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--engine-record") {
+		t.Errorf("--engine-record with --engine native: %v", err)
+	}
+}
