@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -89,15 +90,19 @@ type Recorder struct {
 	closed bool
 }
 
-// NewRecorder creates dir if needed and a capture file in it named by the time
-// and process id, and records the exchanges next carries (nil: a transport with
+// recorders numbers this process's recorders.
+var recorders atomic.Int64
+
+// NewRecorder creates dir if needed and a capture file in it named by the time,
+// the process id and a count, and records the exchanges next carries (nil: a transport with
 // New's default settings).
 func NewRecorder(dir string, next http.RoundTripper) (*Recorder, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("engine record directory: %w", err)
 	}
 	start := time.Now()
-	path := filepath.Join(dir, fmt.Sprintf("engine-%s-%d.jsonl", start.UTC().Format("20060102T150405.000"), os.Getpid()))
+	// Several workers of one process (tandem up) may record into one directory.
+	path := filepath.Join(dir, fmt.Sprintf("engine-%s-%d-%d.jsonl", start.UTC().Format("20060102T150405.000"), os.Getpid(), recorders.Add(1)))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("engine record file: %w", err)
