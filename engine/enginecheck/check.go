@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	info := e.Info()
 	r.Model, r.ContextLength = info.Model, info.ContextLength
 	r.add("server", OK, cfg.URL+" answers /v1/models", "")
-	r.add("model", OK, r.Model, servedAlso(r.Models, r.Model))
+	r.add("model", OK, r.Model, servedAlso(r.Models))
 	switch {
 	case r.ContextLength <= 0:
 		r.add("context length", Fail, "unknown", "the engine reports no max_model_len (TensorRT-LLM never does): give --max-model-len")
@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return r, nil
 }
 
-func servedAlso(ids []string, chosen string) string {
+func servedAlso(ids []string) string {
 	if len(ids) <= 1 {
 		return ""
 	}
