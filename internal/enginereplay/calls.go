@@ -1,0 +1,122 @@
+package enginereplay
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/openaihttp"
+)
+
+// Leg is which call of the engine adapter a completion came from.
+type Leg string
+
+const (
+	Generate Leg = "generate" // Engine.Generate: the local path
+	Prefill  Leg = "prefill"  // ExportRef: the prefill leg of the engine's disaggregation
+	Decode   Leg = "decode"   // ImportRef: the decode leg, with the prefill leg's parameters
+)
+
+// Call is one completion in a capture, as the engine request a worker made it
+// from: a test replays a capture by making the same calls.
+type Call struct {
+	Leg Leg
+	Req engine.Request
+	// Exchange is the recorded one.
+	Exchange *openaihttp.HTTPExchange
+}
+
+// Calls are a capture's completions in the order they were sent, the worker's
+// start-up probes (request ids tandem-probe-*) left out.
+func Calls(xs []openaihttp.Exchange) ([]Call, error) {
+	xs = slices.Clone(xs)
+	slices.SortStableFunc(xs, func(a, b openaihttp.Exchange) int { return cmp.Compare(a.Seq, b.Seq) })
+	var out []Call
+	for _, x := range xs {
+		h := x.HTTP
+		if h == nil || h.Method != "POST" || h.Path != "/v1/completions" || strings.HasPrefix(h.Header["X-Request-Id"], "tandem-probe") {
+			continue
+		}
+		var b struct {
+			openaihttp.CompletionRequest
+			KV *struct {
+				DoRemoteDecode  bool `json:"do_remote_decode"`
+				DoRemotePrefill bool `json:"do_remote_prefill"`
+			} `json:"kv_transfer_params"`
+			Disagg *struct {
+				RequestType string `json:"request_type"`
+			} `json:"disaggregated_params"`
+		}
+		d := json.NewDecoder(bytes.NewReader(h.Body))
+		if err := d.Decode(&b); err != nil {
+			return nil, fmt.Errorf("seq %d: %w", x.Seq, err)
+		}
+		c := Call{Leg: Generate, Exchange: h, Req: engine.Request{
+			ID: h.Header["X-Request-Id"], Prompt: b.Prompt, MaxTokens: b.MaxTokens, StopTokens: b.StopTokenIDs,
+			Sampling: engine.Sampling{Temperature: b.Temperature},
+		}}
+		if b.TopP != nil {
+			c.Req.Sampling.TopP = *b.TopP
+		}
+		if b.TopK != nil {
+			c.Req.Sampling.TopK = *b.TopK
+		}
+		if b.Seed != nil {
+			c.Req.Sampling.Seed = uint64(*b.Seed)
+		}
+		switch {
+		case b.KV != nil && b.KV.DoRemoteDecode, b.Disagg != nil && b.Disagg.RequestType == "context_only", b.BootstrapRoom != nil && !b.Stream:
+			c.Leg = Prefill
+		case b.KV != nil && b.KV.DoRemotePrefill, b.Disagg != nil && b.Disagg.RequestType == "generation_only", b.BootstrapRoom != nil:
+			c.Leg = Decode
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Said is what a recorded completion answered: its text and token ids, all
+// chunks together, and its finish reason.
+type Said struct {
+	Text     string
+	TokenIDs []uint32
+	Finish   string
+}
+
+// Answer reads a recorded completion's answer, streamed or not.
+func Answer(h *openaihttp.HTTPExchange) (Said, error) {
+	var datas [][]byte
+	if len(h.Chunks) > 0 {
+		var all strings.Builder
+		for _, c := range h.Chunks {
+			all.WriteString(c.Data)
+		}
+		for _, line := range strings.Split(all.String(), "\n") {
+			v, ok := strings.CutPrefix(line, "data:")
+			if v = strings.TrimSpace(v); ok && v != "[DONE]" && v != "" {
+				datas = append(datas, []byte(v))
+			}
+		}
+	} else {
+		datas = append(datas, h.ResponseBody)
+	}
+	var s Said
+	for _, d := range datas {
+		r, err := openaihttp.ParseCompletion(d)
+		if err != nil {
+			return Said{}, err
+		}
+		for _, c := range r.Choices {
+			s.Text += c.Text
+			s.TokenIDs = append(s.TokenIDs, c.TokenIDs...)
+			if c.FinishReason != nil && *c.FinishReason != "" {
+				s.Finish = *c.FinishReason
+			}
+		}
+	}
+	return s, nil
+}
