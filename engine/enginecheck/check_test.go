@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
+
 	"github.com/tandem-serve/tandem/engine/enginecheck"
 	"github.com/tandem-serve/tandem/engine/kvevents"
 	"github.com/tandem-serve/tandem/engine/openaihttp"
@@ -206,5 +208,43 @@ func TestBrokenEngines(t *testing.T) {
 	r = run(t, enginecheck.Config{URL: f.URL(), Dialect: trtllm.Dialect(), Model: "other", ContextLength: 100})
 	if it := item(t, r, "model"); r.OK || it.Status != enginecheck.Fail || !strings.Contains(it.Found, `not "other"`) {
 		t.Errorf("a model not served: ok %v %+v", r.OK, it)
+	}
+}
+
+// A replay socket that answers (topic, sequence, batch), as llm-d's simulator
+// does, is named: the worker's subscriber reads vLLM's (sequence, batch).
+func TestReplayWithTopic(t *testing.T) {
+	pub := fakeengine.NewPublisher(t, "kv", fakeengine.ArrayEncoding)
+	pub.Stored(stored(16))
+	router := zmq4.NewRouter(t.Context())
+	t.Cleanup(func() { _ = router.Close() })
+	if err := router.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// The batch the publisher holds, taken from its own replay socket.
+		d := zmq4.NewDealer(t.Context())
+		defer d.Close()
+		if d.Dial(pub.ReplayEndpoint) != nil || d.SendMulti(zmq4.NewMsgFrom([]byte{}, make([]byte, 8))) != nil {
+			return
+		}
+		held, err := d.Recv()
+		if err != nil {
+			return
+		}
+		req, err := router.Recv()
+		if err != nil {
+			return
+		}
+		id, f := req.Frames[0], held.Frames[len(held.Frames)-2:]
+		_ = router.SendMulti(zmq4.NewMsgFrom(id, []byte{}, []byte("kv"), f[0], f[1]))
+		_ = router.SendMulti(zmq4.NewMsgFrom(id, []byte{}, []byte{}, []byte{255, 255, 255, 255, 255, 255, 255, 255}, []byte{}))
+	}()
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true}).Start(t)
+	r := run(t, enginecheck.Config{URL: f.URL(), Dialect: vllm.Dialect(),
+		KVEvents: kvevents.SubscriberConfig{Endpoint: pub.Endpoint, ReplayEndpoint: "tcp://" + router.Addr().String(), Topic: "kv"}})
+	if it := item(t, r, "kv events replay"); it.Status != enginecheck.Warn || !strings.Contains(it.Found, "(topic, sequence, batch)") ||
+		r.KVEvents.Replayed != 1 {
+		t.Errorf("%+v, events %+v", it, r.KVEvents)
 	}
 }

@@ -68,6 +68,12 @@ func checkEvents(ctx context.Context, cfg Config, e *openaihttp.Engine, r *Repor
 	pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	_, promptErr := e.Complete(pctx, req.ID, e.Body(req, false))
 	cancel()
+	select {
+	case <-ctx.Done():
+	case <-time.After(cfg.EventWindow):
+	}
+	// Asked after the window, the replay socket also holds what the engine
+	// published late (simulators batch events for a while).
 	if cfg.KVEvents.ReplayEndpoint != "" {
 		err := replay(ctx, cfg.KVEvents.ReplayEndpoint, b)
 		b.mu.Lock()
@@ -76,10 +82,6 @@ func checkEvents(ctx context.Context, cfg Config, e *openaihttp.Engine, r *Repor
 			b.seen.ReplayError = err.Error()
 		}
 		b.mu.Unlock()
-	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(cfg.EventWindow):
 	}
 	stop()
 	err := <-subErr
@@ -119,6 +121,9 @@ func reportEvents(cfg Config, r *Report, seen EventsSeen, subErr, promptErr erro
 	switch {
 	case cfg.KVEvents.ReplayEndpoint == "":
 		r.add("kv events replay", Skip, "no --kv-events-replay-endpoint", "a lost batch clears the worker's view instead of being replayed")
+	case seen.ReplayAnswers && seen.ReplayWithTopic > 0:
+		r.add("kv events replay", Warn, cfg.KVEvents.ReplayEndpoint+" answers (topic, sequence, batch)",
+			"the worker reads vLLM's (sequence, batch): its replays fail, and a lost batch clears its view instead")
 	case seen.ReplayAnswers:
 		r.add("kv events replay", OK, cfg.KVEvents.ReplayEndpoint+" answers", "")
 	default:
@@ -196,6 +201,14 @@ func replay(ctx context.Context, endpoint string, b *batches) error {
 		}
 		f := msg.Frames
 		for len(f) > 0 && len(f[0]) == 0 {
+			f = f[1:]
+		}
+		if len(f) == 3 && len(f[1]) == 8 {
+			// (topic, sequence, batch), as the live stream: llm-d's simulator
+			// answers so; vLLM's ZmqEventPublisher sends no topic.
+			b.mu.Lock()
+			b.seen.ReplayWithTopic++
+			b.mu.Unlock()
 			f = f[1:]
 		}
 		if len(f) < 1 || len(f[0]) != 8 {

@@ -64,10 +64,12 @@ type EventsSeen struct {
 	// Encodings are "array" and/or "map" (msgspec's array_like or tagged maps).
 	Encodings []string `json:"encodings"`
 	// BlockSizes are those BlockStored events carried.
-	BlockSizes    []int  `json:"block_sizes"`
-	ReplayAnswers bool   `json:"replay_answers"`
-	Bad           int    `json:"bad_messages"`
-	ReplayError   string `json:"replay_error,omitempty"`
+	BlockSizes    []int `json:"block_sizes"`
+	ReplayAnswers bool  `json:"replay_answers"`
+	// ReplayWithTopic counts replayed batches that came with a topic frame.
+	ReplayWithTopic int    `json:"replay_with_topic"`
+	Bad             int    `json:"bad_messages"`
+	ReplayError     string `json:"replay_error,omitempty"`
 }
 
 func (r *Report) add(check string, st Status, found, detail string) {
