@@ -1,7 +1,6 @@
 package enginereplay
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -26,6 +25,9 @@ const (
 type Call struct {
 	Leg Leg
 	Req engine.Request
+	// Params are a decode leg's transfer parameters as its body carried them:
+	// a capture of a decode worker holds no prefill leg to take them from.
+	Params json.RawMessage
 	// Exchange is the recorded one.
 	Exchange *openaihttp.HTTPExchange
 }
@@ -41,8 +43,8 @@ func Calls(xs []openaihttp.Exchange) ([]Call, error) {
 		if h == nil || h.Method != "POST" || h.Path != "/v1/completions" || strings.HasPrefix(h.Header["X-Request-Id"], "tandem-probe") {
 			continue
 		}
-		var b struct {
-			openaihttp.CompletionRequest
+		var b openaihttp.CompletionRequest
+		var legs struct {
 			KV *struct {
 				DoRemoteDecode  bool `json:"do_remote_decode"`
 				DoRemotePrefill bool `json:"do_remote_prefill"`
@@ -51,8 +53,10 @@ func Calls(xs []openaihttp.Exchange) ([]Call, error) {
 				RequestType string `json:"request_type"`
 			} `json:"disaggregated_params"`
 		}
-		d := json.NewDecoder(bytes.NewReader(h.Body))
-		if err := d.Decode(&b); err != nil {
+		if err := json.Unmarshal(h.Body, &b); err != nil {
+			return nil, fmt.Errorf("seq %d: %w", x.Seq, err)
+		}
+		if err := json.Unmarshal(h.Body, &legs); err != nil {
 			return nil, fmt.Errorf("seq %d: %w", x.Seq, err)
 		}
 		c := Call{Leg: Generate, Exchange: h, Req: engine.Request{
@@ -69,10 +73,16 @@ func Calls(xs []openaihttp.Exchange) ([]Call, error) {
 			c.Req.Sampling.Seed = uint64(*b.Seed)
 		}
 		switch {
-		case b.KV != nil && b.KV.DoRemoteDecode, b.Disagg != nil && b.Disagg.RequestType == "context_only", b.BootstrapRoom != nil && !b.Stream:
+		case legs.KV != nil && legs.KV.DoRemoteDecode, legs.Disagg != nil && legs.Disagg.RequestType == "context_only", b.BootstrapRoom != nil && !b.Stream:
 			c.Leg = Prefill
-		case b.KV != nil && b.KV.DoRemotePrefill, b.Disagg != nil && b.Disagg.RequestType == "generation_only", b.BootstrapRoom != nil:
+		case legs.KV != nil && legs.KV.DoRemotePrefill:
+			c.Leg, c.Params = Decode, b.KVTransferParams
+		case legs.Disagg != nil && legs.Disagg.RequestType == "generation_only":
+			c.Leg, c.Params = Decode, b.DisaggregatedParams
+		case b.BootstrapRoom != nil:
 			c.Leg = Decode
+			c.Params, _ = json.Marshal(map[string]any{"bootstrap_host": b.BootstrapHost, "bootstrap_port": b.BootstrapPort,
+				"bootstrap_room": *b.BootstrapRoom})
 		}
 		out = append(out, c)
 	}
@@ -85,6 +95,8 @@ type Said struct {
 	Text     string
 	TokenIDs []uint32
 	Finish   string
+	// Params: the answer carried transfer parameters (a prefill leg's).
+	Params bool
 }
 
 // Answer reads a recorded completion's answer, streamed or not.
@@ -110,7 +122,9 @@ func Answer(h *openaihttp.HTTPExchange) (Said, error) {
 		if err != nil {
 			return Said{}, err
 		}
+		s.Params = s.Params || openaihttp.Present(r.KVTransferParams)
 		for _, c := range r.Choices {
+			s.Params = s.Params || openaihttp.Present(c.DisaggregatedParams)
 			s.Text += c.Text
 			s.TokenIDs = append(s.TokenIDs, c.TokenIDs...)
 			if c.FinishReason != nil && *c.FinishReason != "" {
