@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.add("model", OK, r.Model, servedAlso(r.Models))
 	switch {
 	case r.ContextLength <= 0:
-		r.add("context length", Fail, "unknown", "the engine reports no max_model_len (TensorRT-LLM never does): give --max-model-len")
+		r.add("context length", Fail, "unknown", "the engine reports no max_model_len (TensorRT-LLM and llama-server do not): give --max-model-len")
 	case cfg.ContextLength > 0:
 		r.add("context length", OK, fmt.Sprint(r.ContextLength), "from --max-model-len")
 	default:

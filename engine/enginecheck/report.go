@@ -1,6 +1,7 @@
 package enginecheck
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -95,13 +96,20 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if _, err := fmt.Fprintf(w, "%s at %s\n\n", r.Engine, r.URL); err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tSTATUS\tFOUND\tDETAIL")
 	for _, it := range r.Items {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", it.Check, it.Status, clip(oneLine(it.Found)), oneLine(it.Detail))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for line := range strings.Lines(table.String()) {
+		// A row without detail would end in the padding of its last column.
+		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
+			return err
+		}
 	}
 	verdict := "OK: a tandem worker can serve with this engine"
 	if !r.OK {
@@ -122,8 +130,8 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // clip keeps a table's column readable; --json has the whole value.
 func clip(s string) string {
-	if r := []rune(s); len(r) > 100 {
-		return string(r[:99]) + "…"
+	if r := []rune(s); len(r) > 64 {
+		return string(r[:63]) + "…"
 	}
 	return s
 }
