@@ -347,7 +347,7 @@ func attainedEach(s Summary) string {
 }
 
 // WriteMarkdown writes the same rows as WriteComparison as a Markdown table, for
-// docs/BENCHMARKS.md.
+// a results file under docs/results/.
 func WriteMarkdown(w io.Writer, runs []*Report) error {
 	fmt.Fprintln(w, "| run | class | ok | failed | req/s | out tok/s | good/s | SLO met | met, each | cache hit | TTFT mean | TTFT p50 | TTFT p99 | "+
 		"TPOT mean | TPOT p50 | TPOT p99 | TBT p50 | TBT p99 | ITL p50 | ITL p99 | E2E p50 | E2E p99 | prefill paths |")

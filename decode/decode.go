@@ -363,6 +363,7 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 			return nil, errcode.Error(err)
 		}
 		d.FailedPrefillWorkerIds = append(d.FailedPrefillWorkerIds, id)
+		s.prefill.Failed(id)
 		s.metrics.remoteFailures.WithLabelValues(re.Reason).Inc()
 		s.log.WarnContext(ctx, "remote prefill failed", "request_id", req.ID, "prefill_worker", id, "reason", re.Reason, "error", re.Err)
 		if re.Reason == handoff.ReasonImportNoBlocks {

@@ -95,6 +95,8 @@ func (p *staticPrefillers) Client(id string) (handoff.Client, bool) {
 	return c, ok
 }
 
+func (p *staticPrefillers) Failed(string) {}
+
 func (p *staticPrefillers) IDs() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

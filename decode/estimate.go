@@ -36,7 +36,7 @@ const warm = 3
 // each computed token. An engine step's fixed cost (reading the weights, the
 // decode batch's KV beside it) is paid once per chunk, whatever its length, so
 // a per-token average of short prompts would charge it to every token of a long
-// one (docs/BENCHMARKS.md, "What the cost policy does not see").
+// one, many times what the prompt costs.
 type Line struct {
 	Fixed, PerToken float64
 	// N is how many prefills the fit holds.

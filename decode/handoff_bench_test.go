@@ -33,8 +33,8 @@ import (
 // KV handoff throughput, end to end from the prefill worker's block pool into the
 // decode worker's: the real prefill.Service (Connect handler, h2c), a grpc-go
 // client, and the real decode.Service.Generate with policy always-remote and
-// max_tokens 1, whose only token is the one carried in the header. See
-// docs/BENCHMARKS.md, "KV handoff throughput".
+// max_tokens 1, whose only token is the one carried in the header. docs/BENCHMARKS.md
+// gives the command and its figures.
 //
 //	go test -run '^$' -bench 'Handoff$|RawTCP' -benchtime 20x -count 3 ./decode/
 //	go test -run '^$' -bench HandoffTuning -benchtime 15x ./decode/

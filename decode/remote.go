@@ -14,6 +14,10 @@ type Prefillers interface {
 	Client(workerID string) (handoff.Client, bool)
 	// IDs lists the known prefill workers, for when the router suggested none.
 	IDs() []string
+	// Failed says that a worker failed a prefill before any KV arrived, so that
+	// discovery asks again whether it serves rather than offer it to the next
+	// request.
+	Failed(workerID string)
 }
 
 // remotePrefill runs the prompt on one prefill worker and imports its KV

@@ -141,8 +141,7 @@ type stretch struct {
 // cost per step is the decode batch's at whatever batches it was fitted, too
 // little at a large batch. Not that sum alone: the line's fixed cost may also
 // hold what a long chunk costs beyond its per-token slope (attention grows
-// with the square of the chunk), and with the sum alone one trace run (slo@1,
-// L 1.25) went local more and met TBT less (77 % against 91.5 %). An
+// with the square of the chunk), which the sum alone would leave out. An
 // engine that reports no step budget (Chunk 0) gives one step: the whole stall
 // in one gap, the worst case. An engine that reports its steps replaces all
 // of this with the fit to them (st.fit, stepfit.go): the stretched step at

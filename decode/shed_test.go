@@ -117,6 +117,8 @@ func (p *countingPrefillers) Client(string) (handoff.Client, bool) {
 	return nil, false
 }
 
+func (p *countingPrefillers) Failed(string) {}
+
 func (p *countingPrefillers) IDs() []string { return []string{"p1"} }
 
 func (p *countingPrefillers) count() int {

@@ -66,8 +66,8 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	budget := sloSlackShare * s.slack.min
 	// Sequences that miss an SLO already set no budget, but do not make the
 	// worker idle: while every sequence here is lost there is nothing to budget
-	// a stall against, and prefilling here anyway (the first trace run did)
-	// feeds on itself, each stall pushing more sequences past their TPOT.
+	// a stall against, and prefilling here anyway feeds on itself, each stall
+	// pushing more sequences past their TPOT.
 	alive := s.slack.decoding > s.slack.lost
 	fits := idle || (alive && stall <= budget)
 	tbt := sloTBTShare * p.TBTSLOMs / 1e3
@@ -84,9 +84,8 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	// path is projected to miss the TTFT objective and the local one to meet
 	// it, sending the prompt away loses it for certain while keeping it puts
 	// the sequences here at risk only past the whole objective: the whole
-	// objective is the bound then. Without it slo@1 on long-only prompts sent
-	// a third of them to a prefill worker 15 s behind (TTFT objective 8 s) for
-	// a projected TBT of 323 ms against a share of 320 (objective 400).
+	// objective is the bound then, so that a projection just past the share does
+	// not send a prompt to a prefill worker far behind its TTFT.
 	marginal := p.TBTSLOMs > 0 && !tbtFits && alive && remoteMisses && s.est.Local <= ttft && s.slack.tbt <= p.TBTSLOMs/1e3
 	budgetDetail := "no sequence decoding here has a TPOT left to keep"
 	if p.TPOTSLOMs == 0 {

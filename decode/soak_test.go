@@ -28,7 +28,7 @@ import (
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )
 
-// TestSoak is the bounded soak of issue 9: many concurrent streams through a decode
+// TestSoak is a bounded soak: many concurrent streams through a decode
 // worker and a prefill worker served in-process over real HTTP/2, for a fixed time,
 // while the prefill path is broken and mended over and over. It reports the
 // requests that failed (goal 0: every fault must end in a fallback, never in an

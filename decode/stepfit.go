@@ -14,11 +14,9 @@ import (
 //	seconds = a + b·decode + c·prefill tokens + d·prefill pairs + e·KV usage
 //
 // The gaps a worker's streams see cannot give this: on a worker that prefills
-// without pause every gap is a stretched step, and the per-batch median of them
-// (stepModel) took a step stretched by a 2,048-token chunk for a plain one, then
-// added the chunk again: 600 ms projected against 280 ms seen, so the TBT rule
-// sent long-only prompts to one prefill worker already 16 s behind (slo@1 with
-// 2,048-token steps, docs/BENCHMARKS.md). The terms are what a step costs on a
+// without pause every gap is a stretched step, so their per-batch median
+// (stepModel) takes a stretched step for a plain one and then adds the chunk
+// again, and the TBT rule sends prompts away that it had room for. The terms are what a step costs on a
 // GPU: the weights read once (a), each sequence's row (b), each prompt token's
 // compute (c), attention over the chunk's context (d, the pairs), the KV the
 // batch reads (e). A plain step is the fit at no prefill; a stretched one at a

@@ -12,9 +12,8 @@ import (
 // matrix product. The local prefill line (Estimator.local) charges one fixed
 // cost per step whatever the batch, fitted at whatever batches the local
 // prefills happened to meet, and the slo policy goes local mostly while the
-// batch is small: at a large batch it took the step for a small one's, let
-// prefills go local that stretched the batch past its TBT (slo@1 on the
-// Mooncake trace: TBT p99 311 ms against an objective of 100 ms). stepModel
+// batch is small: at a large batch it would take the step for a small one's and
+// let prefills go local that stretch the batch past its TBT. stepModel
 // learns the step at each batch size from the gaps the worker's own streams
 // see.
 //

@@ -30,7 +30,8 @@ import (
 // first token of a request prefilled locally and of one prefilled remotely, by
 // effective prompt length, on an idle decode worker and on one already decoding
 // other sequences, and the stall a local (or remote) prefill inflicts on those
-// sequences. See docs/BENCHMARKS.md, "Short-prefill threshold".
+// sequences: the figures the default short-prefill threshold was chosen from
+// (docs/BENCHMARKS.md).
 //
 //	go test -run '^$' -bench ShortPrefillThreshold -benchtime 30x ./decode/
 

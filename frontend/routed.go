@@ -80,7 +80,7 @@ func (b *Routed) SetModel(fingerprint string, blockSize int) {
 // frees as its sequences end, and a client that does not retry a 429 (a batch
 // job) loses the request to a moment's state. It is not a goodput lever: the
 // requests refused for KV room are the largest, and placed late they cost the
-// others their objectives (the Mooncake trace, docs/BENCHMARKS.md). reg takes
+// others their objectives. reg takes
 // the held requests' metrics; nil leaves them unregistered.
 func (b *Routed) HoldRefused(d time.Duration, reg prometheus.Registerer) {
 	f := promauto.With(reg)

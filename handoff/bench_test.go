@@ -17,8 +17,7 @@ import (
 // the real Sender reading blocks out of a pool of the small model's layout, proto
 // marshalling, the receiver's codec, its checks and CRC32C, and the copy into the
 // receiving pool (the in-process pipe of pipe_test.go). The end-to-end figures,
-// through gRPC and the decode and prefill services, are decode's BenchmarkHandoff
-// (docs/BENCHMARKS.md, "KV handoff throughput").
+// through gRPC and the decode and prefill services, are decode's BenchmarkHandoff.
 //
 //	go test -run '^$' -bench Pipe -benchtime 20x ./handoff/
 func BenchmarkPipe(b *testing.B) {

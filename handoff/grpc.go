@@ -24,7 +24,8 @@ func (g grpcClient) Prefill(ctx context.Context, req *prefillv1.PrefillRequest) 
 }
 
 // Settings of the grpc-go transport a handoff runs on, for a KV transfer port and
-// the connections to it (docs/BENCHMARKS.md, "KV handoff throughput").
+// the connections to it: the sizes at which a handoff on loopback moved the most
+// bytes per CPU second.
 const (
 	// WriteBufferBytes is the server's per-connection write buffer: a flush moves
 	// up to this much in one write. It is shared across idle connections
@@ -33,8 +34,8 @@ const (
 	// WindowBytes is a receiving stream's window: a transfer runs without waiting
 	// for window updates while at most four 1 MiB chunks are in flight. The
 	// connection's has room for four transfers at once. (Static windows turn
-	// grpc-go's BDP estimator off; on loopback 4 and 16 MiB were equal and 1 MiB
-	// about 30 % slower: BenchmarkHandoffTuning.)
+	// grpc-go's BDP estimator off; BenchmarkHandoffTuning compares sizes: larger
+	// windows bought nothing on loopback, smaller ones cost throughput.)
 	WindowBytes     = 4 << 20
 	ConnWindowBytes = 4 * WindowBytes
 	// ReadBufferBytes lets one read take in many frames.

@@ -47,12 +47,17 @@ func gpuWorker(t *testing.T, mode, id string, f *fakeengine.Server, extra ...str
 
 func startGPUCluster(t *testing.T, kind fakeengine.Kind, decodeArgs ...string) *gpuCluster {
 	t.Helper()
+	return startGPUClusterWith(t, kind, nil, decodeArgs)
+}
+
+// startGPUClusterWith is startGPUCluster with flags for the prefill worker too.
+func startGPUClusterWith(t *testing.T, kind fakeengine.Kind, preArgs, decodeArgs []string) *gpuCluster {
+	t.Helper()
 	c := &gpuCluster{kind: kind}
 	c.p = (&fakeengine.Server{Kind: kind, TokenIDs: true}).Start(t)
 	c.d = (&fakeengine.Server{Kind: kind, TokenIDs: true, TokenDelay: 20 * time.Millisecond}).Start(t)
-	var preArgs []string
 	if kind == fakeengine.SGLang {
-		preArgs = []string{"--engine-bootstrap", "10.1.2.3:8998"}
+		preArgs = append([]string{"--engine-bootstrap", "10.1.2.3:8998"}, preArgs...)
 	}
 	c.pre = gpuWorker(t, "prefill", "prefill-g", c.p, preArgs...)
 	c.dec = gpuWorker(t, "decode", "decode-g", c.d, append([]string{"--prefill-workers", c.pre, "--short-prefill-threshold", "32"},

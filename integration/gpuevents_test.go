@@ -150,3 +150,93 @@ func TestGPUKVEventsGapResyncs(t *testing.T) {
 		t.Errorf("with replay, %v batches counted as replayed (found %v), want at least 1", v, ok)
 	}
 }
+
+// An engine that restarts (its publisher closes and binds the same ports again,
+// numbering from 0, its cache empty) holds nothing it held before: the router
+// stops crediting those blocks as soon as the worker loses the subscription,
+// before the new engine publishes anything, and credits what it stores next.
+// A restart the worker's connection did not notice shows as the sequence
+// starting over, and clears the view too.
+func TestGPUKVEventsEngineRestart(t *testing.T) {
+	pub := fakeengine.NewPublisher(t, "kv-events", fakeengine.ArrayEncoding)
+	w := eventsWorker(t, "agg-x", pub, true)
+	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", w)
+	waitHealthy(t, rtr)
+
+	evA := blocksOf(t, promptA, 2, 100)
+	untilRouted(t, rtr, promptA, "agg-x", 2, func() { pub.Stored(evA) })
+	if err := pub.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	untilUncached(t, rtr, promptA, "after the engine's publisher closed")
+	evC := blocksOf(t, promptC, 2, 100) // a new engine may reuse the old one's hashes
+	untilRouted(t, rtr, promptC, "agg-x", 2, func() { pub.Stored(evC) })
+	if _, n := routeTo(t, rtr, promptA); n != 0 {
+		t.Errorf("after the restart, %d blocks the old engine held are credited", n)
+	}
+	if v, ok := metricValue(w, `tandem_kv_events_resyncs_total{reason="disconnected"}`); !ok || v < 1 {
+		t.Errorf(`tandem_kv_events_resyncs_total{reason="disconnected"} = %v (found %v), want at least 1`, v, ok)
+	}
+
+	pub.RestartSequence()
+	evB := blocksOf(t, promptB, 2, 300)
+	untilRouted(t, rtr, promptB, "agg-x", 2, func() { pub.Stored(evB) })
+	untilUncached(t, rtr, promptC, "after the sequence started over")
+	if v, ok := metricValue(w, `tandem_kv_events_resyncs_total{reason="restart"}`); !ok || v < 1 {
+		t.Errorf(`tandem_kv_events_resyncs_total{reason="restart"} = %v (found %v), want at least 1`, v, ok)
+	}
+}
+
+// untilUncached waits until the router credits no block of text.
+func untilUncached(t *testing.T, rtr, text, when string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, n := routeTo(t, rtr, text); n != 0; _, n = routeTo(t, rtr, text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, the router still credits %d blocks of %q", when, n, text[:20])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A publisher modelled on llm-d's inference simulator: in the array encoding a
+// chain's first parent is 0 rather than nil, and the replay socket answers with
+// the topic frame before the sequence. Both chains are keyed, the gap is
+// replayed, and what cannot be keyed is counted by reason.
+func TestGPUKVEventsSimulatorPublisher(t *testing.T) {
+	pub := fakeengine.NewPublisherWith(t, "kv-events", fakeengine.ArrayEncoding,
+		fakeengine.PublisherOptions{ReplayTopic: true, ZeroParent: true})
+	w := eventsWorker(t, "agg-s", pub, true)
+	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", w)
+	waitHealthy(t, rtr)
+
+	// Two events: the first block with parent 0, the second chained to it.
+	evA := blocksOf(t, promptA, 2, 100)
+	first := fakeengine.StoredBlocks{Hashes: evA.Hashes[:1], TokenIDs: evA.TokenIDs[:16], BlockSize: 16}
+	second := fakeengine.StoredBlocks{Hashes: evA.Hashes[1:], Parent: &evA.Hashes[0], TokenIDs: evA.TokenIDs[16:], BlockSize: 16}
+	untilRouted(t, rtr, promptA, "agg-s", 2, func() { pub.Stored(first); pub.Stored(second) })
+
+	pub.StoredLost(blocksOf(t, promptB, 2, 200))
+	pub.Stored(fakeengine.StoredBlocks{Hashes: []uint64{900}, TokenIDs: evA.TokenIDs[:16], BlockSize: 32}) // not the worker's block size
+	evC := blocksOf(t, promptC, 2, 300)
+	untilRouted(t, rtr, promptC, "agg-s", 2, func() { pub.Stored(evC) })
+	for _, text := range []string{promptA, promptB} {
+		if _, n := routeTo(t, rtr, text); n != 2 {
+			t.Errorf("%d blocks of %q credited, want 2 (replayed with a topic frame)", n, text[:20])
+		}
+	}
+	for sample, want := range map[string]float64{
+		`tandem_kv_events_batches_total{source="replayed"}`:   1,
+		`tandem_kv_events_skipped_total{reason="block_size"}`: 1,
+		`tandem_kv_cache_blocks{state="cached"}`:              6,
+	} {
+		if v, ok := metricValue(w, sample); !ok || v < want {
+			t.Errorf("%s = %v (found %v), want at least %v", sample, v, ok, want)
+		}
+	}
+	for _, sample := range []string{"tandem_kv_events_resyncs_total", `tandem_kv_events_skipped_total{reason="unknown_parent"}`} {
+		if v, _ := metricValue(w, sample); v != 0 {
+			t.Errorf("%s = %v, want 0", sample, v)
+		}
+	}
+}

@@ -15,7 +15,7 @@ import (
 // grpc-go's transport gathers a stream's DATA frames into one socket write per
 // write buffer, where net/http's HTTP/2 server makes a write per 16 KiB frame (the
 // largest frame a grpc-go client accepts); on loopback that per-frame cost halves
-// the handoff's throughput (docs/BENCHMARKS.md, "KV handoff throughput").
+// the handoff's throughput.
 type GRPC struct {
 	prefillv1.UnimplementedPrefillServiceServer
 	s *Service

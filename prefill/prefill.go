@@ -36,7 +36,8 @@ type Config struct {
 }
 
 // DefaultConfig is the prefill service's config unless the worker says otherwise:
-// 1 MiB chunks (docs/BENCHMARKS.md, "KV handoff throughput") and a 30 s lease. The
+// 1 MiB chunks (smaller ones cost more per byte; 4 MiB and more pass grpc-go's
+// default message limit) and a 30 s lease. The
 // caller sets WorkerID and the limits.
 func DefaultConfig() Config {
 	return Config{ChunkBytes: 1 << 20, MaxLease: 30 * time.Second}

@@ -8,9 +8,9 @@ import "math"
 // decodes, each of which waits as long as the prefill takes: stalled is its
 // running sequences x the prompt's uncached blocks there (the least among the
 // workers tied at bestLocal), priced like prefill blocks and weighted by
-// ISLITLWeight. Without that term the comparison saw only the local worker's
+// ISLITLWeight. Without that term the comparison sees only the local worker's
 // active blocks, always fewer than those of the decode workers holding long
-// contexts, and the threshold only ever rose (docs/BENCHMARKS.md, issue 14).
+// contexts, so the threshold could only rise.
 //
 // The disaggregated class's prompts wait in a prefill worker's queue: the least
 // queue term among the prefill workers is added (nothing without prefill

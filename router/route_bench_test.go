@@ -18,7 +18,7 @@ import (
 
 // BenchmarkRoute times whole routing decisions for 8k-token prompts against a
 // router whose index holds about a million blocks, reporting p50 and p99. The
-// fleets are decode workers only, and issue 14's 1,000 workers: 100 prefill (every
+// fleets are decode workers only, and 1,000 workers: 100 prefill (every
 // tenth) and 900 decode, whose prefill workers are ranked too.
 func BenchmarkRoute(b *testing.B) {
 	for _, fleet := range []struct {

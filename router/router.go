@@ -37,6 +37,9 @@ type Worker struct {
 	// Draining: the worker asked for nothing new (tandem drain) and finishes what
 	// it has; its event stream says so.
 	Draining bool
+	// Unavailable says why the worker cannot serve now (its engine does not
+	// answer); such a worker is Draining too.
+	Unavailable string
 	// Fingerprint names the weights it serves; a request for other weights skips it.
 	Fingerprint string
 	// NoKVEvents: its engine reports no KV events, so its cache is unknown and
@@ -319,6 +322,7 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 	if msg.GetDraining() {
 		st.w.Draining = true
 	}
+	st.w.Unavailable = msg.GetUnavailable()
 	if l := msg.GetLoad(); l != nil {
 		st.setLoad(l, r.blockSize)
 	}
@@ -447,4 +451,5 @@ func workerProto(w Worker) *routerv1.Worker {
 // setWorkerProto fills a zero Worker message, for callers that allocate many at once.
 func setWorkerProto(p *routerv1.Worker, w Worker) {
 	p.Id, p.Address, p.Mode, p.Draining, p.ModelFingerprint = w.ID, w.Address, w.Mode, w.Draining, w.Fingerprint
+	p.Unavailable = w.Unavailable
 }

@@ -21,7 +21,7 @@ import (
 // only with -tags tailprobe and never runs in the test suite. It takes BenchmarkRoute's 100 prefill + 900 decode fleet
 // (TAIL_FLEET=1024: 1,024 decode workers) through
 // TAIL_ROUNDS rounds (12) of its 256 prompts and prints where the decisions' tail
-// comes from (docs/BENCHMARKS.md, "Where the tail at 1,000 workers comes from"):
+// comes from:
 // the least time of each prompt over the rounds (the decision's own work, without
 // interference), a register-only computation of TAIL_SPIN steps timed after each
 // decision (the host's), the decisions right after the benchmark's reset of pending

@@ -39,7 +39,9 @@ type Service struct {
 
 	mu       sync.Mutex
 	draining bool
-	changed  chan struct{} // closed and replaced when draining changes
+	// unavailable says why the engine cannot serve now; "" while it can.
+	unavailable string
+	changed     chan struct{} // closed and replaced when draining or unavailable changes
 }
 
 var _ workerv1connect.WorkerServiceHandler = (*Service)(nil)
@@ -80,11 +82,25 @@ func (s *Service) Drain(_ context.Context, req *connect.Request[workerv1.DrainRe
 	return connect.NewResponse(&workerv1.DrainResponse{}), nil
 }
 
-// drainState is whether the worker drains, and a channel closed when that changes.
-func (s *Service) drainState() (bool, <-chan struct{}) {
+// SetUnavailable says why the worker cannot serve now (its engine is down), or
+// "" once it can again. Event subscribers are told at once, and read it as a
+// drain: they send the worker nothing new until it clears.
+func (s *Service) SetUnavailable(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.draining, s.changed
+	if s.unavailable != reason {
+		s.unavailable = reason
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+// drainState is whether the worker drains, why it cannot serve (if it cannot),
+// and a channel closed when either changes.
+func (s *Service) drainState() (bool, string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining, s.unavailable, s.changed
 }
 
 // SetKVTransferPort makes Info report the port a prefill worker serves KV
@@ -141,6 +157,8 @@ func (s *Service) WorkerInfo() *workerv1.WorkerInfo {
 	if s.card != nil {
 		wi.Model = s.card.GetModel()
 	}
+	draining, unavailable, _ := s.drainState()
+	wi.Draining, wi.Unavailable = draining || unavailable != "", unavailable
 	return wi
 }
 
@@ -197,8 +215,8 @@ func (s *Service) WatchEvents(ctx context.Context, req *connect.Request[workerv1
 		if s.policy != nil {
 			msg.PrefillPolicy = s.policy()
 		}
-		var drainChanged <-chan struct{}
-		msg.Draining, drainChanged = s.drainState()
+		draining, unavailable, drainChanged := s.drainState()
+		msg.Draining, msg.Unavailable = draining || unavailable != "", unavailable
 		if err := stream.Send(msg); err != nil {
 			return err
 		}

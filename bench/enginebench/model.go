@@ -28,8 +28,8 @@ type Shape struct {
 }
 
 // Shapes are the shapes MakeModel knows by name. smollm2-135m is SmolLM2-135M's
-// (143 M parameters with its separate output matrix), the shape of issue 13's
-// llama.cpp figures; smoke is a small one (rows of 320 and 256 values, so both the
+// (143 M parameters with its separate output matrix), a model llama.cpp's
+// llama-bench can run on the same file; smoke is a small one (rows of 320 and 256 values, so both the
 // K-quants and their fallbacks appear) that tests and smoke runs make in milliseconds.
 var Shapes = []Shape{
 	{Name: "smollm2-135m", D: 576, Layers: 30, Heads: 9, KVHeads: 3, FFN: 1536, Vocab: 32000, Context: 8192, Theta: 100000},

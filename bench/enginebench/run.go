@@ -31,7 +31,7 @@ type Options struct {
 	Seed    uint64 // prompt tokens
 }
 
-// DefaultOptions are llama-bench's defaults and issue 13's batch of 8.
+// DefaultOptions are llama-bench's defaults, and 8 sequences for the batched test.
 func DefaultOptions() Options {
 	return Options{Threads: []int{runtime.NumCPU()}, Prompt: 512, Gen: 128, Batch: 8, Reps: 3, Seed: 1}
 }

@@ -45,10 +45,6 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// HealthPath is where vLLM, SGLang and TensorRT-LLM (trtllm-serve) all answer
-// 200 once they serve.
-const HealthPath = "/health"
-
 // Run probes the engine and reports. It returns an error only for a Config that
 // cannot be checked; what the engine lacks is in the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
@@ -180,16 +176,21 @@ func checkPrefill(ctx context.Context, cfg Config, e *openaihttp.Engine, r *Repo
 }
 
 func checkHealth(ctx context.Context, cfg Config, e *openaihttp.Engine, r *Report) {
+	path := cfg.Dialect.HealthPath
+	if path == "" {
+		r.add("health", Skip, "the dialect names no health endpoint", "the worker probes /v1/models instead")
+		return
+	}
 	hctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	_, err := e.Fetch(hctx, HealthPath)
+	_, err := e.Fetch(hctx, path)
 	if err != nil {
 		r.Health = err.Error()
-		r.add("health", Warn, HealthPath+": "+err.Error(), "the engine serves, but its health endpoint does not say so")
+		r.add("health", Fail, path+": "+err.Error(), "the worker probes it, and would take the engine for down and not serve")
 		return
 	}
 	r.Health = "ok"
-	r.add("health", OK, HealthPath+" answers 2xx", "")
+	r.add("health", OK, path+" answers 2xx", "")
 }
 
 // checkMetrics reads the engine's metrics once and names, for each load figure

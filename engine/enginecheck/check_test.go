@@ -196,12 +196,12 @@ func TestBrokenEngines(t *testing.T) {
 	}
 
 	f := (&fakeengine.Server{Kind: fakeengine.TRTLLM, TokenIDs: true}).Start(t)
-	f.SetUnhealthy(true)
+	f.SetHealthy(false)
 	r = run(t, enginecheck.Config{URL: f.URL(), Dialect: trtllm.Dialect()})
 	if it := item(t, r, "context length"); r.OK || it.Status != enginecheck.Fail || !strings.Contains(it.Detail, "--max-model-len") {
 		t.Errorf("trtllm without --max-model-len: ok %v %+v", r.OK, it)
 	}
-	if it := item(t, r, "health"); it.Status != enginecheck.Warn || !strings.Contains(it.Found, "503") {
+	if it := item(t, r, "health"); it.Status != enginecheck.Fail || !strings.Contains(it.Found, "503") {
 		t.Errorf("health %+v", it)
 	}
 
@@ -212,7 +212,7 @@ func TestBrokenEngines(t *testing.T) {
 }
 
 // A replay socket that answers (topic, sequence, batch), as llm-d's simulator
-// does, is named: the worker's subscriber reads vLLM's (sequence, batch).
+// and TensorRT-LLM do, answers: its batches are read and the form is named.
 func TestReplayWithTopic(t *testing.T) {
 	pub := fakeengine.NewPublisher(t, "kv", fakeengine.ArrayEncoding)
 	pub.Stored(stored(16))
@@ -243,7 +243,7 @@ func TestReplayWithTopic(t *testing.T) {
 	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true}).Start(t)
 	r := run(t, enginecheck.Config{URL: f.URL(), Dialect: vllm.Dialect(),
 		KVEvents: kvevents.SubscriberConfig{Endpoint: pub.Endpoint, ReplayEndpoint: "tcp://" + router.Addr().String(), Topic: "kv"}})
-	if it := item(t, r, "kv events replay"); it.Status != enginecheck.Warn || !strings.Contains(it.Found, "(topic, sequence, batch)") ||
+	if it := item(t, r, "kv events replay"); it.Status != enginecheck.OK || !strings.Contains(it.Found, "(topic, sequence, batch)") ||
 		r.KVEvents.Replayed != 1 {
 		t.Errorf("%+v, events %+v", it, r.KVEvents)
 	}

@@ -122,8 +122,8 @@ func reportEvents(cfg Config, r *Report, seen EventsSeen, subErr, promptErr erro
 	case cfg.KVEvents.ReplayEndpoint == "":
 		r.add("kv events replay", Skip, "no --kv-events-replay-endpoint", "a lost batch clears the worker's view instead of being replayed")
 	case seen.ReplayAnswers && seen.ReplayWithTopic > 0:
-		r.add("kv events replay", Warn, cfg.KVEvents.ReplayEndpoint+" answers (topic, sequence, batch)",
-			"the worker reads vLLM's (sequence, batch): its replays fail, and a lost batch clears its view instead")
+		r.add("kv events replay", OK, cfg.KVEvents.ReplayEndpoint+" answers (topic, sequence, batch)",
+			"with the live stream's topic frame, as TensorRT-LLM's does (vLLM's has none); the worker reads both")
 	case seen.ReplayAnswers:
 		r.add("kv events replay", OK, cfg.KVEvents.ReplayEndpoint+" answers", "")
 	default:
@@ -204,8 +204,8 @@ func replay(ctx context.Context, endpoint string, b *batches) error {
 			f = f[1:]
 		}
 		if len(f) == 3 && len(f[1]) == 8 {
-			// (topic, sequence, batch), as the live stream: llm-d's simulator
-			// answers so; vLLM's ZmqEventPublisher sends no topic.
+			// (topic, sequence, batch), as the live stream: TensorRT-LLM and
+			// llm-d's simulator answer so; vLLM's ZmqEventPublisher sends no topic.
 			b.mu.Lock()
 			b.seen.ReplayWithTopic++
 			b.mu.Unlock()

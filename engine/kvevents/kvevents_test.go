@@ -165,12 +165,16 @@ func TestMirror(t *testing.T) {
 	want := blockhash.Hash(prompt, bs)
 	m := NewMirror(bs, 64)
 	seven := uint64(0xe7)
-	m.Apply(Batch{Events: []Event{
+	skips := m.Apply(Batch{Events: []Event{
 		stored(nil, []uint64{0xe6, 0xe7}, prompt[:8], bs),
 		stored(&seven, []uint64{0xe8}, prompt[8:12], bs),
 		stored(nil, []uint64{0xf0}, tokens(4, 500), 8),                                                        // another block size
 		{Kind: BlockStored, BlockHashes: []uint64{0xf1}, TokenIDs: tokens(4, 600), BlockSize: bs, LoRA: true}, // an adapter's
 		stored(ptr(0xdead), []uint64{0xf2}, tokens(4, 700), bs),                                               // parent never seen
+		stored(nil, []uint64{0xf3}, tokens(5, 800), bs),                                                       // 5 tokens for a block of 4
+		{Kind: BlockStored, BlockHashes: []uint64{0xf4}, TokenIDs: tokens(4, 900), BlockSize: bs, Medium: "CPU"},
+		{Kind: BlockRemoved, BlockHashes: []uint64{0xf4}, Medium: "CPU"},
+		stored(nil, nil, nil, bs), // no blocks
 	}})
 	if got := m.CachedPrefix(prompt); got != 12 {
 		t.Errorf("CachedPrefix %d, want 12", got)
@@ -178,8 +182,12 @@ func TestMirror(t *testing.T) {
 	if got := m.CachedPrefix(prompt[:12]); got != 8 {
 		t.Errorf("CachedPrefix of a 3-block prompt %d, want 8 (the last token is computed)", got)
 	}
-	if st := m.Stats(); st.Stored != 2 || st.Skipped != 3 {
-		t.Errorf("stats %+v", st)
+	wantSkips := map[string]int{SkipBlockSize: 1, SkipLoRA: 1, SkipUnknownParent: 1, SkipTokenCount: 1, SkipMedium: 2, SkipNoBlocks: 1}
+	if st := m.Stats(); st.Stored != 2 || !reflect.DeepEqual(st.Skipped, wantSkips) {
+		t.Errorf("stats %+v, want 2 stored and skipped %v", st, wantSkips)
+	}
+	if len(skips) != 7 || skips[0].Reason != SkipBlockSize || skips[0].Detail == "" {
+		t.Errorf("Apply returned skips %+v, want the 7 skipped events, each with its reason", skips)
 	}
 	ev, _, _ := m.Events().Since(0)
 	if len(ev) != 2 || ev[0].Kind != kvcache.Stored || !reflect.DeepEqual(ev[0].Hashes, want[:2]) || ev[1].Parent != want[1] ||
@@ -208,6 +216,37 @@ func TestMirror(t *testing.T) {
 }
 
 func ptr(v uint64) *uint64 { return &v }
+
+// A first block's parent sent as 0 (llm-d's inference simulator, in the array
+// encoding, where vLLM sends nil) starts a chain when no engine block 0 is
+// known, and is that block when one is.
+func TestMirrorParentZero(t *testing.T) {
+	const bs = 4
+	prompt := tokens(13, 1)
+	m := NewMirror(bs, 64)
+	if skips := m.Apply(Batch{Events: []Event{
+		stored(ptr(0), []uint64{0xa1}, prompt[:4], bs),
+		stored(ptr(0xa1), []uint64{0xa2}, prompt[4:8], bs),
+	}}); len(skips) != 0 {
+		t.Fatalf("parent 0 skipped: %+v", skips)
+	}
+	if got := m.CachedPrefix(prompt); got != 8 {
+		t.Errorf("a chain starting at parent 0: CachedPrefix %d, want 8", got)
+	}
+
+	// An engine whose block hash is 0: parent 0 is that block.
+	m = NewMirror(bs, 64)
+	m.Apply(Batch{Events: []Event{
+		stored(nil, []uint64{0}, prompt[:4], bs),
+		stored(ptr(0), []uint64{0xb2}, prompt[4:8], bs),
+	}})
+	if got := m.CachedPrefix(prompt); got != 8 {
+		t.Errorf("parent 0 naming a stored block 0: CachedPrefix %d, want 8", got)
+	}
+	if got := m.CachedPrefix(append(tokens(4, 5), 0)); got != 0 {
+		t.Errorf("the block after block 0 was also keyed as a chain's start (CachedPrefix %d)", got)
+	}
+}
 
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add(encodeBatch(f, false, false, stored(nil, []uint64{1, 2}, tokens(8, 1), 4), Event{Kind: AllBlocksCleared}))

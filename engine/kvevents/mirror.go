@@ -1,6 +1,8 @@
 package kvevents
 
 import (
+	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/tandem-serve/tandem/kvcache"
@@ -37,9 +39,28 @@ type held struct {
 // Stats count what the mirror made of the events it was given.
 type Stats struct {
 	Stored, Removed, Cleared int // events applied
-	// Skipped events named blocks tandem cannot key: another block size, an
-	// adapter's blocks, another medium, or a parent it never saw stored.
-	Skipped int
+	// Skipped counts, by reason (one of SkipReasons), the events that named
+	// blocks tandem cannot key.
+	Skipped map[string]int
+}
+
+// Why an event was skipped.
+const (
+	SkipNoBlocks      = "no_blocks"      // a BlockStored event naming no block
+	SkipBlockSize     = "block_size"     // blocks of another size than the worker's
+	SkipTokenCount    = "token_count"    // token ids that are not block_size per block
+	SkipLoRA          = "lora"           // an adapter's blocks
+	SkipMedium        = "medium"         // blocks elsewhere than the GPU (offloaded)
+	SkipUnknownParent = "unknown_parent" // chained to a block never seen stored
+)
+
+// SkipReasons are every reason an event is skipped for.
+var SkipReasons = []string{SkipNoBlocks, SkipBlockSize, SkipTokenCount, SkipLoRA, SkipMedium, SkipUnknownParent}
+
+// Skip is one event the mirror could not apply, and why.
+type Skip struct {
+	Reason string // one of SkipReasons
+	Detail string // what the event said, for a log line
 }
 
 // NewMirror returns an empty mirror for an engine with blockSize tokens per
@@ -56,24 +77,36 @@ func (m *Mirror) Events() *kvcache.EventLog { return m.log }
 func (m *Mirror) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.stats
+	st := m.stats
+	st.Skipped = maps.Clone(m.stats.Skipped)
+	return st
 }
 
-// Apply applies a batch's events in order.
-func (m *Mirror) Apply(b Batch) {
+// Apply applies a batch's events in order and returns those it skipped.
+func (m *Mirror) Apply(b Batch) []Skip {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var skips []Skip
 	for _, ev := range b.Events {
+		var sk *Skip
 		switch ev.Kind {
 		case BlockStored:
-			m.store(ev)
+			sk = m.store(ev)
 		case BlockRemoved:
-			m.remove(ev)
+			sk = m.remove(ev)
 		case AllBlocksCleared:
 			m.clear()
 			m.stats.Cleared++
 		}
+		if sk != nil {
+			if m.stats.Skipped == nil {
+				m.stats.Skipped = map[string]int{}
+			}
+			m.stats.Skipped[sk.Reason]++
+			skips = append(skips, *sk)
+		}
 	}
+	return skips
 }
 
 // Reset forgets every block, as after events were lost that cannot be replayed:
@@ -96,23 +129,45 @@ func (m *Mirror) clear() {
 // (vLLM's "CPU") are not what a request's prefill reuses directly.
 func gpu(medium string) bool { return medium == "" || medium == "GPU" }
 
-func (m *Mirror) store(ev Event) {
+// storeSkip is why a BlockStored event cannot be keyed, or nil.
+func (m *Mirror) storeSkip(ev Event) *Skip {
 	n := len(ev.BlockHashes)
-	if n == 0 || ev.BlockSize != m.blockSize || len(ev.TokenIDs) != n*m.blockSize || ev.LoRA || !gpu(ev.Medium) {
-		m.stats.Skipped++
-		return
+	switch {
+	case n == 0:
+		return &Skip{SkipNoBlocks, "no block hashes"}
+	case ev.BlockSize != m.blockSize:
+		return &Skip{SkipBlockSize, fmt.Sprintf("block_size %d, the worker's is %d (--block-size)", ev.BlockSize, m.blockSize)}
+	case len(ev.TokenIDs) != n*m.blockSize:
+		return &Skip{SkipTokenCount, fmt.Sprintf("%d token ids for %d blocks of %d", len(ev.TokenIDs), n, m.blockSize)}
+	case ev.LoRA:
+		return &Skip{SkipLoRA, "blocks of a LoRA adapter"}
+	case !gpu(ev.Medium):
+		return &Skip{SkipMedium, fmt.Sprintf("medium %q", ev.Medium)}
 	}
+	return nil
+}
+
+func (m *Mirror) store(ev Event) *Skip {
+	if sk := m.storeSkip(ev); sk != nil {
+		return sk
+	}
+	n := len(ev.BlockHashes)
 	parent := uint64(0)
 	if ev.HasParent {
 		p, ok := m.byEngine[ev.Parent]
-		if !ok {
+		switch {
+		case ok:
+			parent = p
+		case ev.Parent == 0:
+			// Publishers that write the array encoding from a typed struct send
+			// a missing parent as 0 where vLLM sends nil (llm-d's inference
+			// simulator): with no engine block 0 known, 0 is the sequence's start.
+		default:
 			// The chain's start was never seen (stored before we subscribed, or
 			// evicted and stored again out of order): these blocks cannot be
 			// keyed as the prefix they are.
-			m.stats.Skipped++
-			return
+			return &Skip{SkipUnknownParent, fmt.Sprintf("parent block %#x never seen stored", ev.Parent)}
 		}
-		parent = p
 	}
 	hashes := blockhash.Append(make([]uint64, 0, n), parent, ev.TokenIDs, m.blockSize)
 	prev := parent
@@ -130,12 +185,12 @@ func (m *Mirror) store(ev Event) {
 	}
 	m.log.Append(kvcache.Stored, parent, hashes)
 	m.stats.Stored++
+	return nil
 }
 
-func (m *Mirror) remove(ev Event) {
+func (m *Mirror) remove(ev Event) *Skip {
 	if !gpu(ev.Medium) {
-		m.stats.Skipped++
-		return
+		return &Skip{SkipMedium, fmt.Sprintf("medium %q", ev.Medium)}
 	}
 	var gone []uint64
 	for _, eh := range ev.BlockHashes {
@@ -152,6 +207,7 @@ func (m *Mirror) remove(ev Event) {
 		m.log.Append(kvcache.Removed, 0, gone)
 	}
 	m.stats.Removed++
+	return nil
 }
 
 // unref drops one engine block's claim on h, reporting whether h is now gone.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,11 @@ type SubscriberConfig struct {
 	Topic          string
 	// ReplayTimeout bounds one replay; 0 means 2 s.
 	ReplayTimeout time.Duration
+	// OnFrames, when set, is called with every message received, live
+	// (replay false) or from the replay socket, before it is applied: a
+	// recording of the publisher's frames. It runs on the subscriber's
+	// goroutine and must not keep or change frames past its return.
+	OnFrames func(replay bool, frames [][]byte)
 }
 
 // Validate checks the endpoints' form.
@@ -48,13 +54,27 @@ func (c SubscriberConfig) Validate() error {
 	return nil
 }
 
+// Why the mirror was cleared (a resync): its view of the engine could no
+// longer be trusted.
+const (
+	ResyncGap          = "gap"          // lost batches the replay socket could not give back
+	ResyncUndecodable  = "undecodable"  // a batch that could not be decoded
+	ResyncRestart      = "restart"      // the sequence started over: a new publisher, an empty cache
+	ResyncDisconnected = "disconnected" // the subscription was lost; the engine may have restarted meanwhile
+)
+
+// ResyncReasons are every reason the mirror is cleared for.
+var ResyncReasons = []string{ResyncGap, ResyncUndecodable, ResyncRestart, ResyncDisconnected}
+
 // SubscriberStats count what a subscriber saw.
 type SubscriberStats struct {
 	Batches  int // applied, live or replayed
 	Replayed int // batches applied from the replay socket
 	Gaps     int // sequence gaps seen
-	Resyncs  int // gaps (or undecodable batches) that ended in a Reset
-	Bad      int // messages that were not (topic, sequence, batch)
+	// Resyncs count, by reason (one of ResyncReasons), the times the mirror
+	// was cleared to be rebuilt from the events that follow.
+	Resyncs map[string]int
+	Bad     int // messages that were not (topic, sequence, batch)
 }
 
 // Subscriber follows one publisher into a Mirror.
@@ -66,9 +86,10 @@ type Subscriber struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu    sync.Mutex
-	last  int64 // sequence number of the last batch applied; -1 before any
-	stats SubscriberStats
+	mu     sync.Mutex
+	last   int64 // sequence number of the last batch applied; -1 before any, and after a resync
+	stats  SubscriberStats
+	warned map[string]bool // skip reasons already logged
 }
 
 // Subscribe starts following cfg's publisher into m, in the background: a
@@ -80,13 +101,18 @@ func Subscribe(cfg SubscriberConfig, m *Mirror, log *slog.Logger) (*Subscriber, 
 	if cfg.Endpoint == "" {
 		return nil, errors.New("no KV events endpoint")
 	}
+	s := newSubscriber(cfg, m, log)
+	go s.run()
+	return s, nil
+}
+
+func newSubscriber(cfg SubscriberConfig, m *Mirror, log *slog.Logger) *Subscriber {
 	if cfg.ReplayTimeout <= 0 {
 		cfg.ReplayTimeout = 2 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Subscriber{cfg: cfg, mirror: m, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{}), last: -1}
-	go s.run()
-	return s, nil
+	return &Subscriber{cfg: cfg, mirror: m, log: log, ctx: ctx, cancel: cancel, done: make(chan struct{}), last: -1,
+		stats: SubscriberStats{Resyncs: map[string]int{}}, warned: map[string]bool{}}
 }
 
 // Close stops following and waits for the subscriber to end.
@@ -99,7 +125,9 @@ func (s *Subscriber) Close() {
 func (s *Subscriber) Stats() SubscriberStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.Resyncs = maps.Clone(s.stats.Resyncs)
+	return st
 }
 
 func (s *Subscriber) run() {
@@ -109,7 +137,18 @@ func (s *Subscriber) run() {
 		if s.ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("KV events: subscription lost; reconnecting", "endpoint", s.cfg.Endpoint, "error", err)
+		// The engine may restart before we are back, and its new events would
+		// not say what the old one held: the router must not route by blocks
+		// the engine may no longer have. The next events (and a replay from the
+		// publisher's start) rebuild the view.
+		s.mu.Lock()
+		heard := s.last >= 0 // else nothing was applied since the view was last cleared
+		s.mu.Unlock()
+		s.log.Warn("KV events: subscription lost; the view of the engine's cache is cleared until reconnected",
+			"endpoint", s.cfg.Endpoint, "error", err)
+		if heard {
+			s.resync(ResyncDisconnected)
+		}
 		select {
 		case <-s.ctx.Done():
 			return
@@ -140,6 +179,9 @@ func (s *Subscriber) follow() error {
 		if err != nil {
 			return err
 		}
+		if s.cfg.OnFrames != nil {
+			s.cfg.OnFrames(false, msg.Frames)
+		}
 		s.handle(msg.Frames)
 	}
 }
@@ -147,13 +189,13 @@ func (s *Subscriber) follow() error {
 // handle applies one (topic, sequence, batch) message, first recovering what a
 // jump in the sequence says was missed.
 func (s *Subscriber) handle(frames [][]byte) {
-	if len(frames) != 3 || len(frames[1]) != 8 {
+	if len(frames) != 3 || len(frames[1]) != 8 || frames[1][0]&0x80 != 0 {
 		s.mu.Lock()
 		s.stats.Bad++
 		bad := s.stats.Bad
 		s.mu.Unlock()
 		if bad == 1 {
-			s.log.Warn("KV events: a message that is not (topic, 8-byte sequence, batch); ignored", "frames", len(frames))
+			s.log.Warn("KV events: a message that is not (topic, 8-byte non-negative sequence, batch); ignored", "frames", len(frames))
 		}
 		return
 	}
@@ -161,18 +203,21 @@ func (s *Subscriber) handle(frames [][]byte) {
 	s.mu.Lock()
 	last := s.last
 	s.mu.Unlock()
-	switch {
-	case last >= 0 && seq == last:
-		return // a duplicate
-	case last >= 0 && seq < last:
-		// The publisher started over (a restarted engine): its cache did too.
-		s.log.Warn("KV events: the sequence went back; the engine restarted, its cache is empty", "last", last, "seq", seq)
-		s.resync(false)
-	case seq > last+1:
+	if last >= 0 && seq <= last {
+		// One PUB connection never repeats a message, and a replay applies only
+		// batches before the live one that asked for it: the same number again,
+		// or a lower one, is a new publisher (a restarted engine, which our
+		// socket may have reached again without its connection failing). Its
+		// cache started empty; what it published before we heard it is replayed.
+		s.log.Warn("KV events: the sequence started over; the engine restarted, its cache is empty", "last", last, "seq", seq)
+		s.resync(ResyncRestart)
+		last = -1
+	}
+	if seq > last+1 {
 		// Missed batches (or, on the first message, those published before we
 		// subscribed): replay them if the publisher still holds them.
 		if !s.recover(last+1, seq) {
-			s.resync(last >= 0)
+			s.resync(ResyncGap)
 		}
 	}
 	s.apply(seq, frames[2], false)
@@ -183,117 +228,44 @@ func (s *Subscriber) apply(seq int64, payload []byte, replayed bool) bool {
 	b, err := DecodeBatch(payload)
 	if err != nil {
 		s.log.Warn("KV events: undecodable batch; resynchronising", "seq", seq, "error", err)
-		s.resync(true)
+		s.resync(ResyncUndecodable)
 		s.mu.Lock()
 		s.last = seq
 		s.mu.Unlock()
 		return false
 	}
-	s.mirror.Apply(b)
+	skips := s.mirror.Apply(b)
 	s.mu.Lock()
 	s.last = seq
 	s.stats.Batches++
 	if replayed {
 		s.stats.Replayed++
 	}
+	var first []Skip
+	for _, sk := range skips {
+		if !s.warned[sk.Reason] {
+			s.warned[sk.Reason] = true
+			first = append(first, sk)
+		}
+	}
 	s.mu.Unlock()
+	for _, sk := range first {
+		s.log.Warn("KV events: an event the worker cannot key is skipped (logged once per reason; tandem_kv_events_skipped_total counts them)",
+			"reason", sk.Reason, "detail", sk.Detail, "seq", seq)
+	}
 	return true
 }
 
-// resync forgets the mirror's blocks: events were lost that nothing can replay.
-// gap says whether this follows a gap (counted) rather than a restart.
-func (s *Subscriber) resync(gap bool) {
+// resync forgets the mirror's blocks: what it held can no longer be trusted.
+// The router then sees less than the engine holds, never more, until the
+// events that follow fill the mirror again. The sequence starts over with them.
+func (s *Subscriber) resync(reason string) {
 	s.mirror.Reset()
 	s.mu.Lock()
-	s.stats.Resyncs++
+	s.stats.Resyncs[reason]++
+	s.last = -1
 	s.mu.Unlock()
-	if gap {
+	if reason == ResyncGap {
 		s.log.Warn("KV events: events lost; the engine's cache view starts over from the next events")
 	}
-}
-
-// recover replays batches [from, to) from the replay socket, reporting whether
-// all of them were applied. On the first message (from 0) there may be nothing
-// lost at all: an engine that published before we came is replayed from its
-// start, as far as its buffer reaches.
-func (s *Subscriber) recover(from, to int64) bool {
-	first := from == 0
-	if !first {
-		s.mu.Lock()
-		s.stats.Gaps++
-		s.mu.Unlock()
-		s.log.Warn("KV events: sequence gap", "missing_from", from, "missing_to", to-1)
-	}
-	if s.cfg.ReplayEndpoint == "" {
-		return first // nothing to replay from; before the first message nothing was ours to lose
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ReplayTimeout)
-	defer cancel()
-	got, err := s.replay(ctx, from, to)
-	if err != nil {
-		s.log.Warn("KV events: replay failed", "endpoint", s.cfg.ReplayEndpoint, "from", from, "error", err)
-		return first
-	}
-	if got != from && !first {
-		s.log.Warn("KV events: the replay did not reach back far enough", "wanted_from", from, "got_to", got)
-		return false
-	}
-	if !first {
-		s.log.Info("KV events: gap replayed", "from", from, "to", to-1)
-	}
-	return true
-}
-
-// replay asks the ROUTER socket for batches from `from` on and applies those
-// before `to`. It returns the first sequence number it applied up to the end
-// (from when nothing was lost), reading until the end marker (sequence -1).
-func (s *Subscriber) replay(ctx context.Context, from, to int64) (int64, error) {
-	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(3), zmq4.WithDialerRetry(100*time.Millisecond))
-	defer d.Close()
-	if err := d.Dial(s.cfg.ReplayEndpoint); err != nil {
-		return 0, err
-	}
-	var start [8]byte
-	binary.BigEndian.PutUint64(start[:], uint64(from))
-	// The empty delimiter a REQ socket would add, which the publisher expects.
-	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
-		return 0, err
-	}
-	firstApplied := int64(-1)
-	next := from
-	for {
-		msg, err := d.Recv()
-		if err != nil {
-			return 0, err
-		}
-		f := msg.Frames
-		for len(f) > 0 && len(f[0]) == 0 {
-			f = f[1:]
-		}
-		if len(f) != 2 || len(f[0]) != 8 {
-			return 0, fmt.Errorf("replay answered %d frames, want (sequence, batch)", len(msg.Frames))
-		}
-		seq := int64(binary.BigEndian.Uint64(f[0]))
-		if seq < 0 {
-			break // the end marker
-		}
-		if seq < next || seq >= to {
-			continue // already applied, or live messages will bring it
-		}
-		if firstApplied < 0 {
-			firstApplied = seq
-		}
-		if seq != next && firstApplied != seq {
-			return 0, fmt.Errorf("replay skipped from %d to %d", next, seq)
-		}
-		s.apply(seq, f[1], true)
-		next = seq + 1
-	}
-	if next != to {
-		return 0, fmt.Errorf("replay ended at %d, before %d", next, to)
-	}
-	if firstApplied < 0 {
-		return from, nil
-	}
-	return firstApplied, nil
 }

@@ -33,7 +33,9 @@ func Inspect(ctx context.Context, cfg Config) (*Engine, []Model, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{cfg: cfg, d: cfg.Dialect, c: &client{base: strings.TrimRight(cfg.URL, "/"), http: cfg.HTTP},
-		cache: kvevents.NewMirror(cfg.BlockSize, 1), mode: TextTokens, log: cfg.Logger.With("engine", cfg.Dialect.Name, "engine_url", cfg.URL)}
+		cache: kvevents.NewMirror(cfg.BlockSize, 1), mode: TextTokens, log: cfg.Logger.With("engine", cfg.Dialect.Name, "engine_url", cfg.URL),
+		timeouts: cfg.Timeouts.orDefaults()}
+	e.health = newProber(e, cfg.Health) // never run: a check probes health itself
 	e.load = newScraper(e.c, e.d, cfg.BlockSize, cfg.TotalBlocks, e.log)
 	l, err := e.c.models(ctx)
 	if err != nil {

@@ -32,6 +32,32 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("engine answered HTTP %d: %s", e.Status, e.Body)
 }
 
+// ProtocolError is an engine answer tandem cannot read: HTML or garbage where an
+// event stream or a completion was expected. The engine (or a proxy in front of
+// it) failed, not the client, so callers see it as an internal error (502).
+type ProtocolError struct {
+	Msg string
+}
+
+func (e *ProtocolError) Error() string { return e.Msg }
+
+// isEventStream reports whether a response's Content-Type is a server-sent event
+// stream (or unsaid, which some minimal servers leave it).
+func isEventStream(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(strings.ToLower(mt))
+	return mt == "" || mt == "text/event-stream"
+}
+
+// notAStream reads the start of a 2xx answer that is not an event stream, for
+// the error that says what came instead, and closes it.
+func notAStream(resp *http.Response) error {
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	return &ProtocolError{Msg: fmt.Sprintf("answered HTTP %d with Content-Type %q where an event stream was expected: %q",
+		resp.StatusCode, resp.Header.Get("Content-Type"), strings.TrimSpace(string(head)))}
+}
+
 // post sends body as JSON to path with the request id both legs of a
 // disaggregated request share, and returns the response when it is 2xx.
 func (c *client) post(ctx context.Context, path, reqID string, body any) (*http.Response, error) {
@@ -80,12 +106,20 @@ func (c *client) complete(ctx context.Context, reqID string, body *CompletionReq
 func ParseCompletion(raw []byte) (*CompletionResponse, error) {
 	var out CompletionResponse
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("completion response: %w", err)
+		return nil, &ProtocolError{Msg: fmt.Sprintf("a completion that is not JSON (%v): %q", err, clip(raw, 200))}
 	}
 	if out.Error != nil {
 		return nil, fmt.Errorf("engine error: %s (%s)", out.Error.Message, out.Error.Type)
 	}
 	return &out, nil
+}
+
+// clip is at most n bytes of b, for an error message.
+func clip(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
 }
 
 // get fetches path's body, at most maxBody bytes.

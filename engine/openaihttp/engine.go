@@ -34,7 +34,10 @@ type Dialect struct {
 	Name string
 	// MetricsPath serves the Prometheus text format.
 	MetricsPath string
-	Load        LoadMetrics
+	// HealthPath answers 200 while the engine can serve (vLLM's, SGLang's and
+	// trtllm-serve's /health); "" probes /v1/models instead.
+	HealthPath string
+	Load       LoadMetrics
 	// AskTokenIDs sets the fields that make the engine return each chunk's token
 	// ids in choices[].token_ids.
 	AskTokenIDs func(*CompletionRequest)
@@ -65,6 +68,12 @@ type Config struct {
 	MetricsInterval time.Duration
 	// Wait is how long New waits for the engine to answer (it may be loading).
 	Wait time.Duration
+	// Waiting, if set, hears why each attempt to reach a starting engine failed.
+	Waiting func(error)
+	// Timeouts bound every wait on the engine; zero fields take DefaultTimeouts'.
+	Timeouts Timeouts
+	// Health is how the engine is probed while it serves.
+	Health HealthConfig
 	// Cache is the engine's prefix cache as its events tell it; nil: the engine
 	// reports no events, and routing sees only its load.
 	Cache  *kvevents.Mirror
@@ -87,6 +96,9 @@ type Engine struct {
 	events bool
 	log    *slog.Logger
 	load   *scraper
+	// timeouts are Config.Timeouts with the defaults filled in.
+	timeouts Timeouts
+	health   *prober
 
 	mu     sync.Mutex
 	closed bool
@@ -124,7 +136,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg.MetricsInterval = time.Second
 	}
 	e := &Engine{cfg: cfg, d: cfg.Dialect, c: &client{base: strings.TrimRight(cfg.URL, "/"), http: cfg.HTTP},
-		cache: cfg.Cache, events: cfg.Cache != nil, log: cfg.Logger.With("engine", cfg.Dialect.Name, "engine_url", cfg.URL)}
+		cache: cfg.Cache, events: cfg.Cache != nil, log: cfg.Logger.With("engine", cfg.Dialect.Name, "engine_url", cfg.URL),
+		timeouts: cfg.Timeouts.orDefaults()}
+	e.health = newProber(e, cfg.Health)
 	if e.cache == nil {
 		e.cache = kvevents.NewMirror(cfg.BlockSize, 1)
 	}
@@ -144,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.load = newScraper(e.c, e.d, cfg.BlockSize, cfg.TotalBlocks, e.log)
 	go e.load.run(cfg.MetricsInterval)
+	go e.health.run()
 	e.log.Info("engine ready", "model", e.model, "max_model_len", e.ctxLen, "token_mode", string(e.mode),
 		"kv_events", e.events, "disaggregation", e.d.Disagg != nil)
 	return e, nil
@@ -174,6 +189,9 @@ func (e *Engine) waitModels(ctx context.Context) (Model, error) {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return Model{}, fmt.Errorf("%s at %s: /v1/models: %w", e.d.Name, e.cfg.URL, err)
+		}
+		if e.cfg.Waiting != nil {
+			e.cfg.Waiting(err)
 		}
 		if attempt%10 == 0 {
 			e.log.Info("waiting for the engine to serve", "error", err)
@@ -223,6 +241,7 @@ func (e *Engine) Close() error {
 	if !e.closed {
 		e.closed = true
 		e.load.stop()
+		e.health.stop()
 	}
 	return nil
 }
@@ -283,24 +302,58 @@ func (e *Engine) Body(req engine.Request, stream bool) CompletionRequest {
 }
 
 // Start posts body and streams its tokens. Cancelling ctx, or closing the
-// stream, cancels the engine's HTTP request, which aborts it there.
+// stream, cancels the engine's HTTP request, which aborts it there. Each wait on
+// the engine is bounded (Config.Timeouts): a silent engine ends the request with a
+// StallError.
 func (e *Engine) Start(ctx context.Context, req engine.Request, body CompletionRequest) (engine.Stream, error) {
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancelCause(ctx)
+	dog := newWatchdog(cancel, e.where())
+	dog.arm("response headers", e.timeouts.Header, flagHeader)
 	resp, err := e.c.post(rctx, "/v1/completions", req.ID, &body)
+	if err == nil && !isEventStream(resp.Header.Get("Content-Type")) {
+		err = notAStream(resp)
+	}
 	if err != nil {
-		cancel()
+		dog.stop()
+		stall := stallOf(rctx)
+		cancel(nil)
+		if stall != nil {
+			return nil, stall
+		}
 		return nil, e.wrap(ctx, err)
 	}
-	return newStream(e, req, rctx, cancel, resp.Body), nil
+	dog.arm("first token", e.timeouts.FirstToken, flagFirstToken)
+	return newStream(e, req, rctx, cancel, dog, resp.Body), nil
 }
 
-// Complete posts body without streaming and returns the engine's answer.
+// Complete posts body without streaming and returns the engine's answer, within
+// the first-token bound (a prefill leg is one token).
 func (e *Engine) Complete(ctx context.Context, reqID string, body CompletionRequest) (*CompletionResponse, error) {
-	resp, err := e.c.complete(ctx, reqID, &body)
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	dog := newWatchdog(cancel, e.where())
+	dog.arm("answer", e.timeouts.FirstToken, flagFirstToken)
+	defer dog.stop()
+	resp, err := e.c.complete(rctx, reqID, &body)
 	if err != nil {
+		if stall := stallOf(rctx); stall != nil {
+			return nil, stall
+		}
 		return nil, e.wrap(ctx, err)
 	}
 	return resp, nil
+}
+
+// where names the engine server in errors and logs.
+func (e *Engine) where() string { return e.d.Name + " at " + e.cfg.URL }
+
+// stallOf is the StallError that cancelled ctx, if one did.
+func stallOf(ctx context.Context) *StallError {
+	var se *StallError
+	if errors.As(context.Cause(ctx), &se) {
+		return se
+	}
+	return nil
 }
 
 // wrap names an HTTP failure with the engine error its status means.
@@ -308,14 +361,19 @@ func (e *Engine) wrap(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", e.where(), err)
+	}
 	var se *StatusError
 	switch {
 	case errors.As(err, &se) && (se.Status == http.StatusServiceUnavailable || se.Status == http.StatusTooManyRequests):
-		return fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.d.Name, err)
+		return fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.where(), err)
 	case errors.As(err, &se) && se.Status/100 == 4:
-		return fmt.Errorf("%w: %s: %v", engine.ErrRejected, e.d.Name, err)
+		return fmt.Errorf("%w: %s: %v", engine.ErrRejected, e.where(), err)
 	case errors.As(err, &se):
-		return fmt.Errorf("%s: %w", e.d.Name, err)
+		return fmt.Errorf("%s: %w", e.where(), err)
 	}
-	return fmt.Errorf("%w: %s at %s: %v", engine.ErrUnavailable, e.d.Name, e.cfg.URL, err)
+	e.health.poke() // the engine may be gone: find out now rather than at the next probe
+	return fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.where(), err)
 }

@@ -16,7 +16,8 @@ type stream struct {
 	e      *Engine
 	req    engine.Request
 	ctx    context.Context // the HTTP request's
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
+	dog    *watchdog
 	body   io.ReadCloser
 	ev     *events
 	text   *textTokens // text mode
@@ -40,8 +41,9 @@ type stream struct {
 	unbound bool // Close ran: bind nothing more
 }
 
-func newStream(e *Engine, req engine.Request, ctx context.Context, cancel context.CancelFunc, body io.ReadCloser) *stream {
-	s := &stream{e: e, req: req, ctx: ctx, cancel: cancel, body: body, ev: newEvents(body),
+func newStream(e *Engine, req engine.Request, ctx context.Context, cancel context.CancelCauseFunc, dog *watchdog,
+	body io.ReadCloser) *stream {
+	s := &stream{e: e, req: req, ctx: ctx, cancel: cancel, dog: dog, body: body, ev: newEvents(body),
 		usage: engine.Usage{PromptTokens: len(req.Prompt)}}
 	if e.mode == TextTokens {
 		s.text = &textTokens{tok: e.cfg.Tokenizer}
@@ -59,14 +61,7 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 			return 0, io.EOF
 		}
 		if err := s.read(); err != nil {
-			s.Close()
-			if ctx.Err() != nil {
-				return 0, ctx.Err()
-			}
-			if s.ctx.Err() != nil {
-				return 0, s.ctx.Err()
-			}
-			return 0, err
+			return 0, s.fail(ctx, err)
 		}
 	}
 	tok := s.pending[0]
@@ -87,8 +82,30 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 			s.finish, s.finished = engine.FinishLength, true
 		}
 		s.done = true
+		s.dog.stop()
 	}
 	return tok, nil
+}
+
+// fail ends the stream on a read error and says why, as the caller should see
+// it: the caller's own cancel, a wait that outlived its bound, or the engine's
+// failure named with the engine. The causes are read before Close, whose own
+// cancel would otherwise pass every engine failure off as a client's cancel.
+func (s *stream) fail(ctx context.Context, err error) error {
+	callerErr, cause := ctx.Err(), context.Cause(s.ctx)
+	s.Close()
+	var stall *StallError
+	switch {
+	case callerErr != nil:
+		return callerErr
+	case errors.As(cause, &stall):
+		return stall
+	case cause != nil:
+		return cause // the request's context ended, or Close ran meanwhile
+	case errors.Is(err, engine.ErrUnavailable):
+		return err
+	}
+	return fmt.Errorf("%s: %w", s.e.where(), err)
 }
 
 // bind makes ctx's end abort the engine's request. The caller's context may
@@ -105,10 +122,11 @@ func (s *stream) bind(ctx context.Context) {
 	if s.unbind != nil {
 		s.unbind()
 	}
-	s.bound, s.unbind = ctx, context.AfterFunc(ctx, s.cancel)
+	s.bound, s.unbind = ctx, context.AfterFunc(ctx, func() { s.cancel(context.Cause(ctx)) })
 }
 
 func (s *stream) end(f engine.FinishReason) {
+	s.dog.stop()
 	s.finish, s.finished, s.done = f, true, true
 	s.pending, s.pendingLP = nil, nil
 }
@@ -124,15 +142,17 @@ func (s *stream) read() error {
 			s.finish, s.finished = engine.FinishStop, true
 		}
 		s.done = true
+		s.dog.stop()
 		return nil
 	case errors.Is(err, io.EOF):
-		return fmt.Errorf("%s: stream ended without a finish reason after %d tokens: %w", s.e.d.Name, s.returned, io.ErrUnexpectedEOF)
+		return fmt.Errorf("the stream ended without a finish reason after %d tokens: %w", s.returned, io.ErrUnexpectedEOF)
 	case err != nil:
-		return fmt.Errorf("%s: reading the stream: %w", s.e.d.Name, err)
+		return fmt.Errorf("reading the stream after %d tokens: %w", s.returned, err)
 	}
+	s.dog.arm("next token", s.e.timeouts.Token, flagToken)
 	chunk, err := ParseCompletion(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", s.e.d.Name, err)
+		return err
 	}
 	if u := chunk.Usage; u != nil {
 		s.usage.PromptTokens = u.PromptTokens
@@ -146,7 +166,7 @@ func (s *stream) read() error {
 		}
 		toks, err := s.tokens(c)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.e.d.Name, err)
+			return err
 		}
 		if s.req.Logprobs {
 			lps := logprobsOf(c.Logprobs, len(toks), s.req.TopLogprobs)
@@ -158,7 +178,7 @@ func (s *stream) read() error {
 			case "length":
 				s.finish = engine.FinishLength
 			case "abort":
-				return fmt.Errorf("%w: %s aborted the request", engine.ErrUnavailable, s.e.d.Name)
+				return fmt.Errorf("%w: %s aborted the request", engine.ErrUnavailable, s.e.where())
 			default: // "stop", and reasons OpenAI added since ("content_filter")
 				s.finish = engine.FinishStop
 			}
@@ -224,7 +244,8 @@ func (s *stream) Close() {
 			s.unbind() // the registration would otherwise live as long as ctx
 		}
 		s.bindMu.Unlock()
-		s.cancel()
+		s.dog.stop()
+		s.cancel(nil)
 		_ = s.body.Close()
 	})
 }

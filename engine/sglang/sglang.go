@@ -29,7 +29,7 @@ import (
 // only a prefill worker's matters.
 func Dialect(bootstrap Bootstrap) openaihttp.Dialect {
 	return openaihttp.Dialect{
-		Name: "sglang", MetricsPath: "/metrics",
+		Name: "sglang", MetricsPath: "/metrics", HealthPath: "/health",
 		Load: openaihttp.LoadMetrics{
 			Running: []string{"sglang:num_running_reqs"}, Waiting: []string{"sglang:num_queue_reqs"},
 			KVUsage: []string{"sglang:token_usage"},

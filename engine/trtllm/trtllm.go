@@ -25,7 +25,7 @@ import (
 // Dialect is TensorRT-LLM's.
 func Dialect() openaihttp.Dialect {
 	return openaihttp.Dialect{
-		Name: "trtllm", MetricsPath: "/prometheus/metrics",
+		Name: "trtllm", MetricsPath: "/prometheus/metrics", HealthPath: "/health",
 		Load: openaihttp.LoadMetrics{
 			Running: []string{"trtllm_num_requests_running"}, Waiting: []string{"trtllm_num_requests_waiting"},
 			KVUsage: []string{"trtllm_kv_cache_utilization"}, TotalBlocks: []string{"trtllm_kv_cache_max_blocks"},

@@ -24,7 +24,7 @@ import (
 // Dialect is vLLM's.
 func Dialect() openaihttp.Dialect {
 	return openaihttp.Dialect{
-		Name: "vllm", MetricsPath: "/metrics",
+		Name: "vllm", MetricsPath: "/metrics", HealthPath: "/health",
 		Load: openaihttp.LoadMetrics{
 			Running: []string{"vllm:num_requests_running"}, Waiting: []string{"vllm:num_requests_waiting"},
 			KVUsage:     []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},

@@ -85,7 +85,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", b.Model))
 		return
 	}
-	if s.prefillLeg(w, r, b, prompt) {
+	if s.prefillLeg(w, r, b, prompt) || s.faultBefore(w, r) {
 		return
 	}
 	n := 16
@@ -183,6 +183,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, b body, prompt, 
 		return true
 	}
 	for i, t := range out {
+		if s.faultAt(w, r, i) {
+			return
+		}
 		select {
 		case <-r.Context().Done():
 			s.cancel(r)

@@ -75,12 +75,14 @@ type Server struct {
 	PrefixQueries, PrefixHits int
 
 	httpSrv *httptest.Server
+	mux     *http.ServeMux
 
-	mu       sync.Mutex
-	requests []Request
-	fault    PrefillFault
-	// unhealthy makes /health answer 503.
-	unhealthy bool
+	mu          sync.Mutex
+	requests    []Request
+	fault       PrefillFault
+	streamFault StreamFault
+	faultAfter  int
+	unhealthy   bool
 	// gone delivers cancelled request ids to a test that waits for them; a test
 	// that does not read it must not stall the handlers, so sends never block
 	// and every id is also kept in cancelled.
@@ -97,6 +99,23 @@ type Request struct {
 
 // Start serves on a loopback port until the test's cleanup.
 func (s *Server) Start(t interface{ Cleanup(func()) }) *Server {
+	s.init()
+	s.httpSrv = httptest.NewServer(s.mux)
+	t.Cleanup(s.httpSrv.Close)
+	return s
+}
+
+// StartOn serves on addr (a server that comes up after its worker started).
+func (s *Server) StartOn(t interface {
+	Cleanup(func())
+	Fatal(...any)
+}, addr string) *Server {
+	s.init()
+	s.httpSrv = listenOn(t, s.mux, addr)
+	return s
+}
+
+func (s *Server) init() {
 	if s.Model == "" {
 		s.Model = "fake-model"
 	}
@@ -116,13 +135,15 @@ func (s *Server) Start(t interface{ Cleanup(func()) }) *Server {
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /prometheus/metrics", s.metrics)
 	mux.HandleFunc("GET /health", s.health)
-	s.httpSrv = httptest.NewServer(mux)
-	t.Cleanup(s.httpSrv.Close)
-	return s
+	s.mux = mux
 }
 
 // URL is the server's base URL.
-func (s *Server) URL() string { return s.httpSrv.URL }
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.httpSrv.URL
+}
 
 // SetPrefillFault makes the following prefill legs fail so.
 func (s *Server) SetPrefillFault(f PrefillFault) {

@@ -28,6 +28,19 @@ const (
 	MapEncoding
 )
 
+// PublisherOptions are the ways publishers other than vLLM's differ from it.
+type PublisherOptions struct {
+	// ReplayTopic answers a replay request with (topic, sequence, batch) frames
+	// and ends with an empty topic, as llm-d-inference-sim's replayer does
+	// (pkg/kv-cache/kv_events_replayer.go); vLLM's ROUTER answers (sequence,
+	// batch) (vllm/distributed/kv_events.py, _service_replay).
+	ReplayTopic bool
+	// ZeroParent writes a first block's missing parent as 0 in the array
+	// encoding, as llm-d-inference-sim does (pkg/kv-cache/kv_cache_sender.go
+	// sends kvblock.EmptyBlockHash); vLLM writes nil.
+	ZeroParent bool
+}
+
 // Publisher is an engine's KV event publisher: a ZMQ PUB socket sending
 // (topic, 8-byte big-endian sequence, msgpack batch), and a ROUTER socket that
 // replays stored batches from a sequence number (ZmqEventPublisher).
@@ -35,12 +48,13 @@ type Publisher struct {
 	Endpoint, ReplayEndpoint string
 	topic                    string
 	enc                      Encoding
-	pub, replay              zmq4.Socket
-	cancel                   context.CancelFunc
+	opts                     PublisherOptions
 
-	mu     sync.Mutex
-	seq    int64
-	buffer [][2][]byte // (sequence, payload), for replay
+	mu          sync.Mutex
+	pub, replay zmq4.Socket
+	cancel      context.CancelFunc
+	seq         int64
+	buffer      [][2][]byte // (sequence, payload), for replay
 }
 
 // StoredBlocks is one BlockStored event.
@@ -51,27 +65,89 @@ type StoredBlocks struct {
 	BlockSize int
 }
 
-// NewPublisher binds both sockets on loopback ports until the test's cleanup.
-func NewPublisher(t interface {
+type testingT interface {
 	Cleanup(func())
 	Fatal(...any)
-}, topic string, enc Encoding) *Publisher {
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &Publisher{topic: topic, enc: enc, cancel: cancel, pub: zmq4.NewPub(ctx), replay: zmq4.NewRouter(ctx)}
-	if err := p.pub.Listen("tcp://127.0.0.1:0"); err != nil {
+}
+
+// NewPublisher binds both sockets on loopback ports until the test's cleanup.
+func NewPublisher(t testingT, topic string, enc Encoding) *Publisher {
+	return NewPublisherWith(t, topic, enc, PublisherOptions{})
+}
+
+// NewPublisherWith is NewPublisher for a publisher that differs from vLLM's as
+// opts say.
+func NewPublisherWith(t testingT, topic string, enc Encoding, opts PublisherOptions) *Publisher {
+	p := &Publisher{topic: topic, enc: enc, opts: opts}
+	if err := p.bind("tcp://127.0.0.1:0", "tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.replay.Listen("tcp://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	p.Endpoint, p.ReplayEndpoint = "tcp://"+p.pub.Addr().String(), "tcp://"+p.replay.Addr().String()
-	go p.serveReplay()
 	t.Cleanup(func() {
-		cancel()
-		_ = p.pub.Close()
-		_ = p.replay.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.closeLocked()
 	})
 	return p
+}
+
+// bind opens both sockets on the given endpoints; the caller holds p.mu or
+// owns p alone.
+func (p *Publisher) bind(endpoint, replayEndpoint string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	pub, replay := zmq4.NewPub(ctx), zmq4.NewRouter(ctx)
+	if err := pub.Listen(endpoint); err != nil {
+		cancel()
+		return err
+	}
+	if err := replay.Listen(replayEndpoint); err != nil {
+		cancel()
+		_ = pub.Close()
+		return err
+	}
+	p.pub, p.replay, p.cancel = pub, replay, cancel
+	p.Endpoint, p.ReplayEndpoint = "tcp://"+pub.Addr().String(), "tcp://"+replay.Addr().String()
+	go p.serveReplay(replay)
+	return nil
+}
+
+func (p *Publisher) closeLocked() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	_ = p.pub.Close()
+	_ = p.replay.Close()
+	p.cancel = nil
+}
+
+// Restart is the engine process restarting: both sockets close (a subscriber's
+// connection drops) and bind the same ports again, the sequence starts over at
+// 0 and the replay buffer is empty, as a new vLLM's ZmqEventPublisher's are
+// (itertools.count() and a fresh deque).
+func (p *Publisher) Restart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closeLocked()
+	p.seq, p.buffer = 0, nil
+	var err error
+	// The old listeners are closed; their ports may take a moment to be free.
+	for range 50 {
+		if err = p.bind(p.Endpoint, p.ReplayEndpoint); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// RestartSequence starts the sequence over at 0 with an empty replay buffer but
+// keeps the sockets: what a subscriber sees when a restarted publisher reached
+// it without its connection failing (a listening subscriber that a new
+// publisher dials while the old connection is not yet known dead).
+func (p *Publisher) RestartSequence() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq, p.buffer = 0, nil
 }
 
 // Stored publishes one BlockStored batch.
@@ -96,16 +172,16 @@ func (p *Publisher) publish(send bool, payload []byte) {
 	binary.BigEndian.PutUint64(seq[:], uint64(p.seq))
 	p.seq++
 	p.buffer = append(p.buffer, [2][]byte{seq[:], payload})
-	if send {
+	if send && p.pub != nil {
 		_ = p.pub.SendMulti(zmq4.NewMsgFrom([]byte(p.topic), seq[:], payload))
 	}
 }
 
-func (p *Publisher) serveReplay() {
+func (p *Publisher) serveReplay(sock zmq4.Socket) {
 	end := make([]byte, 8)
 	binary.BigEndian.PutUint64(end, ^uint64(0)) // -1
 	for {
-		msg, err := p.replay.Recv()
+		msg, err := sock.Recv()
 		if err != nil {
 			return
 		}
@@ -116,12 +192,19 @@ func (p *Publisher) serveReplay() {
 		p.mu.Lock()
 		batches := append([][2][]byte(nil), p.buffer...)
 		p.mu.Unlock()
-		for _, b := range batches {
-			if int64(binary.BigEndian.Uint64(b[0])) >= start {
-				_ = p.replay.SendMulti(zmq4.NewMsgFrom(id, []byte{}, b[0], b[1]))
+		reply := func(topic []byte, seq, payload []byte) {
+			if p.opts.ReplayTopic {
+				_ = sock.SendMulti(zmq4.NewMsgFrom(id, []byte{}, topic, seq, payload))
+			} else {
+				_ = sock.SendMulti(zmq4.NewMsgFrom(id, []byte{}, seq, payload))
 			}
 		}
-		_ = p.replay.SendMulti(zmq4.NewMsgFrom(id, []byte{}, end, []byte{}))
+		for _, b := range batches {
+			if int64(binary.BigEndian.Uint64(b[0])) >= start {
+				reply([]byte(p.topic), b[0], b[1])
+			}
+		}
+		reply(nil, end, []byte{})
 	}
 }
 
@@ -193,9 +276,12 @@ func (p *Publisher) encode(st StoredBlocks, removed []uint64, cleared bool) []by
 		key("block_hashes")
 		hashes(st.Hashes)
 		key("parent_block_hash")
-		if st.Parent == nil {
+		switch {
+		case st.Parent == nil && p.opts.ZeroParent && p.enc == ArrayEncoding:
+			_ = e.EncodeUint64(0)
+		case st.Parent == nil:
 			_ = e.EncodeNil()
-		} else {
+		default:
 			hash(*st.Parent)
 		}
 		key("token_ids")

@@ -69,7 +69,10 @@ func Workers(ctx context.Context, cc grpc.ClientConnInterface, w io.Writer) erro
 	fmt.Fprintln(tw, "ID\tMODE\tADDRESS\tSTATE")
 	for _, wk := range resp.GetWorkers() {
 		state := "serving"
-		if wk.GetDraining() {
+		switch {
+		case wk.GetUnavailable() != "":
+			state = "unavailable: " + wk.GetUnavailable()
+		case wk.GetDraining():
 			state = "draining"
 		}
 		mode := strings.ToLower(strings.TrimPrefix(wk.GetMode().String(), "WORKER_MODE_"))

@@ -207,6 +207,30 @@ func (d *Directory) refreshLocked() {
 	}
 }
 
+// watchDraining asks a draining (or unavailable) static worker who it is every
+// second until it serves again or is no longer listed. Workers that serve are
+// asked only when a caller finds them stale, so that D decode workers do not poll
+// P prefill workers for ever.
+func (d *Directory) watchDraining(addr string, e *entry) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		d.mu.Lock()
+		ctx := d.ctx
+		if d.static[addr] != e || !e.w.Draining || ctx == nil {
+			d.mu.Unlock()
+			return
+		}
+		d.askLocked(addr, e, false)
+		d.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // askLocked starts asking addr who it is, unless a question is already out;
 // persist keeps asking until it answers, else one try.
 func (d *Directory) askLocked(addr string, e *entry, persist bool) {
@@ -252,7 +276,8 @@ func (d *Directory) ask(ctx context.Context, addr string, e *entry, persist bool
 
 func (d *Directory) learn(addr string, e *entry, info *workerv1.WorkerInfo) {
 	w := router.Worker{ID: info.GetId(), Address: addr, Mode: info.GetMode(), Policy: info.GetPrefillPolicy(),
-		TotalBlocks: int(info.GetTotalBlocks()), Fingerprint: info.GetLayout().GetModelFingerprint(), NoKVEvents: info.GetNoKvEvents(), LendsPrefill: info.GetLendsPrefill()}
+		TotalBlocks: int(info.GetTotalBlocks()), Fingerprint: info.GetLayout().GetModelFingerprint(), NoKVEvents: info.GetNoKvEvents(), LendsPrefill: info.GetLendsPrefill(),
+		Draining: info.GetDraining() || info.GetUnavailable() != "", Unavailable: info.GetUnavailable()}
 	if port := info.GetKvTransferPort(); port != 0 {
 		kv, err := kvAddress(addr, port)
 		if err != nil {
@@ -274,7 +299,12 @@ func (d *Directory) learn(addr string, e *entry, info *workerv1.WorkerInfo) {
 		return // no longer listed
 	}
 	if e.w != w {
-		d.log.Info("worker known", "peer_addr", addr, "peer_id", w.ID, "mode", w.Mode.String(), "kv_transfer_addr", w.KVAddress)
+		d.log.Info("worker known", "peer_addr", addr, "peer_id", w.ID, "mode", w.Mode.String(), "kv_transfer_addr", w.KVAddress,
+			"draining", w.Draining, "unavailable", w.Unavailable)
+	}
+	if w.Draining && !e.w.Draining {
+		// Nobody would ask again once it serves: watch it until it does.
+		go d.watchDraining(addr, e)
 	}
 	e.w = w
 	if !e.counted {

@@ -5,7 +5,7 @@
 // server writes each DATA frame to the socket on its own: 16 KiB per write, as
 // grpc-go clients accept no larger frames. grpc-go's server gathers frames in a
 // write buffer and flushes it whole, which on loopback moves a handoff about 1.7x
-// faster for the same CPU (docs/BENCHMARKS.md, "KV handoff throughput"). Only the
+// faster for the same CPU. Only the
 // bulk path moves here; the main port still serves Prefill for Connect, gRPC-Web
 // and older decode workers.
 package kvport

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,8 +63,9 @@ type Server struct {
 	ln       net.Listener
 	http     *http.Server
 	health   *grpchealth.StaticChecker
-	names    []string
+	mux      *http.ServeMux
 	mu       sync.Mutex
+	names    []string // guarded by mu
 	draining []func()
 }
 
@@ -85,8 +87,8 @@ func New(cfg Config, handlers []Handler, extra http.Handler) (*Server, error) {
 		health.SetStatus(n, grpchealth.StatusNotServing)
 	}
 	mux.Handle(grpchealth.NewHandler(health))
-	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName,
-		grpcreflect.ReflectV1AlphaServiceName)...)
+	s := &Server{cfg: cfg, health: health, names: names, mux: mux}
+	reflector := grpcreflect.NewReflector(s)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
@@ -110,21 +112,35 @@ func New(cfg Config, handlers []Handler, extra http.Handler) (*Server, error) {
 		// Cleartext HTTP/2 lets grpc-go clients and grpcurl -plaintext in on the same port.
 		p.SetUnencryptedHTTP2(true)
 	}
-	s := &Server{
-		cfg:    cfg,
-		ln:     ln,
-		health: health,
-		names:  names,
-		http: &http.Server{
-			Handler:           handler,
-			Protocols:         p,
-			HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxStreams},
-			TLSConfig:         cfg.TLS,
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
-		},
+	s.ln = ln
+	s.http = &http.Server{
+		Handler:           handler,
+		Protocols:         p,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: MaxStreams},
+		TLSConfig:         cfg.TLS,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// Names are the services mounted, with health and reflection, for reflection.
+func (s *Server) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(slices.Clone(s.names), grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName)
+}
+
+// Mount adds services to a server that already listens (a worker that serves its
+// health while its engine server starts): each is NOT_SERVING until SetServing.
+func (s *Server) Mount(handlers ...Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range handlers {
+		s.mux.Handle(h.Path, h.Handler)
+		s.names = append(s.names, h.Name)
+		s.health.SetStatus(h.Name, grpchealth.StatusNotServing)
+	}
 }
 
 // Addr is the address the server listens on.
@@ -136,6 +152,8 @@ func (s *Server) SetServing(serving bool) {
 	if serving {
 		st = grpchealth.StatusServing
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, n := range append([]string{""}, s.names...) {
 		s.health.SetStatus(n, st)
 	}

@@ -65,6 +65,9 @@ type Config struct {
 
 	// GPU is the engine server a vllm, trtllm or sglang worker fronts.
 	GPU GPUEngine
+	// onEngineWait hears why each attempt to reach a starting GPU engine server
+	// failed, for the worker's /readyz.
+	onEngineWait func(error)
 
 	Consul consul.Config
 }

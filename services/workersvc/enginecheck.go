@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/engine/enginecheck"
+	"github.com/tandem-serve/tandem/engine/openaihttp"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -60,7 +61,9 @@ func (c *EngineCheck) Run(ctx context.Context, stdout io.Writer, log *slog.Logge
 	if w.BlockSize <= 0 || w.ContextLength < 0 {
 		return fmt.Errorf("--block-size %d must be positive and --max-model-len %d not negative", w.BlockSize, w.ContextLength)
 	}
+	// What the worker's own checks need and the check does not take.
 	w.GPU.TokenMode, w.GPU.MetricsInterval = "auto", time.Second
+	w.GPU.Timeouts, w.GPU.Health = openaihttp.DefaultTimeouts, openaihttp.DefaultHealth
 	tokPath := w.Tokenizer
 	if tokPath == "" {
 		w.Tokenizer = "-" // validateGPU wants one; the check does without

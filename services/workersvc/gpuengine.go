@@ -40,6 +40,9 @@ type GPUEngine struct {
 	Bootstrap string
 	// KVEvents is the engine's KV event publisher (vLLM's --kv-events-config).
 	KVEvents kvevents.SubscriberConfig
+	// Timeouts bound each wait on the engine; Health is how it is probed.
+	Timeouts openaihttp.Timeouts
+	Health   openaihttp.HealthConfig
 	// Record is a directory to write every exchange with the engine to.
 	Record string
 }
@@ -54,6 +57,15 @@ func (g *GPUEngine) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&g.Wait, "engine-wait", 10*time.Minute, "vllm, trtllm, sglang: how long to wait at start for the engine to serve its model")
 	fs.StringVar(&g.Bootstrap, "engine-bootstrap", "", "sglang prefill workers: the engine's bootstrap server as decode engines reach it, "+
 		"host:port (default: --engine-url's host and port "+strconv.Itoa(sglang.DefaultBootstrapPort)+")")
+	t, h := openaihttp.DefaultTimeouts, openaihttp.DefaultHealth
+	fs.DurationVar(&g.Timeouts.Header, "engine-header-timeout", t.Header,
+		"vllm, trtllm, sglang: how long a streamed request waits for the engine's response headers before it fails")
+	fs.DurationVar(&g.Timeouts.FirstToken, "engine-first-token-timeout", t.FirstToken,
+		"vllm, trtllm, sglang: how long a request waits for its first token (the engine's queue and prefill), and a prefill leg for its answer")
+	fs.DurationVar(&g.Timeouts.Token, "engine-token-timeout", t.Token, "vllm, trtllm, sglang: the longest gap between two streamed tokens before the request fails")
+	fs.DurationVar(&g.Health.Interval, "engine-health-interval", h.Interval, "vllm, trtllm, sglang: how often the engine's /health is probed")
+	fs.IntVar(&g.Health.Failures, "engine-health-failures", h.Failures,
+		"vllm, trtllm, sglang: failed health probes in a row after which the worker turns NOT_SERVING (it serves again at the first probe that passes)")
 	fs.StringVar(&g.KVEvents.Endpoint, "kv-events-endpoint", "", "vllm (and engines that publish vLLM's KV events): the engine's ZMQ "+
 		"publisher, e.g. tcp://gpu-host:5557 (dialled), or tcp://*:5557 to listen for a publisher that dials (empty: no events; routing uses load alone)")
 	fs.StringVar(&g.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "the engine's KV event replay socket, e.g. tcp://gpu-host:5558 "+
@@ -80,6 +92,18 @@ func (c *Config) validateGPU() error {
 	}
 	if g.MetricsInterval <= 0 || g.Wait < 0 {
 		return errors.New("--engine-metrics-interval must be positive and --engine-wait not negative")
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--engine-header-timeout", g.Timeouts.Header}, {"--engine-first-token-timeout", g.Timeouts.FirstToken},
+		{"--engine-token-timeout", g.Timeouts.Token}, {"--engine-health-interval", g.Health.Interval}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s %s must be positive", d.flag, d.v)
+		}
+	}
+	if g.Health.Failures < 1 {
+		return fmt.Errorf("--engine-health-failures %d must be at least 1", g.Health.Failures)
 	}
 	if g.Bootstrap != "" {
 		if c.Engine != "sglang" {
@@ -173,7 +197,8 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 	eng, err := openaihttp.New(ctx, openaihttp.Config{
 		URL: c.GPU.URL, Dialect: d, Tokenizer: tok, Model: c.EngineModel(), ContextLength: c.ContextLength, BlockSize: c.BlockSize,
 		TotalBlocks: c.NumBlocks, TokenMode: openaihttp.TokenMode(c.GPU.TokenMode), MetricsInterval: c.GPU.MetricsInterval,
-		Wait: c.GPU.Wait, Cache: mirror, HTTP: hc, Logger: log,
+		Wait: c.GPU.Wait, Timeouts: c.GPU.Timeouts, Health: c.GPU.Health, Cache: mirror, HTTP: hc, Logger: log,
+		Waiting: c.onEngineWait,
 	})
 	if err != nil && rec != nil {
 		_ = rec.Close()
@@ -190,7 +215,11 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		}
 		return &withEvents{Engine: eng, rec: rec}, nil
 	}
-	sub, err := kvevents.Subscribe(c.GPU.KVEvents, mirror, log.With("engine", c.Engine))
+	events := c.GPU.KVEvents
+	if rec != nil {
+		events.OnFrames = rec.OnFrames
+	}
+	sub, err := kvevents.Subscribe(events, mirror, log.With("engine", c.Engine))
 	if err != nil {
 		_ = eng.Close()
 		if rec != nil {
@@ -198,7 +227,7 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		}
 		return nil, fmt.Errorf("KV events: %w", err)
 	}
-	return &withEvents{Engine: eng, sub: sub, rec: rec}, nil
+	return &withEvents{Engine: eng, sub: sub, mirror: mirror, rec: rec}, nil
 }
 
 // EngineModel is the served model id to ask the engine server for: --model when
@@ -215,8 +244,9 @@ func (c *Config) EngineModel() string {
 // without). Closing it stops both.
 type withEvents struct {
 	*openaihttp.Engine
-	sub *kvevents.Subscriber
-	rec *openaihttp.Recorder
+	sub    *kvevents.Subscriber
+	mirror *kvevents.Mirror
+	rec    *openaihttp.Recorder
 }
 
 func (w *withEvents) Close() error {

@@ -16,7 +16,7 @@ import (
 // that mounts it and its KV transfer port: a prefill worker's, and a lender's,
 // an aggregated worker with --lend-prefill that takes remote prefills for decode
 // workers beside its own traffic, so that no device is parked in a prefill-only
-// role (issue 14, role-flexible workers).
+// role (role-flexible workers).
 func (s *Service) servePrefill(env *process.Env, cfg Config) (server.Handler, error) {
 	pc := prefill.DefaultConfig()
 	pc.WorkerID, pc.MaxPromptTokens, pc.MaxQueuedTokens = s.ID, s.eng.Info().ContextLength, cfg.MaxQueuedTokens

@@ -5,24 +5,41 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/kvevents"
+	"github.com/tandem-serve/tandem/engine/openaihttp"
 )
 
 // registerPoolMetrics exposes the engine's KV pool and queue, read at scrape time,
 // with the nouns vLLM's dashboards use (running, waiting, KV cache usage).
 func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
+	cached := func() float64 { return float64(eng.Stats().CachedBlocks) }
+	switch e := eng.(type) {
+	case *withEvents:
+		// A GPU engine server reports no cached blocks; its KV events say
+		// which prefix blocks it holds (in use or not).
+		cached = func() float64 { return float64(e.mirror.Len()) }
+		if e.mirror == nil {
+			cached = nil // recorded, without events
+		}
+	case *openaihttp.Engine:
+		cached = nil // no events: unknown, which is not 0
+	}
 	for _, state := range []string{"free", "cached", "active"} {
+		if state == "cached" && cached == nil {
+			continue
+		}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "tandem_kv_cache_blocks", Help: "KV cache blocks by state: free, cached (reusable prefix, evictable), active (held by sequences).",
+			Name: "tandem_kv_cache_blocks",
+			Help: "KV cache blocks by state: free, cached (reusable prefix, evictable; for a GPU engine server, the prefix blocks " +
+				"its KV events say it holds, in use or not), active (held by sequences).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 {
-			st := eng.Stats()
 			switch state {
 			case "free":
-				return float64(st.FreeBlocks)
+				return float64(eng.Stats().FreeBlocks)
 			case "cached":
-				return float64(st.CachedBlocks)
+				return cached()
 			}
-			return float64(st.ActiveBlocks)
+			return float64(eng.Stats().ActiveBlocks)
 		}))
 	}
 	reg.MustRegister(
@@ -55,7 +72,7 @@ func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
 // registerEventMetrics counts what the subscriber to a GPU engine's KV events
 // saw, so an operator can tell a router's stale view from a quiet engine: gaps
 // and resyncs mean the index was rebuilt, bad messages a publisher tandem cannot
-// read.
+// read, skipped events blocks the router never hears of.
 func registerEventMetrics(reg prometheus.Registerer, eng engine.Engine) {
 	w, ok := eng.(*withEvents)
 	if !ok || w.sub == nil {
@@ -72,9 +89,21 @@ func registerEventMetrics(reg prometheus.Registerer, eng engine.Engine) {
 			prometheus.Labels{"source": "replayed"}, func(s kvevents.SubscriberStats) int { return s.Replayed }),
 		counter("tandem_kv_events_gaps_total", "Gaps in the engine's KV event sequence numbers.", nil,
 			func(s kvevents.SubscriberStats) int { return s.Gaps }),
-		counter("tandem_kv_events_resyncs_total", "Gaps (or unreadable batches) the worker could not replay, so its view of the engine's cache was cleared.", nil,
-			func(s kvevents.SubscriberStats) int { return s.Resyncs }),
 		counter("tandem_kv_events_bad_messages_total", "Messages from the KV event publisher that were not (topic, sequence, batch).", nil,
 			func(s kvevents.SubscriberStats) int { return s.Bad }),
 	)
+	for _, reason := range kvevents.ResyncReasons {
+		reg.MustRegister(counter("tandem_kv_events_resyncs_total",
+			"Times the worker's view of the engine's cache was cleared, by reason: gap (lost batches not replayed), undecodable (a batch), "+
+				"restart (the sequence started over), disconnected (the subscription was lost).",
+			prometheus.Labels{"reason": reason}, func(s kvevents.SubscriberStats) int { return s.Resyncs[reason] }))
+	}
+	for _, reason := range kvevents.SkipReasons {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_kv_events_skipped_total",
+			Help: "Engine KV events the worker could not key, by reason (no_blocks, block_size, token_count, lora, medium, unknown_parent): " +
+				"blocks the router never hears of.",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(w.mirror.Stats().Skipped[reason]) }))
+	}
 }

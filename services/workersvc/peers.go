@@ -39,7 +39,7 @@ func (s *Service) serveOncePeersKnown(ctx context.Context) {
 			if ctx.Err() != nil {
 				return // shutting down: the drain says NOT_SERVING
 			}
-			s.srv.SetServing(!s.drained.Load())
+			s.refreshServing()
 			s.log.Info("prefill workers known; serving", "prefill_workers", len(s.dir.Workers()))
 			return
 		case <-tick.C:

@@ -93,6 +93,10 @@ func (c *kvThenMain) Prefill(ctx context.Context, in *prefillv1.PrefillRequest) 
 	return c.main.Prefill(ctx, in)
 }
 
+// Failed asks the static prefill workers again who they are and whether they
+// serve: a worker whose engine died says so, and is offered no more.
+func (p *prefillers) Failed(string) { p.dir.Refresh() }
+
 func (p *prefillers) IDs() []string {
 	var ids []string
 	for _, w := range p.dir.Workers() {

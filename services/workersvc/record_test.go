@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/engine/kvevents"
 	"github.com/tandem-serve/tandem/internal/fakeengine"
 	"github.com/tandem-serve/tandem/services"
 )
@@ -81,5 +83,35 @@ func TestEngineRecordNeedsGPU(t *testing.T) {
 	cfg.GPU.Record = t.TempDir()
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--engine-record") {
 		t.Errorf("--engine-record with --engine native: %v", err)
+	}
+}
+
+// With KV events, the recorder also writes the publisher's messages.
+func TestEngineRecordKVEvents(t *testing.T) {
+	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, Output: []uint32{1, 2}}).Start(t)
+	pub := fakeengine.NewPublisher(t, "kv", fakeengine.MapEncoding)
+	dir := t.TempDir()
+	cfg := gpuConfig(t, "vllm", f.URL())
+	cfg.GPU.Record, cfg.GPU.KVEvents = dir, kvevents.SubscriberConfig{Endpoint: pub.Endpoint, ReplayEndpoint: pub.ReplayEndpoint, Topic: "kv"}
+	eng, err := cfg.NewEngine(t.Context(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	files, _ := filepath.Glob(filepath.Join(dir, "engine-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("capture files %v", files)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pub.Stored(fakeengine.StoredBlocks{Hashes: []uint64{7}, TokenIDs: make([]uint32, 16), BlockSize: 16})
+		b, _ := os.ReadFile(files[0])
+		if strings.Contains(string(b), `"zmq":{"replay":false,"frames":["a3Y="`) { // "kv" in base64
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no KV event message in the capture:\n%s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

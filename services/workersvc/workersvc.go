@@ -50,14 +50,43 @@ type Service struct {
 	// drained is what the last drain (or undo) asked; a decode worker serves once
 	// it knows its prefill workers and is not drained.
 	drained atomic.Bool
+	ready   readiness
+	// early serves health while a GPU engine server is waited for; nil otherwise.
+	early *early
 }
 
 // Start builds the engine and opens the listener; the worker serves once Run runs.
+// A worker in front of a GPU engine server listens first, serving its health
+// (NOT_SERVING, with the reason at /readyz) while it waits for the server.
 func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	mode, _ := cfg.WorkerMode()
+	id := cfg.ID
+	if id == "" {
+		id = cfg.Mode + "-" + requestid.New()[:8]
+	}
+	env.Logger = env.Logger.With("worker_id", id)
+	s := &Service{ID: id, Mode: mode, cfg: cfg, log: env.Logger}
+	if isGPU(cfg.Engine) {
+		if s.srv, err = env.NewServer(cfg.Serve, nil, s.readyz()); err != nil {
+			return nil, err
+		}
+		s.serveEarly(ctx)
+		defer func() {
+			if err != nil {
+				s.stopEarly()
+			}
+		}()
+		s.ready.waiting = "waiting for the " + cfg.Engine + " engine server at " + cfg.GPU.URL
+		s.log.Info("not serving until the engine server answers; worker listening", "addr", s.srv.Addr(), "engine_url", cfg.GPU.URL)
+		cfg.onEngineWait = func(err error) {
+			s.update(func(r *readiness) {
+				r.waiting = "waiting for the " + cfg.Engine + " engine server at " + cfg.GPU.URL + ": " + err.Error()
+			})
+		}
+	}
 	eng, err := cfg.NewEngine(ctx, env.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -67,13 +96,8 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 			_ = eng.Close()
 		}
 	}()
-	id := cfg.ID
-	if id == "" {
-		id = cfg.Mode + "-" + requestid.New()[:8]
-	}
-	env.Logger = env.Logger.With("worker_id", id)
+	s.eng = eng
 	opts := env.HandlerOptions()
-	s := &Service{ID: id, Mode: mode, cfg: cfg, eng: eng, log: env.Logger}
 	s.worker = worker.New(id, requestid.New(), mode, process.Version(), eng)
 	card, err := modelCard(cfg, eng)
 	if err != nil {
@@ -110,9 +134,14 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 	}
 	registerPoolMetrics(env.Registry, eng)
 	registerEventMetrics(env.Registry, eng)
-	if s.srv, err = env.NewServer(cfg.Serve, handlers, nil); err != nil {
-		return nil, err
+	if s.srv == nil {
+		if s.srv, err = env.NewServer(cfg.Serve, handlers, s.readyz()); err != nil {
+			return nil, err
+		}
+	} else {
+		s.srv.Mount(handlers...)
 	}
+	s.update(func(r *readiness) { r.waiting = "" })
 	info := eng.Info()
 	cfg.Consul.CheckTLS = cfg.Serve.TLS.Enabled()
 	meta := map[string]string{
@@ -143,7 +172,9 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		s.lender, err = joinAsLender(cfg.Consul, s.member, id, meta)
 	}
 	if err != nil {
-		s.srv.Close()
+		if s.early == nil {
+			s.srv.Close()
+		}
 		return nil, fmt.Errorf("consul: %w", err)
 	}
 	for _, m := range []*consul.Member{s.member, s.lender} {
@@ -152,16 +183,18 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 		}
 	}
 	s.srv.OnDrain(s.worker.Stop)
+	s.srv.OnDrain(func() { s.update(func(r *readiness) { r.stopping = true }) })
 	s.worker.SetServingHook(func(serving bool) {
 		s.drained.Store(!serving)
 		if s.prefillSvc != nil {
 			s.prefillSvc.SetDraining(!serving)
 		}
-		s.srv.SetServing(serving && s.peersKnown())
+		s.refreshServing()
 		if s.kv != nil {
 			s.kv.SetServing(serving) // a drained worker's KV port says so too
 		}
 	})
+	s.followEngineHealth()
 	return s, nil
 }
 
@@ -220,12 +253,18 @@ func (s *Service) Run(ctx context.Context) error {
 	} else {
 		kvDone <- nil
 	}
-	if s.peersKnown() {
-		s.srv.SetServing(true)
-	} else {
+	s.update(func(r *readiness) { r.running = true })
+	if !s.peersKnown() {
 		go s.serveOncePeersKnown(ctx)
 	}
-	err := s.srv.Serve(ctx)
+	var err error
+	if s.early != nil {
+		stop := context.AfterFunc(ctx, s.early.cancel)
+		defer stop()
+		err = <-s.early.done
+	} else {
+		err = s.srv.Serve(ctx)
+	}
 	if kerr := <-kvDone; err == nil {
 		err = kerr
 	}

@@ -134,8 +134,11 @@ type Worker struct {
 	Draining bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
 	// The weights it serves (its KV layout's fingerprint).
 	ModelFingerprint string `protobuf:"bytes,5,opt,name=model_fingerprint,json=modelFingerprint,proto3" json:"model_fingerprint,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Why the worker cannot serve now (its engine does not answer); empty while it
+	// can. Such a worker also reads as draining.
+	Unavailable   string `protobuf:"bytes,6,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
@@ -199,6 +202,13 @@ func (x *Worker) GetDraining() bool {
 func (x *Worker) GetModelFingerprint() string {
 	if x != nil {
 		return x.ModelFingerprint
+	}
+	return ""
+}
+
+func (x *Worker) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
 	}
 	return ""
 }
@@ -994,13 +1004,14 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"block_size\x18\x04 \x01(\rR\tblockSize\x12\x18\n" +
 	"\aexplain\x18\x05 \x01(\bR\aexplain\x12,\n" +
 	"\x12exclude_worker_ids\x18\x06 \x03(\tR\x10excludeWorkerIds\x12+\n" +
-	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xad\x01\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xcf\x01\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x120\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x1c.tandem.worker.v1.WorkerModeR\x04mode\x12\x1a\n" +
 	"\bdraining\x18\x04 \x01(\bR\bdraining\x12+\n" +
-	"\x11model_fingerprint\x18\x05 \x01(\tR\x10modelFingerprint\"\xcf\x01\n" +
+	"\x11model_fingerprint\x18\x05 \x01(\tR\x10modelFingerprint\x12 \n" +
+	"\vunavailable\x18\x06 \x01(\tR\vunavailable\"\xcf\x01\n" +
 	"\fRankedWorker\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12#\n" +
 	"\rcached_blocks\x18\x02 \x01(\rR\fcachedBlocks\x12#\n" +

@@ -453,7 +453,11 @@ type WorkerInfo struct {
 	// An aggregated worker that also serves PrefillService.Prefill for decode
 	// workers (--lend-prefill): the router ranks it among the prefill workers,
 	// its own decode load added to its cost, and decode workers may call it.
-	LendsPrefill  bool `protobuf:"varint,11,opt,name=lends_prefill,json=lendsPrefill,proto3" json:"lends_prefill,omitempty"`
+	LendsPrefill bool `protobuf:"varint,11,opt,name=lends_prefill,json=lendsPrefill,proto3" json:"lends_prefill,omitempty"`
+	// The worker drains (tandem drain), or cannot serve now; unavailable says why
+	// (its engine does not answer). Callers offer such a worker no new work.
+	Draining      bool   `protobuf:"varint,12,opt,name=draining,proto3" json:"draining,omitempty"`
+	Unavailable   string `protobuf:"bytes,13,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,6 +567,20 @@ func (x *WorkerInfo) GetLendsPrefill() bool {
 		return x.LendsPrefill
 	}
 	return false
+}
+
+func (x *WorkerInfo) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *WorkerInfo) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
 }
 
 // Load is a worker's instantaneous load.
@@ -1426,6 +1444,9 @@ type WatchEventsResponse struct {
 	// A decode worker's prefill policy now; it may change at run time (Consul KV),
 	// and with it the gating classes the router puts the worker in.
 	PrefillPolicy *PrefillPolicy `protobuf:"bytes,6,opt,name=prefill_policy,json=prefillPolicy,proto3" json:"prefill_policy,omitempty"`
+	// Why the worker cannot serve now (its engine does not answer); empty while it
+	// can. It comes with draining set, so that subscribers send it nothing new.
+	Unavailable   string `protobuf:"bytes,7,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1500,6 +1521,13 @@ func (x *WatchEventsResponse) GetPrefillPolicy() *PrefillPolicy {
 		return x.PrefillPolicy
 	}
 	return nil
+}
+
+func (x *WatchEventsResponse) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
 }
 
 type DrainRequest struct {
@@ -1611,7 +1639,7 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"block_size\x18\x05 \x01(\rR\tblockSize\x12\x1f\n" +
 	"\vblock_bytes\x18\x06 \x01(\x04R\n" +
 	"blockBytes\x12+\n" +
-	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\x85\x03\n" +
+	"\x11model_fingerprint\x18\a \x01(\tR\x10modelFingerprint\"\xc3\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x120\n" +
@@ -1626,7 +1654,9 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\fno_kv_events\x18\n" +
 	" \x01(\bR\n" +
 	"noKvEvents\x12#\n" +
-	"\rlends_prefill\x18\v \x01(\bR\flendsPrefill\"\xa0\x02\n" +
+	"\rlends_prefill\x18\v \x01(\bR\flendsPrefill\x12\x1a\n" +
+	"\bdraining\x18\f \x01(\bR\bdraining\x12 \n" +
+	"\vunavailable\x18\r \x01(\tR\vunavailable\"\xa0\x02\n" +
 	"\x04Load\x12+\n" +
 	"\x11running_sequences\x18\x01 \x01(\rR\x10runningSequences\x12+\n" +
 	"\x11waiting_sequences\x18\x02 \x01(\rR\x10waitingSequences\x12%\n" +
@@ -1680,14 +1710,15 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x1c.tandem.worker.v1.WorkerInfoR\x04info\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\":\n" +
 	"\x12WatchEventsRequest\x12$\n" +
-	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xb2\x02\n" +
+	"\x0eafter_event_id\x18\x01 \x01(\x04R\fafterEventId\"\xd4\x02\n" +
 	"\x13WatchEventsResponse\x12 \n" +
 	"\vincarnation\x18\x01 \x01(\tR\vincarnation\x126\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1a.tandem.worker.v1.SnapshotR\bsnapshot\x121\n" +
 	"\x06events\x18\x03 \x03(\v2\x19.tandem.worker.v1.KVEventR\x06events\x12*\n" +
 	"\x04load\x18\x04 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12\x1a\n" +
 	"\bdraining\x18\x05 \x01(\bR\bdraining\x12F\n" +
-	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\"(\n" +
+	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\x12 \n" +
+	"\vunavailable\x18\a \x01(\tR\vunavailable\"(\n" +
 	"\fDrainRequest\x12\x18\n" +
 	"\aserving\x18\x01 \x01(\bR\aserving\"\x0f\n" +
 	"\rDrainResponse*v\n" +
