@@ -265,11 +265,12 @@ func checkMetricsBlockSize(cfg Config, samples []openaihttp.Sample, r *Report) {
 
 // probePrompt is a prompt of two blocks of random tokens: long enough to store
 // blocks (and so publish events), and not in the engine's prefix cache from a
-// previous check.
+// previous check. Without a tokenizer the ids stay below 256, inside every
+// vocabulary: an id beyond the model's breaks some servers (llama-server).
 func probePrompt(e *openaihttp.Engine, blockSize int) []uint32 {
-	hi := uint32(1000)
-	if v := e.Info().VocabSize; v > 0 && v < 1000 {
-		hi = uint32(v)
+	hi := uint32(256)
+	if v := e.Info().VocabSize; v > 0 && v < noVocab {
+		hi = uint32(min(v, 1000))
 	}
 	lo := hi / 10
 	p := make([]uint32, 2*blockSize)
