@@ -54,6 +54,7 @@ func commands() []command {
 		{"route", "ask a router where a prompt would go and why (--explain)", runRoute},
 		{"workers", "list the workers a router can route to, with their mode and whether they drain", runWorkers},
 		{"health", "check a service's grpc.health.v1 status; exit 0 only when SERVING", runHealth},
+		{"engine", "check a GPU engine server (vLLM, TensorRT-LLM, SGLang): what tandem will use and what is missing", runEngine},
 		{"tokenize", "print the token ids and pieces a model's tokenizer makes of a text", runTokenize},
 		{"version", "print the version", func(_ context.Context, _ []string, _ func(string) string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintln(stdout, process.Version())

@@ -257,6 +257,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--engine-url, --kv-events-endpoint and --engine-bootstrap are for GPU engines (%s), not --engine %s",
 			strings.Join(GPUEngines, ", "), c.Engine)
 	}
+	if !isGPU(c.Engine) && c.GPU.Record != "" {
+		return fmt.Errorf("--engine-record records the exchanges with a GPU engine (%s), not --engine %s", strings.Join(GPUEngines, ", "), c.Engine)
+	}
 	switch c.Engine {
 	case "vllm", "trtllm", "sglang":
 		return c.validateGPU()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -42,6 +43,8 @@ type GPUEngine struct {
 	// Timeouts bound each wait on the engine; Health is how it is probed.
 	Timeouts openaihttp.Timeouts
 	Health   openaihttp.HealthConfig
+	// Record is a directory to write every exchange with the engine to.
+	Record string
 }
 
 // RegisterFlags registers the GPU engine flags.
@@ -68,6 +71,8 @@ func (g *GPUEngine) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&g.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "the engine's KV event replay socket, e.g. tcp://gpu-host:5558 "+
 		"(empty: a lost event resynchronises instead of replaying)")
 	fs.StringVar(&g.KVEvents.Topic, "kv-events-topic", "", "the KV events' ZMQ topic (vLLM's kv-events-config topic)")
+	fs.StringVar(&g.Record, "engine-record", "", "vllm, trtllm, sglang: write every HTTP exchange with the engine (requests, responses, "+
+		"streamed bodies with their timing) to a JSON-lines file in this directory, for debugging and replay tests (docs/ENGINES.md)")
 }
 
 func isGPU(name string) bool { return slices.Contains(GPUEngines, name) }
@@ -180,12 +185,24 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 	if c.GPU.KVEvents.Endpoint != "" {
 		mirror = kvevents.NewMirror(c.BlockSize, 4096)
 	}
+	var rec *openaihttp.Recorder
+	var hc *http.Client
+	if c.GPU.Record != "" {
+		if rec, err = openaihttp.NewRecorder(c.GPU.Record, nil); err != nil {
+			return nil, fmt.Errorf("--engine-record: %w", err)
+		}
+		hc = &http.Client{Transport: rec}
+		log.Info("recording the exchanges with the engine", "file", rec.Path())
+	}
 	eng, err := openaihttp.New(ctx, openaihttp.Config{
 		URL: c.GPU.URL, Dialect: d, Tokenizer: tok, Model: c.EngineModel(), ContextLength: c.ContextLength, BlockSize: c.BlockSize,
 		TotalBlocks: c.NumBlocks, TokenMode: openaihttp.TokenMode(c.GPU.TokenMode), MetricsInterval: c.GPU.MetricsInterval,
-		Wait: c.GPU.Wait, Timeouts: c.GPU.Timeouts, Health: c.GPU.Health, Cache: mirror, Logger: log,
+		Wait: c.GPU.Wait, Timeouts: c.GPU.Timeouts, Health: c.GPU.Health, Cache: mirror, HTTP: hc, Logger: log,
 		Waiting: c.onEngineWait,
 	})
+	if err != nil && rec != nil {
+		_ = rec.Close()
+	}
 	if errors.Is(err, openaihttp.ErrNoContextLength) {
 		return nil, fmt.Errorf("%w: give --max-model-len", err)
 	}
@@ -193,14 +210,24 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		return nil, err
 	}
 	if mirror == nil {
-		return eng, nil
+		if rec == nil {
+			return eng, nil
+		}
+		return &withEvents{Engine: eng, rec: rec}, nil
 	}
-	sub, err := kvevents.Subscribe(c.GPU.KVEvents, mirror, log.With("engine", c.Engine))
+	events := c.GPU.KVEvents
+	if rec != nil {
+		events.OnFrames = rec.OnFrames
+	}
+	sub, err := kvevents.Subscribe(events, mirror, log.With("engine", c.Engine))
 	if err != nil {
 		_ = eng.Close()
+		if rec != nil {
+			_ = rec.Close()
+		}
 		return nil, fmt.Errorf("KV events: %w", err)
 	}
-	return &withEvents{Engine: eng, sub: sub, mirror: mirror}, nil
+	return &withEvents{Engine: eng, sub: sub, mirror: mirror, rec: rec}, nil
 }
 
 // EngineModel is the served model id to ask the engine server for: --model when
@@ -212,15 +239,23 @@ func (c *Config) EngineModel() string {
 	return strings.TrimSpace(c.Model)
 }
 
-// withEvents is an engine server whose KV events a subscriber follows; closing
-// it stops the subscriber.
+// withEvents is an engine server with what runs beside it: the subscriber that
+// follows its KV events (nil without), the recorder of its exchanges (nil
+// without). Closing it stops both.
 type withEvents struct {
 	*openaihttp.Engine
 	sub    *kvevents.Subscriber
 	mirror *kvevents.Mirror
+	rec    *openaihttp.Recorder
 }
 
 func (w *withEvents) Close() error {
-	w.sub.Close()
-	return w.Engine.Close()
+	if w.sub != nil {
+		w.sub.Close()
+	}
+	err := w.Engine.Close()
+	if w.rec != nil {
+		err = errors.Join(err, w.rec.Close())
+	}
+	return err
 }

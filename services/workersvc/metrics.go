@@ -17,6 +17,9 @@ func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
 		// A GPU engine server reports no cached blocks; its KV events say
 		// which prefix blocks it holds (in use or not).
 		cached = func() float64 { return float64(e.mirror.Len()) }
+		if e.mirror == nil {
+			cached = nil // recorded, without events
+		}
 	case *openaihttp.Engine:
 		cached = nil // no events: unknown, which is not 0
 	}
@@ -72,7 +75,7 @@ func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
 // read, skipped events blocks the router never hears of.
 func registerEventMetrics(reg prometheus.Registerer, eng engine.Engine) {
 	w, ok := eng.(*withEvents)
-	if !ok {
+	if !ok || w.sub == nil {
 		return
 	}
 	counter := func(name, help string, labels prometheus.Labels, get func(kvevents.SubscriberStats) int) prometheus.Collector {
