@@ -50,17 +50,32 @@ func dialect(k fakeengine.Kind) openaihttp.Dialect {
 
 func drain(t *testing.T, s engine.Stream) []uint32 {
 	t.Helper()
+	out, _ := drainText(t, s)
+	return out
+}
+
+// drainText reads s to its end: the token ids, and the text the client is sent
+// (a text-streaming engine's own, else "").
+func drainText(t *testing.T, s engine.Stream) ([]uint32, string) {
+	t.Helper()
 	defer s.Close()
+	ts, _ := s.(engine.TextStream)
 	var out []uint32
+	var text strings.Builder
 	for {
 		tok, err := s.Next(t.Context())
 		if errors.Is(err, io.EOF) {
-			return out
+			return out, text.String()
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, tok)
+		if ts != nil {
+			if piece, ok := ts.Text(); ok {
+				text.WriteString(piece)
+			}
+		}
 	}
 }
 
