@@ -132,8 +132,8 @@ func checkTokenMode(ctx context.Context, cfg Config, e *openaihttp.Engine, r *Re
 	case m == openaihttp.LogprobTokens:
 		r.add("token ids", OK, string(m), "logprobs tokens as token_id:N (vLLM before 0.10.2)")
 	default:
-		r.add("token ids", Warn, string(m), "the engine returns only text: the worker tokenizes it with --tokenizer, "+
-			"exact for byte-level BPE vocabularies only")
+		r.add("token ids", Warn, string(m), "the engine returns only text: clients get it as sent, one token per chunk; "+
+			"token ids and logprobs' alternatives are best guesses")
 	}
 }
 
