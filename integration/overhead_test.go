@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandem-serve/tandem/bench"
+	"github.com/tandem-serve/tandem/internal/fakeengine"
+)
+
+// TestEngineOverhead measures what a request pays for going through tandem
+// (frontend -> router -> decode worker, real processes) rather than straight to
+// the engine server, with the same fake engine answering both, in one run:
+// direct and through-tandem batches alternate, so load on the machine falls on
+// both alike. It prints a table and asserts nothing about speed; it only fails
+// when requests fail. It is a benchmark, so it runs only with TANDEM_OVERHEAD=1:
+//
+//	TANDEM_OVERHEAD=1 go test -run '^TestEngineOverhead$' -v -timeout 30m ./integration/
+//
+// TANDEM_OVERHEAD_ROUNDS (default 4) is how many direct/tandem pairs of batches
+// each cell runs; TANDEM_OVERHEAD_MODES (default token_ids,text) the workers'
+// --engine-token-ids; TANDEM_OVERHEAD_PROFILES (default zero,20ms/5ms) the
+// engines' TTFT/ITL; TANDEM_OVERHEAD_CELLS (default 1x8,64x32) the
+// concurrency x output tokens.
+func TestEngineOverhead(t *testing.T) {
+	if os.Getenv("TANDEM_OVERHEAD") == "" {
+		t.Skip("a benchmark: set TANDEM_OVERHEAD=1 to run it")
+	}
+	rounds := envInt(t, "TANDEM_OVERHEAD_ROUNDS", 4)
+	var rows []overheadRow
+	for _, prof := range envList("TANDEM_OVERHEAD_PROFILES", "zero,20ms/5ms") {
+		ttft, itl := parseProfile(t, prof)
+		for _, mode := range envList("TANDEM_OVERHEAD_MODES", "token_ids,text") {
+			f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, FirstTokenDelay: ttft, TokenDelay: itl}).Start(t)
+			fe := startEngineFront(t, f, mode)
+			for _, cell := range envList("TANDEM_OVERHEAD_CELLS", "1x8,64x32") {
+				conc, osl := parseCell(t, cell)
+				d, v := measureOverhead(t, f.URL(), "http://"+fe, conc, osl, rounds)
+				rows = append(rows, overheadRow{prof, mode, conc, osl, d, v})
+			}
+		}
+	}
+	t.Log("\n" + overheadTable(rows))
+}
+
+// startEngineFront starts a decode worker in front of f, a router and a
+// frontend, as separate processes, and returns the frontend's address.
+func startEngineFront(t *testing.T, f *fakeengine.Server, mode string) string {
+	t.Helper()
+	dec := startService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-o", "--engine", "vllm", "--engine-url", f.URL(),
+		"--engine-token-ids", mode, "--tokenizer", gpuTokenizer, "--model", "fake-model")
+	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", dec)
+	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
+	waitHealthy(t, fe)
+	return fe
+}
+
+// overheadRow is one cell of the table: the same load sent directly and
+// through tandem.
+type overheadRow struct {
+	profile, mode  string
+	conc, osl      int
+	direct, tandem bench.Summary
+}
+
+// measureOverhead runs rounds pairs of batches, direct then through tandem,
+// after a warm-up of each, and pools each side's results.
+func measureOverhead(t *testing.T, engine, frontend string, conc, osl, rounds int) (direct, tandem bench.Summary) {
+	t.Helper()
+	n := 50
+	if conc > 1 {
+		n = conc * 5
+	}
+	temp := 0.0
+	clients := []*bench.Client{
+		{URL: engine, Endpoint: bench.EndpointCompletions, Model: "fake-model", Temperature: &temp, HTTP: bench.NewHTTPClient(conc)},
+		{URL: frontend, Endpoint: bench.EndpointCompletions, Model: "fake-model", Temperature: &temp, HTTP: bench.NewHTTPClient(conc)},
+	}
+	var results [2][]bench.Result
+	var took [2]time.Duration
+	for round := -1; round < rounds; round++ {
+		for side, c := range clients {
+			cfg := bench.Config{Concurrency: conc, Requests: n, Seed: uint64(round + 2)}
+			if round < 0 { // warm-up: connections, caches, the JIT of nothing
+				cfg.Requests = max(conc, 8)
+			}
+			rep, err := bench.Run(context.Background(), cfg, &idPrompts{isl: 64, osl: osl}, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Overall.Failed > 0 || rep.Overall.ShortOutputs > 0 {
+				t.Fatalf("%s: %d failed, %d short: %v", c.URL, rep.Overall.Failed, rep.Overall.ShortOutputs, rep.Overall.Errors)
+			}
+			if round >= 0 {
+				results[side] = append(results[side], rep.Results...)
+				took[side] += time.Duration(rep.Overall.DurationS * float64(time.Second))
+			}
+		}
+	}
+	return bench.Summarize("direct", results[0], took[0], bench.SLO{}), bench.Summarize("tandem", results[1], took[1], bench.SLO{})
+}
+
+// idPrompts is a workload of random token-id prompts of isl tokens asking for
+// exactly osl tokens: what a client of an engine server sends.
+type idPrompts struct{ isl, osl int }
+
+func (w *idPrompts) Name() string { return fmt.Sprintf("ids %d/%d", w.isl, w.osl) }
+
+func (w *idPrompts) Next(rng *rand.Rand) (bench.Request, error) {
+	ids := make([]uint32, w.isl)
+	for i := range ids {
+		ids[i] = 1000 + rng.Uint32N(40000) // plain words of GPT-2's vocabulary
+	}
+	return bench.Request{Class: w.Name(), PromptIDs: ids, PromptTokens: w.isl, MaxTokens: w.osl, IgnoreEOS: true}, nil
+}
+
+func (w *idPrompts) Done(bench.Request, *bench.Result) {}
+
+func overheadTable(rows []overheadRow) string {
+	var b strings.Builder
+	b.WriteString("| engine TTFT/ITL | --engine-token-ids | conc x OSL | path | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | req/s | tok/s |\n")
+	b.WriteString("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range rows {
+		cell := fmt.Sprintf("| %s | %s | %dx%d |", r.profile, r.mode, r.conc, r.osl)
+		for _, s := range []bench.Summary{r.direct, r.tandem} {
+			fmt.Fprintf(&b, "%s %s | %.2f | %.2f | %.3f | %.3f | %.1f | %.0f |\n", cell, s.Class,
+				s.TTFT.P50, s.TTFT.P99, s.ITL.P50, s.ITL.P99, s.RequestThroughput, s.OutputThroughput)
+		}
+		d, v := r.direct, r.tandem
+		fmt.Fprintf(&b, "%s added | %+.2f | %+.2f | %+.3f | %+.3f | %+.0f%% | %+.0f%% |\n", cell,
+			v.TTFT.P50-d.TTFT.P50, v.TTFT.P99-d.TTFT.P99, v.ITL.P50-d.ITL.P50, v.ITL.P99-d.ITL.P99,
+			100*(v.RequestThroughput/d.RequestThroughput-1), 100*(v.OutputThroughput/d.OutputThroughput-1))
+	}
+	return b.String()
+}
+
+func envList(key, def string) []string {
+	v := os.Getenv(key)
+	if v == "" {
+		v = def
+	}
+	return strings.Split(v, ",")
+}
+
+func envInt(t *testing.T, key string, def int) int {
+	t.Helper()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", key, v)
+	}
+	return n
+}
+
+// parseProfile reads "zero" or "TTFT/ITL", e.g. "20ms/5ms".
+func parseProfile(t *testing.T, s string) (ttft, itl time.Duration) {
+	t.Helper()
+	if s == "zero" {
+		return 0, 0
+	}
+	a, b, ok := strings.Cut(s, "/")
+	ttft, err1 := time.ParseDuration(a)
+	itl, err2 := time.ParseDuration(b)
+	if !ok || err1 != nil || err2 != nil {
+		t.Fatalf("engine profile %q: want zero or TTFT/ITL, e.g. 20ms/5ms", s)
+	}
+	return ttft, itl
+}
+
+// parseCell reads "CONCxOSL", e.g. "64x32".
+func parseCell(t *testing.T, s string) (conc, osl int) {
+	t.Helper()
+	a, b, ok := strings.Cut(s, "x")
+	conc, err1 := strconv.Atoi(a)
+	osl, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || conc < 1 || osl < 1 {
+		t.Fatalf("cell %q: want CONCURRENCYxOUTPUT_TOKENS, e.g. 64x32", s)
+	}
+	return conc, osl
+}
