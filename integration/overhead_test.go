@@ -3,15 +3,21 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tandem-serve/tandem/bench"
+	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // TestEngineOverhead measures what a request pays for going through tandem
@@ -27,38 +33,115 @@ import (
 // each cell runs; TANDEM_OVERHEAD_MODES (default token_ids,text) the workers'
 // --engine-token-ids; TANDEM_OVERHEAD_PROFILES (default zero,20ms/5ms) the
 // engines' TTFT/ITL; TANDEM_OVERHEAD_CELLS (default 1x8,64x32) the
-// concurrency x output tokens.
+// concurrency x output tokens. TANDEM_OVERHEAD_PPROF=DIR also takes a 10 s CPU
+// profile of each hop while tandem alone serves each cell's load, into DIR.
 func TestEngineOverhead(t *testing.T) {
 	if os.Getenv("TANDEM_OVERHEAD") == "" {
 		t.Skip("a benchmark: set TANDEM_OVERHEAD=1 to run it")
 	}
 	rounds := envInt(t, "TANDEM_OVERHEAD_ROUNDS", 4)
+	text, output := wordTokens(t)
 	var rows []overheadRow
 	for _, prof := range envList("TANDEM_OVERHEAD_PROFILES", "zero,20ms/5ms") {
 		ttft, itl := parseProfile(t, prof)
 		for _, mode := range envList("TANDEM_OVERHEAD_MODES", "token_ids,text") {
-			f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, FirstTokenDelay: ttft, TokenDelay: itl}).Start(t)
-			fe := startEngineFront(t, f, mode)
-			for _, cell := range envList("TANDEM_OVERHEAD_CELLS", "1x8,64x32") {
-				conc, osl := parseCell(t, cell)
-				d, v := measureOverhead(t, f.URL(), "http://"+fe, conc, osl, rounds)
-				rows = append(rows, overheadRow{prof, mode, conc, osl, d, v})
-			}
+			// A subtest each, so that each cluster stops before the next starts.
+			t.Run(strings.ReplaceAll(prof, "/", "-")+"/"+mode, func(t *testing.T) {
+				f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true, FirstTokenDelay: ttft, TokenDelay: itl,
+					Text: text, Output: output}).Start(t)
+				fe, hops := startEngineFront(t, f, mode)
+				for _, cell := range envList("TANDEM_OVERHEAD_CELLS", "1x8,64x32") {
+					conc, osl := parseCell(t, cell)
+					d, v := measureOverhead(t, f.URL(), "http://"+fe, conc, osl, rounds)
+					rows = append(rows, overheadRow{prof, mode, conc, osl, d, v})
+					if dir := os.Getenv("TANDEM_OVERHEAD_PPROF"); dir != "" {
+						name := fmt.Sprintf("%s-%s-%dx%d", strings.ReplaceAll(prof, "/", "-"), mode, conc, osl)
+						profileHops(t, dir, name, hops, "http://"+fe, conc, osl)
+					}
+				}
+			})
 		}
 	}
 	t.Log("\n" + overheadTable(rows))
 }
 
-// startEngineFront starts a decode worker in front of f, a router and a
-// frontend, as separate processes, and returns the frontend's address.
-func startEngineFront(t *testing.T, f *fakeengine.Server, mode string) string {
+// wordTokens are the engine's output, GPT-2 tokens of whole words, and their
+// text: with --engine-token-ids text the worker tokenizes what it is sent, and
+// each streamed piece of text must be one token, as a real engine's is, or the
+// worker would count more tokens than the engine sent and stop early.
+func wordTokens(t *testing.T) (func(uint32) string, []uint32) {
 	t.Helper()
-	dec := startService(t, "decode", "--listen", "127.0.0.1:0", "--id", "decode-o", "--engine", "vllm", "--engine-url", f.URL(),
-		"--engine-token-ids", mode, "--tokenizer", gpuTokenizer, "--model", "fake-model")
-	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", dec)
-	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
+	f, err := gguf.Open(gpuTokenizer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := map[uint32]string{}
+	ids := tok.Encode(" The quick brown fox jumps over the lazy dog")
+	for _, id := range ids {
+		words[id] = tok.Decode([]uint32{id})
+		if got := tok.Encode(words[id]); len(got) != 1 || got[0] != id {
+			t.Fatalf("token %d's text %q encodes to %v", id, words[id], got)
+		}
+	}
+	return func(id uint32) string { return words[id] }, ids
+}
+
+// startEngineFront starts a decode worker in front of f, a router and a
+// frontend, as separate processes, and returns the frontend's address and, with
+// TANDEM_OVERHEAD_PPROF set, each one's --pprof-addr by name.
+func startEngineFront(t *testing.T, f *fakeengine.Server, mode string) (string, map[string]string) {
+	t.Helper()
+	hops := map[string]string{}
+	pprof := func(name string) []string {
+		if os.Getenv("TANDEM_OVERHEAD_PPROF") == "" {
+			return nil
+		}
+		hops[name] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		return []string{"--pprof-addr", hops[name]}
+	}
+	dec := startService(t, append([]string{"decode", "--listen", "127.0.0.1:0", "--id", "decode-o", "--engine", "vllm",
+		"--engine-url", f.URL(), "--engine-token-ids", mode, "--tokenizer", gpuTokenizer, "--model", "fake-model"}, pprof("decode")...)...)
+	rtr := startService(t, append([]string{"router", "--listen", "127.0.0.1:0", "--decode-workers", dec}, pprof("router")...)...)
+	fe := startService(t, append([]string{"frontend", "--listen", "127.0.0.1:0", "--router", rtr}, pprof("frontend")...)...)
 	waitHealthy(t, fe)
-	return fe
+	return fe, hops
+}
+
+// profileHops sends the cell's load through tandem alone for 10 s while taking
+// a CPU profile of each hop, into dir/name-hop.pprof.
+func profileHops(t *testing.T, dir, name string, hops map[string]string, frontend string, conc, osl int) {
+	t.Helper()
+	const secs = 10
+	var wg sync.WaitGroup
+	for hop, addr := range hops {
+		wg.Go(func() {
+			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+			if err != nil {
+				t.Errorf("%s profile: %v", hop, err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("%s profile: status %d, %v", hop, resp.StatusCode, err)
+				return
+			}
+			if err := os.WriteFile(filepath.Join(dir, name+"-"+hop+".pprof"), b, 0o644); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	temp := 0.0
+	c := &bench.Client{URL: frontend, Endpoint: bench.EndpointCompletions, Model: "fake-model", Temperature: &temp, HTTP: bench.NewHTTPClient(conc)}
+	if _, err := bench.Run(context.Background(), bench.Config{Concurrency: conc, Duration: secs * time.Second}, &idPrompts{isl: 64, osl: osl}, c); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
 }
 
 // overheadRow is one cell of the table: the same load sent directly and
