@@ -52,8 +52,9 @@ func TestEngineOverhead(t *testing.T) {
 				fe, hops := startEngineFront(t, f, mode)
 				for _, cell := range envList("TANDEM_OVERHEAD_CELLS", "1x8,64x32") {
 					conc, osl := parseCell(t, cell)
+					before := readHops(t, hops)
 					d, v := measureOverhead(t, f.URL(), "http://"+fe, conc, osl, rounds)
-					rows = append(rows, overheadRow{prof, mode, conc, osl, d, v})
+					rows = append(rows, overheadRow{prof, mode, conc, osl, d, v, readHops(t, hops).since(before)})
 					if dir := os.Getenv("TANDEM_OVERHEAD_PPROF"); dir != "" {
 						name := fmt.Sprintf("%s-%s-%dx%d", strings.ReplaceAll(prof, "/", "-"), mode, conc, osl)
 						profileHops(t, dir, name, hops, "http://"+fe, conc, osl)
@@ -94,9 +95,9 @@ func wordTokens(t *testing.T) (func(uint32) string, []uint32) {
 // startEngineFront starts a decode worker in front of f, a router and a
 // frontend, as separate processes, and returns the frontend's address and, with
 // TANDEM_OVERHEAD_PPROF set, each one's --pprof-addr by name.
-func startEngineFront(t *testing.T, f *fakeengine.Server, mode string) (string, map[string]string) {
+func startEngineFront(t *testing.T, f *fakeengine.Server, mode string) (fe string, hops map[string]string) {
 	t.Helper()
-	hops := map[string]string{}
+	hops = map[string]string{}
 	pprof := func(name string) []string {
 		if os.Getenv("TANDEM_OVERHEAD_PPROF") == "" {
 			return nil
@@ -107,8 +108,9 @@ func startEngineFront(t *testing.T, f *fakeengine.Server, mode string) (string, 
 	dec := startService(t, append([]string{"decode", "--listen", "127.0.0.1:0", "--id", "decode-o", "--engine", "vllm",
 		"--engine-url", f.URL(), "--engine-token-ids", mode, "--tokenizer", gpuTokenizer, "--model", "fake-model"}, pprof("decode")...)...)
 	rtr := startService(t, append([]string{"router", "--listen", "127.0.0.1:0", "--decode-workers", dec}, pprof("router")...)...)
-	fe := startService(t, append([]string{"frontend", "--listen", "127.0.0.1:0", "--router", rtr}, pprof("frontend")...)...)
+	fe = startService(t, append([]string{"frontend", "--listen", "127.0.0.1:0", "--router", rtr}, pprof("frontend")...)...)
 	waitHealthy(t, fe)
+	hops["frontend-metrics"], hops["decode-metrics"] = fe, dec
 	return fe, hops
 }
 
@@ -118,7 +120,8 @@ func profileHops(t *testing.T, dir, name string, hops map[string]string, fronten
 	t.Helper()
 	const secs = 10
 	var wg sync.WaitGroup
-	for hop, addr := range hops {
+	for _, hop := range []string{"frontend", "router", "decode"} {
+		addr := hops[hop]
 		wg.Go(func() {
 			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
 			if err != nil {
@@ -150,6 +153,7 @@ type overheadRow struct {
 	profile, mode  string
 	conc, osl      int
 	direct, tandem bench.Summary
+	hops           hopStats
 }
 
 // measureOverhead runs rounds pairs of batches, direct then through tandem,
@@ -207,6 +211,7 @@ func (w *idPrompts) Done(bench.Request, *bench.Result) {}
 
 func overheadTable(rows []overheadRow) string {
 	var b strings.Builder
+	var means []string
 	b.WriteString("| engine TTFT/ITL | --engine-token-ids | conc x OSL | path | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | req/s | tok/s |\n")
 	b.WriteString("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rows {
@@ -219,8 +224,77 @@ func overheadTable(rows []overheadRow) string {
 		fmt.Fprintf(&b, "%s added | %+.2f | %+.2f | %+.3f | %+.3f | %+.0f%% | %+.0f%% |\n", cell,
 			v.TTFT.P50-d.TTFT.P50, v.TTFT.P99-d.TTFT.P99, v.ITL.P50-d.ITL.P50, v.ITL.P99-d.ITL.P99,
 			100*(v.RequestThroughput/d.RequestThroughput-1), 100*(v.OutputThroughput/d.OutputThroughput-1))
+		h := r.hops
+		means = append(means, fmt.Sprintf("| %s | %s | %dx%d | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |",
+			r.profile, r.mode, r.conc, r.osl, d.TTFT.Mean, h.mean("dec-ttft"), h.mean("route"), h.mean("fe-ttft"), v.TTFT.Mean,
+			d.ITL.Mean, h.mean("dec-itl"), h.mean("fe-itl"), v.ITL.Mean))
 	}
+	b.WriteString("\nMeans (ms) as each hop measured them: the client straight at the engine; the decode worker (from Generate to its " +
+		"first token); the frontend's Route call; the frontend (from the request's arrival); the client through tandem.\n\n")
+	b.WriteString("| engine TTFT/ITL | --engine-token-ids | conc x OSL | TTFT direct | decode | Route | frontend | via tandem " +
+		"| ITL direct | decode | frontend | via tandem |\n")
+	b.WriteString("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString(strings.Join(means, "\n") + "\n")
 	return b.String()
+}
+
+// hopStats are histogram sums and counts each hop keeps: the frontend's and
+// the decode worker's TTFT and ITL, and the frontend's Route calls to the
+// router, for where a request's time went as each hop measured it.
+type hopStats map[string][2]float64
+
+// hopMetrics are the histograms read, by the name the table gives them.
+var hopMetrics = []struct{ key, addr, metric, label string }{
+	{"fe-ttft", "frontend-metrics", "tandem_frontend_time_to_first_token_seconds", ""},
+	{"fe-itl", "frontend-metrics", "tandem_frontend_inter_token_latency_seconds", ""},
+	{"route", "frontend-metrics", "tandem_grpc_client_handling_seconds", `grpc_method="Route"`},
+	{"dec-ttft", "decode-metrics", "tandem_decode_time_to_first_token_seconds", ""},
+	{"dec-itl", "decode-metrics", "tandem_decode_inter_token_latency_seconds", ""},
+}
+
+func (a hopStats) since(b hopStats) hopStats {
+	out := hopStats{}
+	for k, v := range a {
+		out[k] = [2]float64{v[0] - b[k][0], v[1] - b[k][1]}
+	}
+	return out
+}
+
+// mean is a histogram's mean in ms.
+func (a hopStats) mean(k string) float64 { return 1e3 * a[k][0] / a[k][1] }
+
+func readHops(t *testing.T, hops map[string]string) hopStats {
+	t.Helper()
+	out := hopStats{}
+	pages := map[string]string{}
+	for _, m := range hopMetrics {
+		page, ok := pages[m.addr]
+		if !ok {
+			resp, err := http.Get("http://" + hops[m.addr] + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			page, pages[m.addr] = string(b), string(b)
+		}
+		v := out[m.key]
+		for line := range strings.Lines(page) {
+			name, val, _ := strings.Cut(strings.TrimSpace(line), " ")
+			if !strings.Contains(name, m.label) {
+				continue
+			}
+			f, _ := strconv.ParseFloat(val, 64)
+			switch {
+			case strings.HasPrefix(name, m.metric+"_sum"):
+				v[0] += f
+			case strings.HasPrefix(name, m.metric+"_count"):
+				v[1] += f
+			}
+		}
+		out[m.key] = v
+	}
+	return out
 }
 
 func envList(key, def string) []string {
