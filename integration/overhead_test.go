@@ -93,7 +93,8 @@ func wordTokens(t *testing.T) (func(uint32) string, []uint32) {
 }
 
 // startEngineFront starts a decode worker in front of f, a router and a
-// frontend, as separate processes, and returns the frontend's address and, with
+// frontend, as separate processes, and returns the frontend's address and hops:
+// the frontend's and the decode worker's addresses (for /metrics) and, with
 // TANDEM_OVERHEAD_PPROF set, each one's --pprof-addr by name.
 func startEngineFront(t *testing.T, f *fakeengine.Server, mode string) (fe string, hops map[string]string) {
 	t.Helper()
