@@ -366,7 +366,12 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 	h.Set("X-Accel-Buffering", "no") // keep proxies from buffering the stream
 	w.WriteHeader(http.StatusOK)
 	sse := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	// The first token is already here (start waited for it): the opening event
+	// goes out with it in one write, not a write and a client wake-up of its
+	// own on the way to the first token.
+	sse.hold = true
 	sse.send(out.first(&gen.info))
+	sse.hold = false
 	for {
 		text, done, err := gen.next()
 		if err != nil {
@@ -400,9 +405,11 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 }
 
 type sseWriter struct {
-	w   io.Writer
-	rc  *http.ResponseController
-	err error
+	w  io.Writer
+	rc *http.ResponseController
+	// hold writes without flushing: the next write sends both.
+	hold bool
+	err  error
 }
 
 func (s *sseWriter) send(v any) {
@@ -422,6 +429,9 @@ func (s *sseWriter) write(msg string) {
 	}
 	if _, err := io.WriteString(s.w, msg); err != nil {
 		s.err = err
+		return
+	}
+	if s.hold {
 		return
 	}
 	if err := s.rc.Flush(); err != nil {

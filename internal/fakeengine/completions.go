@@ -186,11 +186,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, b body, prompt, 
 		if s.faultAt(w, r, i) {
 			return
 		}
+		delay := s.TokenDelay
+		if i == 0 && s.FirstTokenDelay > 0 {
+			delay = s.FirstTokenDelay
+		}
 		select {
 		case <-r.Context().Done():
 			s.cancel(r)
 			return
-		case <-time.After(s.TokenDelay):
+		case <-time.After(delay):
 		}
 		c := s.choice(b, []uint32{t})
 		if i == len(out)-1 {

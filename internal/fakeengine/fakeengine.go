@@ -67,6 +67,9 @@ type Server struct {
 	Output []uint32
 	// TokenDelay is the time between streamed tokens.
 	TokenDelay time.Duration
+	// FirstTokenDelay, when set, is the time before the first streamed token
+	// instead of TokenDelay: the engine's own TTFT, for benchmarks.
+	FirstTokenDelay time.Duration
 	// Metrics are the load figures served.
 	Running, Waiting int
 	KVUsage          float64

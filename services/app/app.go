@@ -47,6 +47,8 @@ type Config struct {
 	// Worker is every worker's; tandem up gives each its mode, id and address.
 	Worker   workersvc.Config
 	LogLevel string
+	// PprofAddr, when set, serves the runtime profiles there (servePprof).
+	PprofAddr string
 
 	// tandem up: the workers it runs, and where the frontend listens.
 	Prefill, Decode int
@@ -75,6 +77,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, target string) {
 		c.Router.RegisterRoleFlags(fs)
 	}
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs are JSON on stderr)")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) on this address, "+
+		"e.g. 127.0.0.1:6060; off when empty. For diagnosis only: keep it on loopback")
 }
 
 // app is one process's modules and what they have started, for the modules that
@@ -103,6 +107,11 @@ func Run(ctx context.Context, cfg Config, target string, stdout, stderr io.Write
 	}()
 	if _, err := telemetry.NewLogger(io.Discard, cfg.LogLevel, ""); err != nil {
 		return err
+	}
+	if cfg.PprofAddr != "" {
+		if _, err := servePprof(ctx, cfg.PprofAddr, a.logger(target)); err != nil {
+			return err
+		}
 	}
 	var reg modules.Registry
 	reg.Register(modules.Module{Name: Prefill, Start: a.startPrefill})
