@@ -61,6 +61,38 @@ var archShapes = []testmodel.Shape{
 	{Arch: "llama", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, RopeFreqs: true, Theta: 10000},
 	// qwen2: QKV biases, NeoX rope, tied embeddings, a large rope base.
 	{Arch: "qwen2", D: 256, Layers: 2, Heads: 8, KVHeads: 2, FFN: 512, Vocab: 288, Tied: true, Theta: 1e6},
+	// qwen3: per-head Q and K norms, heads wider than d_model/heads.
+	{Arch: "qwen3", D: 256, Layers: 2, Heads: 4, KVHeads: 2, KeyLength: 128, FFN: 512, Vocab: 288, Tied: true, Theta: 1e6},
+	// phi3: fused QKV and gate|up, a sliding window on every layer.
+	{Arch: "phi3", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, Theta: 1e4},
+	// gemma2: sandwich norms, GeGLU, both soft caps, every other layer sliding.
+	{Arch: "gemma2", D: 256, Layers: 3, Heads: 4, KVHeads: 2, KeyLength: 128, FFN: 512, Vocab: 288, Tied: true, Theta: 1e4},
+	// gemma3: Gemma 2 with Q and K norms, no soft caps, five sliding layers to one
+	// global one, with their own rope base; linear rope scaling on the global ones.
+	{Arch: "gemma3", D: 256, Layers: 7, Heads: 4, KVHeads: 2, KeyLength: 128, FFN: 512, Vocab: 288, Tied: true, Theta: 1e6},
+	// olmo2: norms after attention and the MLP only, Q and K norms over all heads.
+	{Arch: "olmo2", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 288, Theta: 5e5},
+	// granite: Llama with embedding, residual, attention and logit multipliers.
+	{Arch: "granite", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 288, Tied: true, Theta: 1e4},
+}
+
+// archMeta is each family's own metadata for the test shapes: windows shorter than
+// the test's tokens, and soft caps low enough to change the scores.
+var archMeta = map[string][]testmodel.KV{
+	"phi3": {{Key: "phi3.attention.sliding_window", Val: uint32(7)}},
+	"gemma2": {{Key: "gemma2.attention.sliding_window", Val: uint32(7)},
+		{Key: "gemma2.attn_logit_softcapping", Val: float32(3)}, {Key: "gemma2.final_logit_softcapping", Val: float32(5)}},
+	"gemma3": {{Key: "gemma3.attention.sliding_window", Val: uint32(7)},
+		{Key: "gemma3.rope.scaling.type", Val: "linear"}, {Key: "gemma3.rope.scaling.factor", Val: float32(8)}},
+	"granite": {{Key: "granite.embedding_scale", Val: float32(3)}, {Key: "granite.residual_scale", Val: float32(0.5)},
+		{Key: "granite.attention.scale", Val: float32(0.1)}, {Key: "granite.logit_scale", Val: float32(2)}},
+}
+
+// randomArch draws a test shape's weights, with its family's metadata.
+func randomArch(s testmodel.Shape, seed uint64) *testmodel.Weights {
+	w := testmodel.Random(s, seed)
+	w.Meta = archMeta[s.Arch]
+	return w
 }
 
 // Every architecture and tensor type computes what a plain float64 forward pass over
@@ -70,7 +102,7 @@ var archShapes = []testmodel.Shape{
 func TestArchitecturesMatchReference(t *testing.T) {
 	tokens := []uint32{1, 17, 200, 5, 99, 250, 3, 42, 7, 11, 180, 64, 2, 33, 150, 8, 19, 77, 101}
 	for _, s := range archShapes {
-		base := testmodel.Random(s, 7)
+		base := randomArch(s, 7)
 		for _, typ := range []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
 			gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
 			t.Run(fmt.Sprintf("%s/%s", s.Arch, typ), func(t *testing.T) {
