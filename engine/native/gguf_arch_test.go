@@ -3,6 +3,7 @@ package native
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -175,5 +176,52 @@ func TestLoadRefusesWhatItCannotServe(t *testing.T) {
 	iq := gguf.TensorInfo{Name: "blk.0.ffn_up.weight", Type: gguf.TypeIQ2_XXS, Dims: []uint64{256, 4}, Data: make([]byte, 4*66)}
 	if _, err := linearOf(256, iq); err == nil || !strings.Contains(err.Error(), "IQ2_XXS") {
 		t.Errorf("IQ2_XXS weights: %v, want an error naming the type", err)
+	}
+}
+
+// A family's file that lacks what its forward pass needs, or has what tandem does
+// not compute, is refused at load with an error naming the key or tensor.
+func TestLoadRefusesFamilyGaps(t *testing.T) {
+	shape := func(arch string) testmodel.Shape {
+		i := slices.IndexFunc(archShapes, func(s testmodel.Shape) bool { return s.Arch == arch })
+		return archShapes[i]
+	}
+	load := func(w *testmodel.Weights) error {
+		_, b := w.As(t, gguf.TypeF32)
+		f, err := gguf.Parse(b)
+		if err != nil {
+			return err
+		}
+		_, _, _, err = loadModel(Config{File: f})
+		return err
+	}
+	without := func(arch, key string) *testmodel.Weights {
+		w := randomArch(shape(arch), 5)
+		w.Meta = slices.DeleteFunc(slices.Clone(w.Meta), func(kv testmodel.KV) bool { return kv.Key == key })
+		return w
+	}
+	longRope := randomArch(shape("phi3"), 5)
+	hd := shape("phi3").D / shape("phi3").Heads
+	longRope.Tensors["rope_factors_long.weight"] = make([]float32, hd/2)
+	longRope.Dims["rope_factors_long.weight"] = []uint64{uint64(hd / 2)}
+	longRope.Order = append(slices.Clone(longRope.Order), "rope_factors_long.weight")
+	for name, tc := range map[string]struct {
+		w    *testmodel.Weights
+		want string
+	}{
+		"granite scale":  {without("granite", "granite.residual_scale"), "granite.residual_scale"},
+		"gemma3 window":  {without("gemma3", "gemma3.attention.sliding_window"), "gemma3.attention.sliding_window"},
+		"phi3 window":    {without("phi3", "phi3.attention.sliding_window"), "phi3.attention.sliding_window"},
+		"phi3 long rope": {longRope, "LongRoPE"},
+	} {
+		if err := load(tc.w); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
+		}
+	}
+	w := randomArch(shape("qwen3"), 5)
+	w.S.Arch = "gemma3n"
+	if err := load(w); err == nil || !strings.Contains(err.Error(), `unsupported architecture "gemma3n"`) ||
+		!strings.Contains(err.Error(), "qwen3") {
+		t.Errorf("gemma3n: %v, want an error naming it and the supported architectures", err)
 	}
 }
