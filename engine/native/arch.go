@@ -3,6 +3,7 @@ package native
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -219,4 +220,25 @@ func loadLayer(f *gguf.File, mc ModelConfig, l int) (layerWeights, error) {
 	}
 	lw.wdown, err = matrices(mc.FFN, []string{"ffn_down"}, d)
 	return lw, err
+}
+
+// LogValue lists what the file chose for the family's forward pass, for the
+// engine's ready line: an operator sees the window and caps a model runs with.
+func (a archSpec) LogValue() slog.Value {
+	var attrs []slog.Attr
+	add := func(k string, v float32) {
+		if v != 0 {
+			attrs = append(attrs, slog.Float64(k, float64(v)))
+		}
+	}
+	if a.window > 0 {
+		attrs = append(attrs, slog.Int("sliding_window", a.window), slog.Int("global_every", a.swaPattern))
+	}
+	add("attn_softcap", a.attnSoftcap)
+	add("final_softcap", a.finalCap)
+	add("embedding_scale", a.embedScale)
+	add("residual_scale", a.resScale)
+	add("attention_scale", a.attnScale)
+	add("logit_scale", a.logitScale)
+	return slog.GroupValue(attrs...)
 }
