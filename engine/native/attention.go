@@ -102,6 +102,10 @@ func newAttnScratch(bs, hd int) *attnScratch {
 func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float32, ldq int, out []float32, ldo int) {
 	bs, hd, kd := m.blockSize, m.mc.HeadDim, m.kvDim
 	negInf := float32(math.Inf(-1))
+	win, softcapAt := 0, m.mc.arch.attnSoftcap
+	if m.mc.arch.sliding(layer) {
+		win = m.mc.arch.window
+	}
 	for t0 := 0; t0 < s.n; t0 += maxRows {
 		mr := min(maxRows, s.n-t0)
 		o := sc.o[:mr*kd]
@@ -111,7 +115,11 @@ func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float
 		}
 		qa := q[t0*ldq:]
 		last := s.pos0 + t0 + mr - 1
-		for b := 0; b <= last/bs; b++ {
+		b0 := 0
+		if win > 0 { // blocks wholly before the first row's window are skipped
+			b0 = max(0, s.pos0+t0-win+1) / bs
+		}
+		for b := b0; b <= last/bs; b++ {
 			kb, vb := m.headKV(s.blocks[b], layer, kvh)
 			sm := sc.s[:mr*bs]
 			clear(sm)
@@ -122,12 +130,19 @@ func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float
 			for i := range mr {
 				pos := s.pos0 + t0 + i
 				valid := min(bs, pos-b*bs+1) // causal: slots after pos are masked
+				first := 0
+				if win > 0 { // and slots a window or more before it
+					first = max(0, pos-win+1-b*bs)
+				}
 				prow := p[i*bs : (i+1)*bs]
-				if valid <= 0 {
+				if valid <= first {
 					clear(prow)
 					continue
 				}
-				srow := sm[i*bs : i*bs+valid]
+				srow := sm[i*bs+first : i*bs+valid]
+				if softcapAt != 0 {
+					softcap(srow, softcapAt)
+				}
 				bm := srow[0]
 				for _, v := range srow[1:] {
 					bm = max(bm, v)
@@ -135,10 +150,11 @@ func (m *model) attendHead(sc *attnScratch, layer, kvh int, s segment, q []float
 				newMax := max(sc.mx[i], bm)
 				corr := expf(sc.mx[i] - newMax)
 				var sum float32
-				expSub(prow, srow, newMax, 1)
-				for _, e := range prow[:valid] {
+				expSub(prow[first:], srow, newMax, 1)
+				for _, e := range prow[first:valid] {
 					sum += e
 				}
+				clear(prow[:first])
 				clear(prow[valid:])
 				sc.denom[i] = sc.denom[i]*corr + sum
 				sc.mx[i] = newMax

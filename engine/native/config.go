@@ -43,6 +43,7 @@ type ModelConfig struct {
 	RopeScale     float64 // linear position scaling: positions are divided by it (0 or 1: none)
 	RopeStyle     ropeStyle
 	NormEps       float32
+	arch          archSpec // what differs from Llama's forward pass (zero: nothing)
 }
 
 // kvDim is the head dimension as stored in KV blocks: padded to whole 16-wide panels

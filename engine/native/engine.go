@@ -120,8 +120,8 @@ func New(cfg Config) (*Engine, error) {
 		},
 	}
 	go e.loop()
-	e.log.Info("native engine ready", "model", mc.Name, "arch", mc.Arch, "fingerprint", w.fingerprint,
-		"blocks", c.NumBlocks, "block_size", c.BlockSize, "asm", haveAsm,
+	e.log.Info("native engine ready", "model", mc.Name, "arch", mc.Arch, "family", mc.arch, "head_dim", mc.HeadDim,
+		"fingerprint", w.fingerprint, "blocks", c.NumBlocks, "block_size", c.BlockSize, "asm", haveAsm,
 		"load_seconds", time.Since(start).Seconds())
 	return e, nil
 }

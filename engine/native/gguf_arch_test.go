@@ -3,6 +3,7 @@ package native
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,6 +62,38 @@ var archShapes = []testmodel.Shape{
 	{Arch: "llama", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, RopeFreqs: true, Theta: 10000},
 	// qwen2: QKV biases, NeoX rope, tied embeddings, a large rope base.
 	{Arch: "qwen2", D: 256, Layers: 2, Heads: 8, KVHeads: 2, FFN: 512, Vocab: 288, Tied: true, Theta: 1e6},
+	// qwen3: per-head Q and K norms, heads wider than d_model/heads.
+	{Arch: "qwen3", D: 256, Layers: 2, Heads: 4, KVHeads: 2, KeyLength: 128, FFN: 512, Vocab: 288, Tied: true, Theta: 1e6},
+	// phi3: fused QKV and gate|up, a sliding window on every layer.
+	{Arch: "phi3", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, Theta: 1e4},
+	// gemma2: sandwich norms, GeGLU, both soft caps, every other layer sliding.
+	{Arch: "gemma2", D: 256, Layers: 3, Heads: 4, KVHeads: 2, KeyLength: 128, FFN: 512, Vocab: 288, Tied: true, Theta: 1e4},
+	// gemma3: Gemma 2 with Q and K norms, no soft caps, five sliding layers to one
+	// global one, with their own rope base; linear rope scaling on the global ones.
+	{Arch: "gemma3", D: 256, Layers: 7, Heads: 4, KVHeads: 2, KeyLength: 128, FFN: 512, Vocab: 288, Tied: true, Theta: 1e6},
+	// olmo2: norms after attention and the MLP only, Q and K norms over all heads.
+	{Arch: "olmo2", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 288, Theta: 5e5},
+	// granite: Llama with embedding, residual, attention and logit multipliers.
+	{Arch: "granite", D: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 288, Tied: true, Theta: 1e4},
+}
+
+// archMeta is each family's own metadata for the test shapes: windows shorter than
+// the test's tokens, and soft caps low enough to change the scores.
+var archMeta = map[string][]testmodel.KV{
+	"phi3": {{Key: "phi3.attention.sliding_window", Val: uint32(7)}},
+	"gemma2": {{Key: "gemma2.attention.sliding_window", Val: uint32(7)},
+		{Key: "gemma2.attn_logit_softcapping", Val: float32(3)}, {Key: "gemma2.final_logit_softcapping", Val: float32(5)}},
+	"gemma3": {{Key: "gemma3.attention.sliding_window", Val: uint32(7)},
+		{Key: "gemma3.rope.scaling.type", Val: "linear"}, {Key: "gemma3.rope.scaling.factor", Val: float32(8)}},
+	"granite": {{Key: "granite.embedding_scale", Val: float32(3)}, {Key: "granite.residual_scale", Val: float32(0.5)},
+		{Key: "granite.attention.scale", Val: float32(0.1)}, {Key: "granite.logit_scale", Val: float32(2)}},
+}
+
+// randomArch draws a test shape's weights, with its family's metadata.
+func randomArch(s testmodel.Shape, seed uint64) *testmodel.Weights {
+	w := testmodel.Random(s, seed)
+	w.Meta = archMeta[s.Arch]
+	return w
 }
 
 // Every architecture and tensor type computes what a plain float64 forward pass over
@@ -70,7 +103,7 @@ var archShapes = []testmodel.Shape{
 func TestArchitecturesMatchReference(t *testing.T) {
 	tokens := []uint32{1, 17, 200, 5, 99, 250, 3, 42, 7, 11, 180, 64, 2, 33, 150, 8, 19, 77, 101}
 	for _, s := range archShapes {
-		base := testmodel.Random(s, 7)
+		base := randomArch(s, 7)
 		for _, typ := range []gguf.Type{gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0,
 			gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
 			t.Run(fmt.Sprintf("%s/%s", s.Arch, typ), func(t *testing.T) {
@@ -143,5 +176,52 @@ func TestLoadRefusesWhatItCannotServe(t *testing.T) {
 	iq := gguf.TensorInfo{Name: "blk.0.ffn_up.weight", Type: gguf.TypeIQ2_XXS, Dims: []uint64{256, 4}, Data: make([]byte, 4*66)}
 	if _, err := linearOf(256, iq); err == nil || !strings.Contains(err.Error(), "IQ2_XXS") {
 		t.Errorf("IQ2_XXS weights: %v, want an error naming the type", err)
+	}
+}
+
+// A family's file that lacks what its forward pass needs, or has what tandem does
+// not compute, is refused at load with an error naming the key or tensor.
+func TestLoadRefusesFamilyGaps(t *testing.T) {
+	shape := func(arch string) testmodel.Shape {
+		i := slices.IndexFunc(archShapes, func(s testmodel.Shape) bool { return s.Arch == arch })
+		return archShapes[i]
+	}
+	load := func(w *testmodel.Weights) error {
+		_, b := w.As(t, gguf.TypeF32)
+		f, err := gguf.Parse(b)
+		if err != nil {
+			return err
+		}
+		_, _, _, err = loadModel(Config{File: f})
+		return err
+	}
+	without := func(arch, key string) *testmodel.Weights {
+		w := randomArch(shape(arch), 5)
+		w.Meta = slices.DeleteFunc(slices.Clone(w.Meta), func(kv testmodel.KV) bool { return kv.Key == key })
+		return w
+	}
+	longRope := randomArch(shape("phi3"), 5)
+	hd := shape("phi3").D / shape("phi3").Heads
+	longRope.Tensors["rope_factors_long.weight"] = make([]float32, hd/2)
+	longRope.Dims["rope_factors_long.weight"] = []uint64{uint64(hd / 2)}
+	longRope.Order = append(slices.Clone(longRope.Order), "rope_factors_long.weight")
+	for name, tc := range map[string]struct {
+		w    *testmodel.Weights
+		want string
+	}{
+		"granite scale":  {without("granite", "granite.residual_scale"), "granite.residual_scale"},
+		"gemma3 window":  {without("gemma3", "gemma3.attention.sliding_window"), "gemma3.attention.sliding_window"},
+		"phi3 window":    {without("phi3", "phi3.attention.sliding_window"), "phi3.attention.sliding_window"},
+		"phi3 long rope": {longRope, "LongRoPE"},
+	} {
+		if err := load(tc.w); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
+		}
+	}
+	w := randomArch(shape("qwen3"), 5)
+	w.S.Arch = "gemma3n"
+	if err := load(w); err == nil || !strings.Contains(err.Error(), `unsupported architecture "gemma3n"`) ||
+		!strings.Contains(err.Error(), "qwen3") {
+		t.Errorf("gemma3n: %v, want an error naming it and the supported architectures", err)
 	}
 }

@@ -30,16 +30,6 @@ func IsRandom(name string) bool {
 	return ok
 }
 
-// supportedArch lists the GGUF architectures the forward pass implements, with what
-// differs between them.
-var supportedArch = map[string]struct {
-	rope    ropeStyle
-	qkvBias bool
-}{
-	"llama": {ropeAdjacent, false},
-	"qwen2": {ropeHalves, true},
-}
-
 // modelConfigFromGGUF reads the hyperparameters of a supported architecture. Every
 // value comes from the file; a missing required one is an error naming the key.
 func modelConfigFromGGUF(f *gguf.File, fallbackName string) (ModelConfig, error) {
@@ -48,9 +38,9 @@ func modelConfigFromGGUF(f *gguf.File, fallbackName string) (ModelConfig, error)
 	if err != nil {
 		return mc, fmt.Errorf("native: %w", err)
 	}
-	spec, ok := supportedArch[arch]
+	spec, ok := archBase[arch]
 	if !ok {
-		return mc, fmt.Errorf("native: unsupported architecture %q (supported: llama, qwen2)", arch)
+		return mc, fmt.Errorf("native: unsupported architecture %q (supported: %s)", arch, supportedArchs())
 	}
 	mc.Arch, mc.RopeStyle = arch, spec.rope
 	mc.Name, _ = f.String("general.name")
@@ -125,7 +115,7 @@ func modelConfigFromGGUF(f *gguf.File, fallbackName string) (ModelConfig, error)
 	case int(emb.Dims[0]) != mc.DModel:
 		return mc, fmt.Errorf("native: token_embd.weight is %v, want embedding length %d", emb.Dims, mc.DModel)
 	}
-	return mc, nil
+	return mc, readArch(f, &mc)
 }
 
 // tensorFloats reads a small F32, F16 or BF16 tensor (a norm or a bias) of n values.
@@ -292,8 +282,7 @@ func baseName(path string) string {
 
 // loadWeights builds the forward pass's weights from the file's tensors.
 func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
-	d, hd := mc.DModel, mc.HeadDim
-	qN, kvN := mc.Heads*hd, mc.KVHeads*hd
+	d := mc.DModel
 	w := &weights{}
 	var err error
 	if w.finalNorm, err = tensorFloats(f, "output_norm.weight", d); err != nil {
@@ -328,62 +317,8 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 		}
 	}
 	for l := range mc.Layers {
-		blk := fmt.Sprintf("blk.%d.", l)
-		var lw layerWeights
-		if lw.attnNorm, err = tensorFloats(f, blk+"attn_norm.weight", d); err != nil {
-			return nil, err
-		}
-		if lw.mlpNorm, err = tensorFloats(f, blk+"ffn_norm.weight", d); err != nil {
-			return nil, err
-		}
-		var ts [3]gguf.TensorInfo
-		for i, spec := range []struct {
-			name string
-			n    int
-		}{{"attn_q", qN}, {"attn_k", kvN}, {"attn_v", kvN}} {
-			if ts[i], err = matrixTensor(f, blk+spec.name+".weight", d, spec.n); err != nil {
-				return nil, err
-			}
-		}
-		if lw.wqkv, err = linearOf(d, ts[:]...); err != nil {
-			return nil, err
-		}
-		if supportedArch[mc.Arch].qkvBias {
-			lw.qkvBias = make([]float32, 0, qN+2*kvN)
-			for _, spec := range []struct {
-				name string
-				n    int
-			}{{"attn_q", qN}, {"attn_k", kvN}, {"attn_v", kvN}} {
-				b, err := tensorFloats(f, blk+spec.name+".bias", spec.n)
-				if err != nil {
-					return nil, err
-				}
-				lw.qkvBias = append(lw.qkvBias, b...)
-			}
-		}
-		wo, err := matrixTensor(f, blk+"attn_output.weight", qN, d)
+		lw, err := loadLayer(f, mc, l)
 		if err != nil {
-			return nil, err
-		}
-		if lw.wo, err = linearOf(qN, wo); err != nil {
-			return nil, err
-		}
-		gate, err := matrixTensor(f, blk+"ffn_gate.weight", d, mc.FFN)
-		if err != nil {
-			return nil, err
-		}
-		up, err := matrixTensor(f, blk+"ffn_up.weight", d, mc.FFN)
-		if err != nil {
-			return nil, err
-		}
-		if lw.wgu, err = linearOf(d, gate, up); err != nil {
-			return nil, err
-		}
-		down, err := matrixTensor(f, blk+"ffn_down.weight", mc.FFN, d)
-		if err != nil {
-			return nil, err
-		}
-		if lw.wdown, err = linearOf(mc.FFN, down); err != nil {
 			return nil, err
 		}
 		w.layers = append(w.layers, lw)
@@ -407,6 +342,10 @@ func fileFingerprint(f *gguf.File, mc ModelConfig) string {
 	h := xxh3.New()
 	fmt.Fprintf(h, "%s/%d/%d/%d/%d/%d/%d/%d/%v/%v/%v/%d;", mc.Arch, mc.Layers, mc.DModel, mc.Heads,
 		mc.KVHeads, mc.HeadDim, mc.FFN, mc.VocabSize, mc.RopeTheta, mc.RopeScale, mc.NormEps, mc.ropeDims())
+	if mc.arch != archBase[mc.Arch] {
+		// What the file's metadata chose; Llama's and Qwen2's fingerprints stay as published.
+		fmt.Fprintf(h, "%+v;", mc.arch)
+	}
 	for _, t := range f.Tensors() {
 		fmt.Fprintf(h, "%s/%d/%v;", t.Name, t.Type, t.Dims)
 		h.Write(t.Data)

@@ -1,7 +1,6 @@
 package native
 
 import (
-	"math"
 	"sync"
 
 	"github.com/tandem-serve/tandem/internal/parallel"
@@ -13,7 +12,7 @@ import (
 type model struct {
 	mc          ModelConfig
 	w           *weights
-	rope        *ropeTable
+	ropes       []*ropeTable // per layer: Gemma 3's sliding layers have their own
 	blockSize   int
 	kvDim       int       // head dimension as stored: padded to whole panels
 	blockFloats int       // floats per KV block: layers x kv heads x (K, V) x block x kvDim
@@ -32,7 +31,7 @@ func newModel(mc ModelConfig, w *weights, numBlocks, blockSize int) *model {
 	m := &model{
 		mc:          mc,
 		w:           w,
-		rope:        newRope(mc, w.ropeFreqs),
+		ropes:       layerRopes(mc, w.ropeFreqs),
 		blockSize:   blockSize,
 		kvDim:       kd,
 		blockFloats: bf,
@@ -96,59 +95,20 @@ func (m *model) newWorkspace(maxTokens, maxLogits int) *workspace {
 // for them, in order, each row vocabPad long (only the first VocabSize are real).
 func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]float32 {
 	mc := m.mc
-	d, hd := mc.DModel, mc.HeadDim
+	d := mc.DModel
 	T := len(tokens)
-	qkvLd := m.qkvLd
 	x := ws.x[:T*d]
 	for t, tok := range tokens {
 		m.w.embed.row(int(tok), x[t*d:(t+1)*d])
 	}
-	scale := float32(1 / math.Sqrt(float64(hd)))
+	if es := mc.arch.embedScale; es != 0 {
+		for i := range x {
+			x[i] *= es
+		}
+	}
 	plan := m.planAttention(segs)
 	for l := range m.w.layers {
-		lw := &m.w.layers[l]
-		h := ws.h[:T*d]
-		normRows(h, x, T, d, lw.attnNorm, mc.NormEps)
-		qkv := ws.qkv[:T*qkvLd]
-		clear(qkv)
-		lw.wqkv.mulAdd(T, h, d, qkv, qkvLd)
-		for _, s := range segs {
-			for i := range s.n {
-				t, pos := s.row0+i, s.pos0+i
-				row := qkv[t*qkvLd : t*qkvLd+(mc.Heads+2*mc.KVHeads)*hd]
-				for j, b := range lw.qkvBias {
-					row[j] += b
-				}
-				for hh := range mc.Heads {
-					q := row[hh*hd : (hh+1)*hd]
-					m.rope.apply(q, pos)
-					for j := range q {
-						q[j] *= scale
-					}
-				}
-				for kh := range mc.KVHeads {
-					k := row[(mc.Heads+kh)*hd : (mc.Heads+kh+1)*hd]
-					m.rope.apply(k, pos)
-					v := row[(mc.Heads+mc.KVHeads+kh)*hd : (mc.Heads+mc.KVHeads+kh+1)*hd]
-					m.storeKV(s.blocks[pos/m.blockSize], l, kh, pos%m.blockSize, k, v)
-				}
-			}
-		}
-		att := ws.att[:T*mc.Heads*hd]
-		m.attention(l, qkv, qkvLd, att, plan)
-		lw.wo.mulAdd(T, att, mc.Heads*hd, x, d)
-		normRows(h, x, T, d, lw.mlpNorm, mc.NormEps)
-		f, guLd := mc.FFN, m.guLd
-		gu := ws.gu[:T*guLd]
-		clear(gu)
-		lw.wgu.mulAdd(T, h, d, gu, guLd)
-		act := ws.act[:T*f]
-		parallel.For(T, 8*f, parallel.MinProduct, func(lo, hi int) {
-			for t := lo; t < hi; t++ {
-				swiglu(act[t*f:(t+1)*f], gu[t*guLd:t*guLd+f], gu[t*guLd+f:t*guLd+2*f])
-			}
-		})
-		lw.wdown.mulAdd(T, act, f, x, d)
+		m.layer(ws, l, T, segs, plan)
 	}
 	n := 0
 	for _, s := range segs {
@@ -165,6 +125,7 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 	out := make([][]float32, n)
 	for i := range out {
 		out[i] = logits[i*V : (i+1)*V]
+		finishLogits(mc.arch, out[i][:mc.VocabSize])
 	}
 	return out
 }

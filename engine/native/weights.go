@@ -36,13 +36,16 @@ func (p *packed) panel(i int) []float32 {
 }
 
 type layerWeights struct {
-	attnNorm []float32
-	wqkv     linear    // d -> (heads + 2 kv heads) x head dim: Q, then K, then V
-	qkvBias  []float32 // added to Q, K and V (Qwen2); nil for none
-	wo       linear    // heads x head dim -> d
-	mlpNorm  []float32
-	wgu      linear // d -> 2 x ffn: gate, then up
-	wdown    linear // ffn -> d
+	attnNorm     []float32 // nil: none (OLMo 2)
+	wqkv         linear    // d -> (heads + 2 kv heads) x head dim: Q, then K, then V
+	qkvBias      []float32 // added to Q, K and V (Qwen2); nil for none
+	qNorm, kNorm []float32 // RMS norm weights of Q and K before rope (archSpec.qkNorm); nil: none
+	wo           linear    // heads x head dim -> d
+	attnPostNorm []float32 // on the attention's output before the residual add; nil: none
+	mlpNorm      []float32
+	wgu          linear // d -> 2 x ffn: gate, then up
+	wdown        linear // ffn -> d
+	mlpPostNorm  []float32
 }
 
 type weights struct {

@@ -16,8 +16,9 @@ import (
 // Shape is a small model of a supported architecture, with random weights, for
 // checking the engine against a plain reference forward pass.
 type Shape struct {
-	Arch                                  string // "llama" or "qwen2"
+	Arch                                  string // a GGUF architecture the engine serves
 	D, Layers, Heads, KVHeads, FFN, Vocab int
+	KeyLength                             int  // head dimension when it is not D/Heads (Qwen3, Gemma)
 	Tied, RopeFreqs                       bool // tied output; Llama 3's rope_freqs
 	Theta                                 float64
 }
@@ -29,17 +30,31 @@ type Weights struct {
 	Tensors map[string][]float32
 	Dims    map[string][]uint64
 	Order   []string
+	// Meta is more metadata for the file, written after the shape's, in order: a
+	// family's own keys (soft caps, windows, scales), a vocabulary, a chat template.
+	Meta []KV
+}
+
+// KV is one metadata key and its value, typed as ggufwrite.File.Set takes it.
+type KV struct {
+	Key string
+	Val any
 }
 
 // HeadDim is the width of each attention head.
-func (s Shape) HeadDim() int { return s.D / s.Heads }
+func (s Shape) HeadDim() int {
+	if s.KeyLength != 0 {
+		return s.KeyLength
+	}
+	return s.D / s.Heads
+}
 
 // Random draws every tensor of s from one SplitMix stream of seed, in file order.
 func Random(s Shape, seed uint64) *Weights {
 	w := &Weights{S: s, Tensors: map[string][]float32{}, Dims: map[string][]uint64{}}
 	rng := seed
 	for _, t := range randmodel.Tensors(randmodel.Shape{Arch: s.Arch, D: s.D, Layers: s.Layers, Heads: s.Heads,
-		KVHeads: s.KVHeads, FFN: s.FFN, Vocab: s.Vocab, Tied: s.Tied, RopeFreqs: s.RopeFreqs}) {
+		KVHeads: s.KVHeads, FFN: s.FFN, Vocab: s.Vocab, HeadDim: s.KeyLength, Tied: s.Tied, RopeFreqs: s.RopeFreqs}) {
 		n := 1
 		ud := make([]uint64, len(t.Dims))
 		for i, d := range t.Dims {
@@ -64,7 +79,7 @@ func (w *Weights) IsMatrix(name string) bool { return len(w.Dims[name]) == 2 }
 // that type really holds, and the file's bytes.
 func (w *Weights) As(t testing.TB, typ gguf.Type) (*Weights, []byte) {
 	t.Helper()
-	out := &Weights{S: w.S, Tensors: map[string][]float32{}, Dims: w.Dims, Order: w.Order}
+	out := &Weights{S: w.S, Tensors: map[string][]float32{}, Dims: w.Dims, Order: w.Order, Meta: w.Meta}
 	f := &ggufwrite.File{}
 	s := w.S
 	f.Set("general.architecture", s.Arch).Set("general.name", "test-"+s.Arch+"-"+typ.String())
@@ -72,6 +87,12 @@ func (w *Weights) As(t testing.TB, typ gguf.Type) (*Weights, []byte) {
 		Set(s.Arch+".attention.head_count", uint32(s.Heads)).Set(s.Arch+".attention.head_count_kv", uint32(s.KVHeads)).
 		Set(s.Arch+".feed_forward_length", uint32(s.FFN)).Set(s.Arch+".context_length", uint32(1024)).
 		Set(s.Arch+".rope.freq_base", float32(s.Theta)).Set(s.Arch+".attention.layer_norm_rms_epsilon", float32(1e-6))
+	if s.KeyLength != 0 {
+		f.Set(s.Arch+".attention.key_length", uint32(s.KeyLength)).Set(s.Arch+".attention.value_length", uint32(s.KeyLength))
+	}
+	for _, kv := range w.Meta {
+		f.Set(kv.Key, kv.Val)
+	}
 	for _, name := range w.Order {
 		v := w.Tensors[name]
 		tt := gguf.TypeF32
