@@ -167,37 +167,8 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		// local for a queue that is not there.
 		queued = max(int(candidates[0].GetQueuedTokens()), s.pending.of(candidates[0].GetWorkerId()))
 	}
-	sit := situation{
-		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
-		prompt:     len(ereq.Prompt), cached: cached, prefillQueued: queued, running: st.Running, localQueued: st.WaitingTokens,
-	}
-	if st.TotalBlocks > 0 {
-		sit.kvUsage = float64(st.ActiveBlocks) / float64(st.TotalBlocks)
-	}
-	kvBytes := ((len(ereq.Prompt)+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
-	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)
-	if p.Policy == PolicySLO {
-		// The prompts waiting here are prefilled first, in the same steps: the
-		// stall (est.Local) is theirs and this one's, and so are its steps.
-		// The sequences decode on in a batch of those live here and this one.
-		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
-			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1)}
-		if s.stepFit != nil {
-			if str.fit = s.projectSteps(st, sit, bs); str.fit.ok {
-				s.metrics.stepProjected.WithLabelValues("stretched").Set(str.fit.gap)
-			}
-			if str.fit.plainOK {
-				s.metrics.stepProjected.WithLabelValues("plain").Set(str.fit.plain)
-			}
-		}
-		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
-		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
-			s.metrics.tpotSlack.Set(sit.slack.min)
-		}
-		if p.TBTSLOMs > 0 && sit.slack.decoding > sit.slack.lost {
-			s.metrics.tbtProjected.Set(sit.slack.tbt)
-		}
-	}
+	pol := newPolicy(p)
+	sit := s.situation(pol, p, st, len(ereq.Prompt), cached, queued)
 	c := decide(p, sit)
 	decision := &decodev1.PrefillDecision{
 		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: c.reason, Detail: c.detail, Policy: string(p.Policy),
@@ -253,6 +224,46 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		"cached_tokens", decision.CachedTokens, "effective_tokens", decision.EffectiveTokens,
 		"prefill_worker", decision.PrefillWorkerId, "failed_prefill_workers", decision.FailedPrefillWorkerIds)
 	return s.pump(ctx, stream, decision, start, st.WaitingTokens, lv, out)
+}
+
+// situation builds a policy's inputs, once, from what this worker holds and
+// measures: the slack of the sequences decoding here only when pol Needs it.
+func (s *Service) situation(pol Policy, p Params, st engine.Stats, prompt, cached, queued int) situation {
+	info := s.eng.Info()
+	bs := info.Layout.BlockSize
+	sit := situation{
+		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
+		prompt:     prompt, cached: cached, prefillQueued: queued, running: st.Running, localQueued: st.WaitingTokens,
+	}
+	if st.TotalBlocks > 0 {
+		sit.kvUsage = float64(st.ActiveBlocks) / float64(st.TotalBlocks)
+	}
+	kvBytes := ((prompt+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
+	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)
+	if !pol.Needs().Slack {
+		return sit
+	}
+	// The prompts waiting here are prefilled first, in the same steps: the
+	// stall (est.Local) is theirs and this one's, and so are its steps.
+	// The sequences decode on in a batch of those live here and this one.
+	str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
+		compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1)}
+	if s.stepFit != nil {
+		if str.fit = s.projectSteps(st, sit, bs); str.fit.ok {
+			s.metrics.stepProjected.WithLabelValues("stretched").Set(str.fit.gap)
+		}
+		if str.fit.plainOK {
+			s.metrics.stepProjected.WithLabelValues("plain").Set(str.fit.plain)
+		}
+	}
+	sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
+	if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
+		s.metrics.tpotSlack.Set(sit.slack.min)
+	}
+	if p.TBTSLOMs > 0 && sit.slack.decoding > sit.slack.lost {
+		s.metrics.tbtProjected.Set(sit.slack.tbt)
+	}
+	return sit
 }
 
 // knownPrefill reports whether discovery knows prefill worker id.

@@ -43,7 +43,7 @@ func (w *tbtWorker) decide(tokens int, stall float64) choice {
 // decideWith is decide with compute seconds of the stall the prompt's own and
 // the step model's plain step.
 func (w *tbtWorker) decideWith(tokens int, stall, compute float64, plain stepAt) (choice, slack) {
-	p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+	p := Params{Policy: PolicySLO, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64}, SLOParams: SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}
 	if err := p.Validate(); err != nil {
 		w.t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestSLOTBTUnknownBudgetIsOneGap(t *testing.T) {
 // objective still goes remote.
 func TestSLOTBTMarginGivesWayToACertainTTFTMiss(t *testing.T) {
 	decideRemote := func(w *tbtWorker, remote float64) choice {
-		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+		p := Params{Policy: PolicySLO, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64}, SLOParams: SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}
 		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.36, LocalPrefill: 0.36, Remote: remote, Chunk: 2048}
 		s := situation{prompt: 8192, est: est}
 		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: 4, stall: 0.36})
@@ -164,7 +164,7 @@ func TestSLOTBTPromptThatAddsNoStep(t *testing.T) {
 	decideQueued := func(queued, tokens int) choice {
 		w := newTBTWorker(t)
 		w.decoding(101, append(gaps(32, 10), gaps(8, 90)...)...) // 90 ms projected with any stall: past 80
-		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+		p := Params{Policy: PolicySLO, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64}, SLOParams: SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}
 		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.2, LocalPrefill: 0.2, Remote: 1, Chunk: 2048}
 		s := situation{prompt: tokens, est: est, localQueued: queued}
 		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: chunks(queued+tokens, 2048), stall: 0.2})

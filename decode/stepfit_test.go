@@ -101,7 +101,7 @@ func TestSLOTBTTakesTheFittedStep(t *testing.T) {
 	decideFit := func(fit stepGuess) (choice, slack) {
 		w := newTBTWorker(t)
 		w.decoding(65, gaps(20, 70)...)
-		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+		p := Params{Policy: PolicySLO, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64}, SLOParams: SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}
 		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.14, LocalPrefill: 0.14, Remote: 1, Chunk: 2048}
 		s := situation{prompt: 4096, est: est}
 		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: 2, stall: 0.14, compute: 0.11,
