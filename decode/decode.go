@@ -159,7 +159,11 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	p := s.Params()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
 	bs := info.Layout.BlockSize
-	candidates, displaced := s.pending.rerank(s.candidates(m.GetPrefillWorkers()), len(ereq.Prompt), bs, s.knownPrefill)
+	// The router's ranking is the one ranking: it is made with the fleet view
+	// (every prefill worker's queue and cache, whoever sent them work). What this
+	// worker alone knows, the prompts it has sent and not seen prefilled, goes
+	// into the queue figure the policy weighs.
+	candidates := s.candidates(m.GetPrefillWorkers())
 	queued := 0
 	if len(candidates) > 0 {
 		// The larger, not the sum: the router's figure may already include some of
@@ -173,12 +177,6 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	decision := &decodev1.PrefillDecision{
 		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: c.reason, Detail: c.detail, Policy: string(p.Policy),
 		PromptTokens: uint32(sit.prompt), CachedTokens: uint32(cached), EffectiveTokens: uint32(sit.effective()),
-	}
-
-	if displaced != "" && c.remote {
-		s.metrics.reranked.Inc()
-		decision.Detail += fmt.Sprintf("; prefill worker %s ahead of the router's %s, which has %d tokens pending from this worker",
-			candidates[0].GetWorkerId(), displaced, s.pending.of(displaced))
 	}
 
 	ps := pathsFor(p, sit, len(candidates) > 0)
@@ -264,12 +262,6 @@ func (s *Service) situation(pol Policy, p Params, st engine.Stats, prompt, cache
 		s.metrics.tbtProjected.Set(sit.slack.tbt)
 	}
 	return sit
-}
-
-// knownPrefill reports whether discovery knows prefill worker id.
-func (s *Service) knownPrefill(id string) bool {
-	_, ok := s.prefill.Client(id)
-	return ok
 }
 
 // candidates keeps the router's suggestions that discovery knows, in order, and
