@@ -6,6 +6,8 @@ import "fmt"
 // policies also follow before they have measured what they weigh.
 type ThresholdParams struct {
 	// ShortPrefillThreshold is the largest effective length prefilled locally.
+	// The router's isl_threshold is another boundary, for another question
+	// (which pool serves the prompt); router.Params.ISLThreshold says why the two differ.
 	ShortPrefillThreshold int `json:"short_prefill_threshold"`
 	// MaxPrefillQueueTokens keeps a prompt local when the best prefill worker
 	// already has this many tokens queued (0: no limit), under the threshold and
