@@ -1,12 +1,14 @@
 package decode
 
+import "github.com/tandem-serve/tandem/decode/estimate"
+
 // situation is everything a policy may look at, all of it exact or measured;
 // Service.situation builds it once per request.
 type situation struct {
 	aggregated bool
 	prompt     int // prompt tokens
 	cached     int // leading prompt tokens already in this worker's cache
-	est        Estimate
+	est        estimate.Estimate
 	// prefillQueued is the best prefill worker's queue, as the router last saw it.
 	prefillQueued int
 	// running is this worker's decode batch (sequences decoding or prefilling),
@@ -16,7 +18,7 @@ type situation struct {
 	// localQueued are prompt tokens waiting to be prefilled here; slack is the
 	// TPOT budget of the sequences decoding here (only for a policy that Needs it).
 	localQueued int
-	slack       slack
+	slack       estimate.Slack
 }
 
 func (s situation) effective() int { return s.prompt - s.cached }

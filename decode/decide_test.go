@@ -1,9 +1,10 @@
 package decode
 
 import (
+	"github.com/tandem-serve/tandem/decode/estimate"
+
 	"math"
 	"testing"
-	"time"
 )
 
 func TestDecide(t *testing.T) {
@@ -14,12 +15,12 @@ func TestDecide(t *testing.T) {
 	ld := func(maxTokens int) LoadParams {
 		return LoadParams{LocalMaxRunning: 4, LocalMaxKVUsage: 0.5, LocalMaxTokens: maxTokens}
 	}
-	warm := Estimate{Warm: true, Local: 0.050, ITLPenalty: 0.010, Remote: 0.030}
+	warm := estimate.Estimate{Warm: true, Local: 0.050, ITLPenalty: 0.010, Remote: 0.030}
 	sloP := Params{Policy: PolicySLO, ThresholdParams: th(64, 0), SLOParams: SLOParams{TTFTSLOMs: 2000, TPOTSLOMs: 30}}
 	sloFaster := sloP
 	sloFaster.SLOPrefer = SLOPreferFaster
-	sloEst := func(local, remote float64) Estimate {
-		return Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: local, LocalPrefill: local, Remote: remote}
+	sloEst := func(local, remote float64) estimate.Estimate {
+		return estimate.Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: local, LocalPrefill: local, Remote: remote}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -36,13 +37,13 @@ func TestDecide(t *testing.T) {
 		{"always-local", Params{Policy: PolicyAlwaysLocal}, situation{prompt: 9000}, false, "always_local"},
 		{"always-remote", Params{Policy: PolicyAlwaysRemote}, situation{prompt: 3}, true, "always_remote"},
 		{"cost before warm-up uses the threshold", Params{Policy: PolicyCost, ThresholdParams: th(64, 0)}, situation{prompt: 100, running: 2,
-			est: Estimate{Local: 0, Remote: 9}}, true, "cold_above_threshold"},
+			est: estimate.Estimate{Local: 0, Remote: 9}}, true, "cold_above_threshold"},
 		{"cost cold and idle prefills here, to learn", Params{Policy: PolicyCost, ThresholdParams: th(64, 0)}, situation{prompt: 5000,
-			est: Estimate{RemoteWarm: true, Local: 9, Remote: 0.1}}, false, "cost_cold_idle"},
+			est: estimate.Estimate{RemoteWarm: true, Local: 9, Remote: 0.1}}, false, "cost_cold_idle"},
 		{"cost with local warm and remote cold uses the threshold, idle or not", Params{Policy: PolicyCost, ThresholdParams: th(64, 0)},
-			situation{prompt: 5000, est: Estimate{LocalWarm: true, Local: 0.01, Remote: 9}}, true, "cold_above_threshold"},
+			situation{prompt: 5000, est: estimate.Estimate{LocalWarm: true, Local: 0.01, Remote: 9}}, true, "cold_above_threshold"},
 		{"cost picks remote when cheaper", Params{Policy: PolicyCost}, situation{prompt: 100, est: warm}, true, "cost_remote_cheaper"},
-		{"cost picks local when cheaper", Params{Policy: PolicyCost}, situation{prompt: 100, est: Estimate{Warm: true, Local: 0.01, ITLPenalty: 0.005,
+		{"cost picks local when cheaper", Params{Policy: PolicyCost}, situation{prompt: 100, est: estimate.Estimate{Warm: true, Local: 0.01, ITLPenalty: 0.005,
 			Remote: 0.03}}, false, "cost_local_cheaper"},
 		{"full prefill queue keeps it local", Params{Policy: PolicyThreshold, ThresholdParams: th(0, 4096)}, situation{prompt: 500,
 			prefillQueued: 5000}, false, "prefill_queue_full"},
@@ -67,54 +68,56 @@ func TestDecide(t *testing.T) {
 		{"load: within the cap", Params{Policy: PolicyLoad, ThresholdParams: th(64, 0), LoadParams: ld(4096)},
 			situation{prompt: 5000, cached: 1000}, false, "load_decode_idle"},
 		// slo, TTFT SLO 2 s: a stall of est.Local against half the least slack.
-		{"slo: cold uses the threshold while something decodes", sloP, situation{prompt: 5000, est: Estimate{Local: 0.01, Remote: 9},
-			slack: slack{decoding: 1, min: 10}}, true, "slo_cold_above_threshold"},
+		{"slo: cold uses the threshold while something decodes", sloP, situation{prompt: 5000, est: estimate.Estimate{Local: 0.01, Remote: 9},
+			slack: estimate.Slack{Decoding: 1, Min: 10}}, true, "slo_cold_above_threshold"},
 		{"slo: cold, nothing waiting, one step's prompt: here, to learn", sloP, situation{prompt: 2000,
-			est: Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: slack{decoding: 30, min: 10}}, false, "slo_cold_learn"},
+			est: estimate.Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: estimate.Slack{Decoding: 30, Min: 10}}, false, "slo_cold_learn"},
 		{"slo: cold, ... but with prompts waiting here the threshold", sloP, situation{prompt: 2000, localQueued: 100,
-			est: Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: slack{decoding: 30, min: 10}}, true, "slo_cold_above_threshold"},
+			est: estimate.Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: estimate.Slack{Decoding: 30, Min: 10}}, true, "slo_cold_above_threshold"},
 		{"slo: cold, ... and a prompt of more than one step too", sloP, situation{prompt: 2049,
-			est: Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: slack{decoding: 30, min: 10}}, true, "slo_cold_above_threshold"},
-		{"slo: cold, short", sloP, situation{prompt: 50, est: Estimate{Local: 0.01, Remote: 9},
-			slack: slack{decoding: 1, min: 10}}, false, "slo_cold_below_threshold"},
-		{"slo: cold and idle prefills here, to learn", sloP, situation{prompt: 5000, est: Estimate{RemoteWarm: true, Local: 9, Remote: 0.1}},
+			est: estimate.Estimate{Local: 0.01, Remote: 9, Chunk: 2048}, slack: estimate.Slack{Decoding: 30, Min: 10}}, true, "slo_cold_above_threshold"},
+		{"slo: cold, short", sloP, situation{prompt: 50, est: estimate.Estimate{Local: 0.01, Remote: 9},
+			slack: estimate.Slack{Decoding: 1, Min: 10}}, false, "slo_cold_below_threshold"},
+		{"slo: cold and idle prefills here, to learn", sloP, situation{prompt: 5000, est: estimate.Estimate{RemoteWarm: true, Local: 9, Remote: 0.1}},
 			false, "slo_cold_idle"},
-		{"slo: remote not measured is taken as meeting TTFT", sloP, situation{prompt: 5000, est: Estimate{LocalWarm: true, Local: 2.5, Remote: 9},
-			slack: slack{decoding: 10, min: 100}}, true, "slo_remote_ttft"},
+		{"slo: remote not measured is taken as meeting TTFT", sloP, situation{prompt: 5000, est: estimate.Estimate{LocalWarm: true, Local: 2.5, Remote: 9},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, true, "slo_remote_ttft"},
 		{"slo: nothing decoding, TTFT met", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2)}, false, "slo_local_fits"},
 		{"slo: the stall fits half the slack", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
-			slack: slack{decoding: 10, min: 0.7}}, false, "slo_local_fits"},
+			slack: estimate.Slack{Decoding: 10, Min: 0.7}}, false, "slo_local_fits"},
 		{"slo: the stall takes more than half the slack", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
-			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
+			slack: estimate.Slack{Decoding: 10, Min: 0.5}}, true, "slo_remote_tpot_budget"},
 		{"slo: ... even when remote misses its TTFT", sloP, situation{prompt: 5000, est: sloEst(0.3, 5),
-			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
+			slack: estimate.Slack{Decoding: 10, Min: 0.5}}, true, "slo_remote_tpot_budget"},
 		{"slo: sequences that miss an SLO anyway set no budget", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
-			slack: slack{decoding: 5, lost: 3, min: 0.7}}, false, "slo_local_fits"},
+			slack: estimate.Slack{Decoding: 5, Lost: 3, Min: 0.7}}, false, "slo_local_fits"},
 		{"slo: ... but every sequence lost is no licence to stall them further", sloP, situation{prompt: 5000, est: sloEst(0.3, 0.2),
-			slack: slack{decoding: 3, lost: 3, min: math.Inf(1)}}, true, "slo_remote_tpot_budget"},
-		{"slo: cold while lost sequences decode follows the threshold", sloP, situation{prompt: 5000, est: Estimate{Local: 9, Remote: 0.1},
-			slack: slack{decoding: 2, lost: 2, min: math.Inf(1)}}, true, "slo_cold_above_threshold"},
+			slack: estimate.Slack{Decoding: 3, Lost: 3, Min: math.Inf(1)}}, true, "slo_remote_tpot_budget"},
+		{"slo: cold while lost sequences decode follows the threshold", sloP, situation{prompt: 5000, est: estimate.Estimate{Local: 9, Remote: 0.1},
+			slack: estimate.Slack{Decoding: 2, Lost: 2, Min: math.Inf(1)}}, true, "slo_cold_above_threshold"},
 		{"slo: local misses TTFT, remote meets it", sloP, situation{prompt: 5000, est: sloEst(2.5, 1.5),
-			slack: slack{decoding: 10, min: 100}}, true, "slo_remote_ttft"},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, true, "slo_remote_ttft"},
 		{"slo: neither meets TTFT, local keeps TPOT", sloP, situation{prompt: 5000, est: sloEst(2.5, 3),
-			slack: slack{decoding: 10, min: 100}}, false, "slo_local_no_ttft_either"},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, false, "slo_local_no_ttft_either"},
 		{"slo: remote faster, both miss TTFT: local still spares the pool", sloP, situation{prompt: 5000, est: sloEst(4, 3),
-			slack: slack{decoding: 10, min: 100}}, false, "slo_local_no_ttft_either"},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, false, "slo_local_no_ttft_either"},
 		// slo_prefer faster: the lower projected TTFT, within the stall budgets.
 		{"slo faster: both meet TTFT, remote sooner", sloFaster, situation{prompt: 5000, est: sloEst(1.5, 0.4),
-			slack: slack{decoding: 10, min: 100}}, true, "slo_remote_faster"},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, true, "slo_remote_faster"},
 		{"slo faster: both meet TTFT, local sooner", sloFaster, situation{prompt: 5000, est: sloEst(0.3, 0.4),
-			slack: slack{decoding: 10, min: 100}}, false, "slo_local_faster"},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, false, "slo_local_faster"},
 		{"slo faster: the stall budget still comes first", sloFaster, situation{prompt: 5000, est: sloEst(0.3, 0.4),
-			slack: slack{decoding: 10, min: 0.5}}, true, "slo_remote_tpot_budget"},
+			slack: estimate.Slack{Decoding: 10, Min: 0.5}}, true, "slo_remote_tpot_budget"},
 		{"slo faster: remote not measured yet is taken as this worker's line at its queue", sloFaster, situation{prompt: 5000, prefillQueued: 1000,
-			est: Estimate{LocalWarm: true, Local: 1.5, Remote: 0.1, LocalLine: Line{PerToken: 1e-4}}, slack: slack{decoding: 10, min: 100}}, true,
+			est:   estimate.Estimate{LocalWarm: true, Local: 1.5, Remote: 0.1, LocalLine: estimate.Line{PerToken: 1e-4}},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, true,
 			"slo_remote_faster"},
 		{"slo faster: ... and a long queue there keeps it here", sloFaster, situation{prompt: 5000, prefillQueued: 20000,
-			est: Estimate{LocalWarm: true, Local: 1.5, Remote: 0.1, LocalLine: Line{PerToken: 1e-4}}, slack: slack{decoding: 10, min: 100}}, false,
+			est:   estimate.Estimate{LocalWarm: true, Local: 1.5, Remote: 0.1, LocalLine: estimate.Line{PerToken: 1e-4}},
+			slack: estimate.Slack{Decoding: 10, Min: 100}}, false,
 			"slo_local_faster"},
 		{"slo ignores the prefill queue limit", Params{Policy: PolicySLO, SLOParams: SLOParams{TTFTSLOMs: 2000, TPOTSLOMs: 30}, ThresholdParams: th(0, 10)},
-			situation{prompt: 500, prefillQueued: 5000, est: sloEst(0.3, 0.2), slack: slack{decoding: 1, min: 0.1}}, true, "slo_remote_tpot_budget"},
+			situation{prompt: 500, prefillQueued: 5000, est: sloEst(0.3, 0.2), slack: estimate.Slack{Decoding: 1, Min: 0.1}}, true, "slo_remote_tpot_budget"},
 		{"always-remote ignores the queue limit", Params{Policy: PolicyAlwaysRemote, ThresholdParams: th(0, 10)}, situation{prompt: 500,
 			prefillQueued: 5000}, true, "always_remote"},
 	} {
@@ -158,21 +161,5 @@ func TestParamsValidate(t *testing.T) {
 	if err := (Params{Policy: PolicyCost, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 256},
 		CostParams: CostParams{ITLWeight: 0.25}}).Validate(); err != nil {
 		t.Errorf("good params: %v", err)
-	}
-}
-
-// A worker whose engine moves KV itself (handoffs by reference carry no bytes)
-// still warms the cost policy: no bandwidth is needed to move nothing.
-func TestEstimatorWarmsWithoutBytes(t *testing.T) {
-	var e Estimator
-	for range warm {
-		e.ObserveLocal(100, 0, 100*time.Millisecond)
-		e.ObserveRemote(100, 0, 50*time.Millisecond, 0, 0, 0, 60*time.Millisecond)
-	}
-	if !e.Estimate(100, 0, 0, 0, 0, 0).Warm {
-		t.Error("not warm for a handoff of no bytes")
-	}
-	if e.Estimate(100, 1<<20, 0, 0, 0, 0).Warm {
-		t.Error("warm for a handoff of KV chunks with no bandwidth measured")
 	}
 }

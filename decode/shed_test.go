@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"github.com/tandem-serve/tandem/decode/estimate"
+
 	"context"
 	"io"
 	"log/slog"
@@ -26,15 +28,15 @@ import (
 func TestShed(t *testing.T) {
 	on := Params{Policy: PolicyCost, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 1}}
 	both := paths{local: true, remote: true}
-	est := func(localWarm bool, local float64, remoteWarm bool, remote float64) Estimate {
-		return Estimate{LocalWarm: localWarm, RemoteWarm: remoteWarm, Warm: localWarm && remoteWarm, Local: local, Remote: remote}
+	est := func(localWarm bool, local float64, remoteWarm bool, remote float64) estimate.Estimate {
+		return estimate.Estimate{LocalWarm: localWarm, RemoteWarm: remoteWarm, Warm: localWarm && remoteWarm, Local: local, Remote: remote}
 	}
 	remote := choice{remote: true, reason: "cost_remote_cheaper", detail: "why"}
 	local := choice{reason: "cost_local_cheaper", detail: "why"}
 	for _, tc := range []struct {
 		name string
 		p    Params
-		est  Estimate
+		est  estimate.Estimate
 		c    choice
 		ps   paths
 		shed bool

@@ -1,6 +1,10 @@
 package decode
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tandem-serve/tandem/decode/estimate"
+)
 
 // SLOParams are the slo policy's objectives and preference. TTFTSLOMs is also
 // what shedding measures against (ShedParams), whatever the policy.
@@ -119,11 +123,11 @@ const sloTBTShare = 0.8
 // has measured remote ones it takes the remote TTFT as met, so that the first
 // prompts that do not fit here teach it the remote side.
 func slo(p sloPolicy, s situation) choice {
-	idle := s.slack.decoding == 0
+	idle := s.slack.Decoding == 0
 	if !s.est.LocalWarm {
 		if idle {
 			return choice{reason: "slo_cold_idle", detail: fmt.Sprintf("no local prefill measured yet, and no sequence decoding here "+
-				"has a TPOT to keep (%d decoding, %d lost): %d effective tokens prefilled here", s.slack.decoding, s.slack.lost, s.effective())}
+				"has a TPOT to keep (%d decoding, %d lost): %d effective tokens prefilled here", s.slack.Decoding, s.slack.Lost, s.effective())}
 		}
 		// Following the threshold while anything decodes here can keep the
 		// line cold for ever: a worker whose every prompt is long sends them all
@@ -135,24 +139,24 @@ func slo(p sloPolicy, s situation) choice {
 		if c.remote && s.localQueued == 0 && s.effective() <= s.est.Chunk {
 			return choice{reason: "slo_cold_learn", detail: fmt.Sprintf("no local prefill measured yet; nothing waits here and the prompt's "+
 				"%d effective tokens fit one step (budget %d): prefilled here to learn, stalling the %d decoding for one step",
-				s.effective(), s.est.Chunk, s.slack.decoding)}
+				s.effective(), s.est.Chunk, s.slack.Decoding)}
 		}
 		return c
 	}
 	ttft := p.TTFTSLOMs / 1e3
 	stall := s.est.Local
-	budget := sloSlackShare * s.slack.min
+	budget := sloSlackShare * s.slack.Min
 	// Sequences that miss an SLO already set no budget, but do not make the
 	// worker idle: while every sequence here is lost there is nothing to budget
 	// a stall against, and prefilling here anyway feeds on itself, each stall
 	// pushing more sequences past their TPOT.
-	alive := s.slack.decoding > s.slack.lost
+	alive := s.slack.Decoding > s.slack.Lost
 	fits := idle || (alive && stall <= budget)
 	tbt := sloTBTShare * p.TBTSLOMs / 1e3
-	tbtFits := idle || (alive && s.slack.tbt <= tbt)
+	tbtFits := idle || (alive && s.slack.TBT <= tbt)
 	// A prompt that fits in the last step of the prefills already waiting here
 	// adds no stretched step: the sequences' gaps are what they would be anyway.
-	addsNoStep := s.localQueued > 0 && s.est.Chunk > 0 && chunks(s.localQueued+s.effective(), s.est.Chunk) == chunks(s.localQueued, s.est.Chunk)
+	addsNoStep := s.localQueued > 0 && s.est.Chunk > 0 && estimate.Chunks(s.localQueued+s.effective(), s.est.Chunk) == estimate.Chunks(s.localQueued, s.est.Chunk)
 	noStep := !tbtFits && alive && addsNoStep
 	if noStep {
 		tbtFits = true
@@ -164,15 +168,15 @@ func slo(p sloPolicy, s situation) choice {
 	// the sequences here at risk only past the whole objective: the whole
 	// objective is the bound then, so that a projection just past the share does
 	// not send a prompt to a prefill worker far behind its TTFT.
-	marginal := p.TBTSLOMs > 0 && !tbtFits && alive && remoteMisses && s.est.Local <= ttft && s.slack.tbt <= p.TBTSLOMs/1e3
+	marginal := p.TBTSLOMs > 0 && !tbtFits && alive && remoteMisses && s.est.Local <= ttft && s.slack.TBT <= p.TBTSLOMs/1e3
 	budgetDetail := "no sequence decoding here has a TPOT left to keep"
 	if p.TPOTSLOMs == 0 {
 		budgetDetail = "no TPOT objective"
-	} else if s.slack.decoding > s.slack.lost {
+	} else if s.slack.Decoding > s.slack.Lost {
 		budgetDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
-			100*sloSlackShare, s.slack.min*1e3, s.slack.decoding, s.slack.lost, s.slack.emitted, s.slack.remaining, s.slack.step*1e3, p.TPOTSLOMs)
-	} else if s.slack.decoding > 0 {
-		budgetDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.decoding)
+			100*sloSlackShare, s.slack.Min*1e3, s.slack.Decoding, s.slack.Lost, s.slack.Emitted, s.slack.Remaining, s.slack.Step*1e3, p.TPOTSLOMs)
+	} else if s.slack.Decoding > 0 {
+		budgetDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.Decoding)
 	}
 	if p.TBTSLOMs > 0 {
 		budgetDetail += "; " + tbtDetail(p.SLOParams, s.slack)
@@ -219,18 +223,18 @@ func slo(p sloPolicy, s situation) choice {
 
 // tbtDetail explains the TBT rule: the tightest sequence's projection against
 // the objective, and the stretch it assumes.
-func tbtDetail(p SLOParams, sl slack) string {
-	plain := fmt.Sprintf("plain step %.2fms at batch %d (%s)", sl.step*1e3, sl.plain.batch, sl.stepFrom)
-	if sl.plain.learned && !sl.fit {
+func tbtDetail(p SLOParams, sl estimate.Slack) string {
+	plain := fmt.Sprintf("plain step %.2fms at batch %d (%s)", sl.Step*1e3, sl.Plain.Batch, sl.StepFrom)
+	if sl.Plain.Learned && !sl.Fit {
 		plain += " + the prompt's compute per step"
 	}
-	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s)", sl.steps, sl.gap*1e3, plain)
+	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s)", sl.Steps, sl.Gap*1e3, plain)
 	switch {
-	case sl.decoding == 0:
+	case sl.Decoding == 0:
 		return "TBT: nothing decoding here; " + stretch
-	case sl.decoding == sl.lost:
-		return fmt.Sprintf("TBT: all %d sequences decoding here miss an SLO already; %s", sl.decoding, stretch)
+	case sl.Decoding == sl.Lost:
+		return fmt.Sprintf("TBT: all %d sequences decoding here miss an SLO already; %s", sl.Decoding, stretch)
 	}
 	return fmt.Sprintf("TBT: the tightest projects %.1fms vs %.0f%% of the TBT SLO %.0fms (mean of its longest %d gaps; %d emitted, %d left, "+
-		"%d gaps stretched); %s", sl.tbt*1e3, 100*sloTBTShare, p.TBTSLOMs, sl.tbtK, sl.tbtEmitted, sl.tbtRemaining, sl.stretched, stretch)
+		"%d gaps stretched); %s", sl.TBT*1e3, 100*sloTBTShare, p.TBTSLOMs, sl.TBTK, sl.TBTEmitted, sl.TBTRemaining, sl.Stretched, stretch)
 }
