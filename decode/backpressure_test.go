@@ -148,7 +148,7 @@ func TestOwnPendingPrefillsCountAsQueued(t *testing.T) {
 	pnode := startPrefill(t, gate, "p")
 	pf := &staticPrefillers{}
 	pf.add("p", pnode.client)
-	params := decode.Params{Policy: decode.PolicyThreshold, ShortPrefillThreshold: 16, MaxPrefillQueueTokens: 150}
+	params := decode.Params{Policy: decode.PolicyThreshold, ThresholdParams: decode.ThresholdParams{ShortPrefillThreshold: 16, MaxPrefillQueueTokens: 150}}
 	node := startDecode(t, newNative(t), pf, params, 10*time.Second, 30*time.Second)
 	ctx := context.Background()
 

@@ -59,7 +59,6 @@ type metrics struct {
 	queueWait      prometheus.Histogram
 	rejected       *prometheus.CounterVec
 	pendingTokens  *prometheus.GaugeVec
-	reranked       prometheus.Counter
 	tpotSlack      prometheus.Gauge
 	tbtProjected   prometheus.Gauge
 	stepProjected  *prometheus.GaugeVec
@@ -119,11 +118,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Prompt tokens this worker has sent to each prefill worker and not yet seen prefilled; counted in the prefill queue the " +
 			"decision looks at. A worker's series goes away when nothing is pending there (absent means 0).",
 	}, []string{"prefill_worker"})
-	m.reranked = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tandem_decode_prefill_reranked_total",
-		Help: "Requests for which this worker put another prefill worker ahead of the router's first choice, because of tokens pending " +
-			"there from this worker that the router had not heard of.",
-	})
 	m.tpotSlack = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tandem_decode_tpot_slack_seconds",
 		Help: "slo policy: the least TPOT slack among the sequences decoding here that can still meet their SLOs, at the last decision " +
@@ -143,7 +137,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "slo policy on an engine that reports its steps: the engine step the last decision projected from the fit to them, " +
 			"plain (the batch decoding alone) and stretched (with the prompt's fullest chunk beside it), seconds.",
 	}, []string{"step"})
-	reg.MustRegister(m.rejected, m.pendingTokens, m.reranked, m.tpotSlack, m.tbtProjected, m.stepProjected)
+	reg.MustRegister(m.rejected, m.pendingTokens, m.tpotSlack, m.tbtProjected, m.stepProjected)
 	reg.MustRegister(m.decisions, m.fallbacks, m.remoteFailures, m.completed, m.engineText, m.ttft, m.itl, m.handoffBytes, m.handoffSeconds, m.queueWait)
 	return m
 }

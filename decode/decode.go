@@ -4,11 +4,12 @@
 package decode
 
 import (
+	"github.com/tandem-serve/tandem/decode/estimate"
+
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -90,12 +91,12 @@ type Service struct {
 	params    atomic.Pointer[Params]
 	eng       engine.Engine
 	prefill   Prefillers
-	estimator Estimator
+	estimator estimate.Estimator
 	pending   pendingPrefills
-	live      liveStreams
-	steps     stepModel
-	stepFit   *stepFit      // engines that report their steps (engine.StepReporter); else nil
-	gapSeq    atomic.Uint64 // gaps seen by all streams, to sample one a step
+	live      estimate.Streams
+	steps     estimate.StepModel
+	stepFit   *estimate.StepFit // engines that report their steps (engine.StepReporter); else nil
+	gapSeq    atomic.Uint64     // gaps seen by all streams, to sample one a step
 	log       *slog.Logger
 	metrics   *metrics
 	running   atomic.Int64
@@ -109,13 +110,13 @@ func New(cfg Config, eng engine.Engine, prefill Prefillers, log *slog.Logger, re
 		return nil, err
 	}
 	s := &Service{cfg: cfg, eng: eng, prefill: prefill, log: log, metrics: newMetrics(reg)}
-	s.estimator.chunk = eng.Info().MaxBatchedTokens
-	registerEstimateGauges(reg, &s.estimator)
+	s.estimator.Chunk = eng.Info().MaxBatchedTokens
+	estimate.RegisterGauges(reg, &s.estimator)
 	s.pending.gauge = s.metrics.pendingTokens
 	s.params.Store(&cfg.Params)
 	if r, ok := eng.(engine.StepReporter); ok {
-		s.stepFit = &stepFit{}
-		r.ObserveSteps(s.stepFit.observe)
+		s.stepFit = &estimate.StepFit{}
+		r.ObserveSteps(s.stepFit.Observe)
 	}
 	return s, nil
 }
@@ -159,7 +160,11 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	p := s.Params()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
 	bs := info.Layout.BlockSize
-	candidates, displaced := s.pending.rerank(s.candidates(m.GetPrefillWorkers()), len(ereq.Prompt), bs, s.knownPrefill)
+	// The router's ranking is the one ranking: it is made with the fleet view
+	// (every prefill worker's queue and cache, whoever sent them work). What this
+	// worker alone knows, the prompts it has sent and not seen prefilled, goes
+	// into the queue figure the policy weighs.
+	candidates := s.candidates(m.GetPrefillWorkers())
 	queued := 0
 	if len(candidates) > 0 {
 		// The larger, not the sum: the router's figure may already include some of
@@ -167,47 +172,12 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		// local for a queue that is not there.
 		queued = max(int(candidates[0].GetQueuedTokens()), s.pending.of(candidates[0].GetWorkerId()))
 	}
-	sit := situation{
-		aggregated: s.cfg.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED,
-		prompt:     len(ereq.Prompt), cached: cached, prefillQueued: queued, running: st.Running, localQueued: st.WaitingTokens,
-	}
-	if st.TotalBlocks > 0 {
-		sit.kvUsage = float64(st.ActiveBlocks) / float64(st.TotalBlocks)
-	}
-	kvBytes := ((len(ereq.Prompt)+bs-1)/bs - cached/bs) * info.Layout.BlockBytes
-	sit.est = s.estimator.Estimate(sit.effective(), kvBytes, st.WaitingTokens, queued, st.Running, p.ITLWeight)
-	if p.Policy == PolicySLO {
-		// The prompts waiting here are prefilled first, in the same steps: the
-		// stall (est.Local) is theirs and this one's, and so are its steps.
-		// The sequences decode on in a batch of those live here and this one.
-		str := stretch{steps: chunks(st.WaitingTokens+sit.effective(), sit.est.Chunk), stall: sit.est.Local,
-			compute: sit.est.LocalLine.PerToken * float64(st.WaitingTokens+sit.effective()), plain: s.steps.at(s.live.count() + 1)}
-		if s.stepFit != nil {
-			if str.fit = s.projectSteps(st, sit, bs); str.fit.ok {
-				s.metrics.stepProjected.WithLabelValues("stretched").Set(str.fit.gap)
-			}
-			if str.fit.plainOK {
-				s.metrics.stepProjected.WithLabelValues("plain").Set(str.fit.plain)
-			}
-		}
-		sit.slack = s.live.slack(time.Now(), p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, sit.est.LocalLine.Fixed, str)
-		if sit.slack.decoding > sit.slack.lost && !math.IsInf(sit.slack.min, 1) {
-			s.metrics.tpotSlack.Set(sit.slack.min)
-		}
-		if p.TBTSLOMs > 0 && sit.slack.decoding > sit.slack.lost {
-			s.metrics.tbtProjected.Set(sit.slack.tbt)
-		}
-	}
+	pol := newPolicy(p)
+	sit := s.situation(pol, p, st, len(ereq.Prompt), cached, queued)
 	c := decide(p, sit)
 	decision := &decodev1.PrefillDecision{
 		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: c.reason, Detail: c.detail, Policy: string(p.Policy),
 		PromptTokens: uint32(sit.prompt), CachedTokens: uint32(cached), EffectiveTokens: uint32(sit.effective()),
-	}
-
-	if displaced != "" && c.remote {
-		s.metrics.reranked.Inc()
-		decision.Detail += fmt.Sprintf("; prefill worker %s ahead of the router's %s, which has %d tokens pending from this worker",
-			candidates[0].GetWorkerId(), displaced, s.pending.of(displaced))
 	}
 
 	ps := pathsFor(p, sit, len(candidates) > 0)
@@ -226,7 +196,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	var stream engine.Stream
 	if c.remote {
 		var err error
-		stream, err = s.tryRemote(ctx, ereq, candidates, cached/bs, RemoteDeadline(sit.est, s.cfg.MinRemoteDeadline, s.cfg.MaxRemoteDeadline), decision)
+		stream, err = s.tryRemote(ctx, ereq, candidates, cached/bs, estimate.RemoteDeadline(sit.est, s.cfg.MinRemoteDeadline, s.cfg.MaxRemoteDeadline), decision)
 		if err != nil {
 			return err
 		}
@@ -244,7 +214,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	if m.GetMaxTokens() > 0 {
 		maxTokens = min(int(m.GetMaxTokens()), info.ContextLength-len(ereq.Prompt))
 	}
-	lv, gone := s.live.add(start, maxTokens)
+	lv, gone := s.live.Add(start, maxTokens)
 	defer gone()
 	path := decision.Path.Name()
 	s.metrics.decisions.WithLabelValues(path, decision.Reason).Inc()
@@ -253,12 +223,6 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		"cached_tokens", decision.CachedTokens, "effective_tokens", decision.EffectiveTokens,
 		"prefill_worker", decision.PrefillWorkerId, "failed_prefill_workers", decision.FailedPrefillWorkerIds)
 	return s.pump(ctx, stream, decision, start, st.WaitingTokens, lv, out)
-}
-
-// knownPrefill reports whether discovery knows prefill worker id.
-func (s *Service) knownPrefill(id string) bool {
-	_, ok := s.prefill.Client(id)
-	return ok
 }
 
 // candidates keeps the router's suggestions that discovery knows, in order, and

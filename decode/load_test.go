@@ -32,7 +32,8 @@ func TestLoadPolicyFollowsTheDecodeBatch(t *testing.T) {
 	pf.add("prefill-0", pre.client)
 	eng := &loadedEngine{Engine: newNative(t)}
 	total := eng.Engine.Stats().TotalBlocks
-	p := decode.Params{Policy: decode.PolicyLoad, ShortPrefillThreshold: 16, LocalMaxRunning: 2, LocalMaxKVUsage: 0.5}
+	p := decode.Params{Policy: decode.PolicyLoad, ThresholdParams: decode.ThresholdParams{ShortPrefillThreshold: 16},
+		LoadParams: decode.LoadParams{LocalMaxRunning: 2, LocalMaxKVUsage: 0.5}}
 	node := startDecode(t, eng, pf, p, time.Second, 10*time.Second)
 	for i, tc := range []struct {
 		running, active int

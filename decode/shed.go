@@ -6,6 +6,27 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 )
 
+// ShedParams are early rejection's, which applies whatever the policy.
+type ShedParams struct {
+	// ShedTTFTFactor refuses a request at once (ResourceExhausted, reason
+	// ttft_unmeetable) when its projected TTFT on every path it could take
+	// exceeds TTFTSLOMs times this factor: Mooncake's early rejection. A request
+	// that will miss its TTFT anyway is better served by another worker, or by
+	// the client's retry, than by a prefill whose work is wasted and whose
+	// queueing delays the requests behind it. 0 is off; it never sheds on a path
+	// the estimator has not measured.
+	ShedTTFTFactor float64 `json:"shed_ttft_factor"`
+}
+
+// Validate checks the factor's range; Params.Validate checks that the TTFT
+// objective it multiplies is set.
+func (p ShedParams) Validate() error {
+	if !finite(p.ShedTTFTFactor, 0, 100) {
+		return fmt.Errorf("shed_ttft_factor %g: want 0 (off) or a factor in (0, 100]", p.ShedTTFTFactor)
+	}
+	return nil
+}
+
 // paths says which prefill paths a request could take here: local, and remote
 // when this is a decode worker with a prefill worker to ask. A policy that
 // never takes one (always-local, always-remote) could not have taken it.

@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"github.com/tandem-serve/tandem/decode/estimate"
+
 	"context"
 	"io"
 	"log/slog"
@@ -24,31 +26,33 @@ import (
 
 // The shed rule on its own: which projections it weighs, and when it says nothing.
 func TestShed(t *testing.T) {
-	on := Params{Policy: PolicyCost, TTFTSLOMs: 2000, ShedTTFTFactor: 1}
+	on := Params{Policy: PolicyCost, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 1}}
 	both := paths{local: true, remote: true}
-	est := func(localWarm bool, local float64, remoteWarm bool, remote float64) Estimate {
-		return Estimate{LocalWarm: localWarm, RemoteWarm: remoteWarm, Warm: localWarm && remoteWarm, Local: local, Remote: remote}
+	est := func(localWarm bool, local float64, remoteWarm bool, remote float64) estimate.Estimate {
+		return estimate.Estimate{LocalWarm: localWarm, RemoteWarm: remoteWarm, Warm: localWarm && remoteWarm, Local: local, Remote: remote}
 	}
 	remote := choice{remote: true, reason: "cost_remote_cheaper", detail: "why"}
 	local := choice{reason: "cost_local_cheaper", detail: "why"}
 	for _, tc := range []struct {
 		name string
 		p    Params
-		est  Estimate
+		est  estimate.Estimate
 		c    choice
 		ps   paths
 		shed bool
 	}{
 		{"both warm, both past the objective", on, est(true, 5, true, 4), remote, both, true},
 		{"both warm, chosen local past, remote too", on, est(true, 5, true, 4), local, both, true},
-		{"factor 0 never sheds", Params{Policy: PolicyCost, TTFTSLOMs: 2000}, est(true, 500, true, 400), remote, both, false},
+		{"factor 0 never sheds", Params{Policy: PolicyCost, SLOParams: SLOParams{TTFTSLOMs: 2000}}, est(true, 500, true, 400), remote, both, false},
 		{"chosen path cold: never shed", on, est(true, 5, false, 400), remote, both, false},
 		{"chosen local cold: never shed", on, est(false, 400, true, 5), local, both, false},
 		{"the other path meets it: no shed", on, est(true, 1.5, true, 4), remote, both, false},
 		{"the other path cold is not weighed", on, est(false, 0, true, 4), remote, both, true},
 		{"the other path not an option is not weighed", on, est(true, 0.1, true, 4), remote, paths{remote: true}, true},
-		{"within the factor", Params{Policy: PolicyCost, TTFTSLOMs: 2000, ShedTTFTFactor: 2.5}, est(true, 4.9, true, 4.9), remote, both, false},
-		{"past the factor", Params{Policy: PolicyCost, TTFTSLOMs: 2000, ShedTTFTFactor: 2.5}, est(true, 5.1, true, 5.1), remote, both, true},
+		{"within the factor", Params{Policy: PolicyCost, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 2.5}},
+			est(true, 4.9, true, 4.9), remote, both, false},
+		{"past the factor", Params{Policy: PolicyCost, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 2.5}},
+			est(true, 5.1, true, 5.1), remote, both, true},
 		// A remote choice with no prefill worker to ask is a local prefill.
 		{"remote chosen with no prefill worker weighs local", on, est(true, 1, true, 9), remote, paths{local: true}, false},
 	} {
@@ -65,15 +69,15 @@ func TestShed(t *testing.T) {
 
 func TestShedParamsValidate(t *testing.T) {
 	for _, bad := range []Params{
-		{Policy: PolicyThreshold, TTFTSLOMs: 2000, ShedTTFTFactor: -1},
-		{Policy: PolicyThreshold, TTFTSLOMs: 2000, ShedTTFTFactor: 1000},
-		{Policy: PolicyThreshold, ShedTTFTFactor: 1}, // no objective to shed against
+		{Policy: PolicyThreshold, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: -1}},
+		{Policy: PolicyThreshold, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 1000}},
+		{Policy: PolicyThreshold, ShedParams: ShedParams{ShedTTFTFactor: 1}}, // no objective to shed against
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)
 		}
 	}
-	if err := (Params{Policy: PolicyAlwaysRemote, TTFTSLOMs: 2000, ShedTTFTFactor: 1.5}).Validate(); err != nil {
+	if err := (Params{Policy: PolicyAlwaysRemote, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 1.5}}).Validate(); err != nil {
 		t.Errorf("good shed params: %v", err)
 	}
 }
@@ -241,7 +245,7 @@ func (n *shedNode) rejected(t *testing.T) map[string]float64 {
 // ttft_unmeetable.
 func TestShedTTFTUnmeetable(t *testing.T) {
 	const longQueue = 1_000_000 // 100 s at 0.1 ms a token, against a 2 s objective
-	p := Params{Policy: PolicyAlwaysRemote, TTFTSLOMs: 2000, ShedTTFTFactor: 1}
+	p := Params{Policy: PolicyAlwaysRemote, SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 1}}
 
 	cold := startShed(t, p, false)
 	if err := cold.run(t, "cold", 500, longQueue); err != nil {
@@ -276,13 +280,14 @@ func TestShedTTFTUnmeetable(t *testing.T) {
 	}
 
 	// Off, and hot-reloaded on and off again like any policy param.
-	if err := n.svc.SetParams(Params{Policy: PolicyAlwaysRemote, TTFTSLOMs: 2000}); err != nil {
+	if err := n.svc.SetParams(Params{Policy: PolicyAlwaysRemote, SLOParams: SLOParams{TTFTSLOMs: 2000}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.run(t, "factor-0", 500, longQueue); err != nil {
 		t.Errorf("factor 0: %v, want the request taken", err)
 	}
-	if err := n.svc.SetParams(Params{Policy: PolicyThreshold, ShortPrefillThreshold: 64, TTFTSLOMs: 2000, ShedTTFTFactor: 1}); err != nil {
+	if err := n.svc.SetParams(Params{Policy: PolicyThreshold, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64},
+		SLOParams: SLOParams{TTFTSLOMs: 2000}, ShedParams: ShedParams{ShedTTFTFactor: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	// threshold sends it remote; local, never measured, is not weighed.
@@ -304,7 +309,7 @@ func TestShedTTFTUnmeetable(t *testing.T) {
 // blocks than no running sequence holds is refused before any prefill worker is
 // asked, as kv_blocks; with room, or with the check off, it is taken.
 func TestKVPrecheckRefusesBeforePrefill(t *testing.T) {
-	n := startShed(t, Params{Policy: PolicyAlwaysRemote, TTFTSLOMs: 2000}, true)
+	n := startShed(t, Params{Policy: PolicyAlwaysRemote, SLOParams: SLOParams{TTFTSLOMs: 2000}}, true)
 	total := n.eng.Stats().TotalBlocks
 	if err := n.run(t, "room", 800, 0); err != nil { // 50 blocks
 		t.Fatalf("an empty pool: %v", err)
@@ -330,7 +335,7 @@ func TestKVPrecheckRefusesBeforePrefill(t *testing.T) {
 		t.Errorf("a prompt of 49 blocks in room for 49: %v", err)
 	}
 
-	off := startShed(t, Params{Policy: PolicyAlwaysRemote, TTFTSLOMs: 2000}, false)
+	off := startShed(t, Params{Policy: PolicyAlwaysRemote, SLOParams: SLOParams{TTFTSLOMs: 2000}}, false)
 	off.eng.active = total - 49
 	if err := off.run(t, "off", 800, 0); err != nil || off.pf.count() != 1 {
 		t.Errorf("precheck off: %v, asked %d, want the prefill worker asked", err, off.pf.count())

@@ -1,6 +1,88 @@
 package decode
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tandem-serve/tandem/decode/estimate"
+)
+
+// SLOParams are the slo policy's objectives and preference. TTFTSLOMs is also
+// what shedding measures against (ShedParams), whatever the policy.
+type SLOParams struct {
+	// TTFTSLOMs and TPOTSLOMs are the objectives, in milliseconds of this
+	// worker's clock (a sim engine's modelled time times its time scale): time
+	// to first token, and the mean gap between the later tokens.
+	TTFTSLOMs float64 `json:"ttft_slo_ms"`
+	TPOTSLOMs float64 `json:"tpot_slo_ms"`
+	// TBTSLOMs is the objective for the Mooncake paper's time between tokens
+	// (the mean of a request's longest tenth of gaps), in ms of the same clock;
+	// 0 leaves it out. With it set, TPOTSLOMs may be 0 (off): TBT bounds the
+	// stalls TPOT averages away.
+	TBTSLOMs float64 `json:"tbt_slo_ms"`
+	// SLOPrefer is what the policy does with a prompt that both paths would
+	// serve within its objectives. SLOPreferLocal (the default; "" is the same)
+	// prefills it here while its TTFT is met, keeping the prefill pool for
+	// prompts that cannot wait. SLOPreferFaster sends it where its projected
+	// TTFT is lower (a prefill worker not yet measured taken to be as fast as
+	// this one): the local queue then does not grow towards the objective
+	// while prefill workers idle, and what is left of the objective is margin
+	// for the estimate's errors.
+	SLOPrefer string `json:"slo_prefer"`
+}
+
+// The slo policy's preferences (SLOParams.SLOPrefer).
+const (
+	SLOPreferLocal  = "local"
+	SLOPreferFaster = "faster"
+)
+
+// defaultSLO: the objectives of ai-dynamo/dynamo's SLA-profiling tests for a
+// long-prompt workload (TTFT 2 s, ITL 30 ms for ISL 4,000 / OSL 1,000).
+func defaultSLO() SLOParams {
+	return SLOParams{TTFTSLOMs: 2000, TPOTSLOMs: 30, SLOPrefer: SLOPreferLocal}
+}
+
+// Validate checks the objectives' ranges and the preference.
+func (p SLOParams) Validate() error {
+	for _, slo := range []struct {
+		name string
+		v    float64
+	}{{"ttft_slo_ms", p.TTFTSLOMs}, {"tpot_slo_ms", p.TPOTSLOMs}, {"tbt_slo_ms", p.TBTSLOMs}} {
+		if !finite(slo.v, 0, 3.6e6) {
+			return fmt.Errorf("%s %g: want milliseconds in [0, 3600000]", slo.name, slo.v)
+		}
+	}
+	switch p.SLOPrefer {
+	case "", SLOPreferLocal, SLOPreferFaster:
+	default:
+		return fmt.Errorf("slo_prefer %q: want %q or %q", p.SLOPrefer, SLOPreferLocal, SLOPreferFaster)
+	}
+	return nil
+}
+
+// required checks what the slo policy needs set when it is in force.
+func (p SLOParams) required() error {
+	if p.TTFTSLOMs == 0 {
+		return fmt.Errorf("ttft_slo_ms: the slo policy needs it above 0")
+	}
+	if p.TPOTSLOMs == 0 && p.TBTSLOMs == 0 {
+		return fmt.Errorf("tpot_slo_ms, tbt_slo_ms: the slo policy needs at least one of them above 0")
+	}
+	return nil
+}
+
+// sloPolicy keeps the sequences decoding here within their TPOT (and TBT)
+// objectives and the new prompt within its TTFT; the threshold before it has
+// measured a local prefill.
+type sloPolicy struct {
+	ThresholdParams
+	SLOParams
+}
+
+// Needs: the slack of every sequence decoding here.
+func (sloPolicy) Needs() Needs { return Needs{Slack: true} }
+
+func (p sloPolicy) Decide(s situation) choice { return slo(p, s) }
 
 // sloSlackShare is the share of the least TPOT slack a local prefill may take:
 // half, for the estimate's own error and for the stalls that other requests'
@@ -40,12 +122,12 @@ const sloTBTShare = 0.8
 // (it stalls the batch for one step), and follows the threshold otherwise. Before it
 // has measured remote ones it takes the remote TTFT as met, so that the first
 // prompts that do not fit here teach it the remote side.
-func slo(p Params, s situation, threshold func(string) choice) choice {
-	idle := s.slack.decoding == 0
+func slo(p sloPolicy, s situation) choice {
+	idle := s.slack.Decoding == 0
 	if !s.est.LocalWarm {
 		if idle {
 			return choice{reason: "slo_cold_idle", detail: fmt.Sprintf("no local prefill measured yet, and no sequence decoding here "+
-				"has a TPOT to keep (%d decoding, %d lost): %d effective tokens prefilled here", s.slack.decoding, s.slack.lost, s.effective())}
+				"has a TPOT to keep (%d decoding, %d lost): %d effective tokens prefilled here", s.slack.Decoding, s.slack.Lost, s.effective())}
 		}
 		// Following the threshold while anything decodes here can keep the
 		// line cold for ever: a worker whose every prompt is long sends them all
@@ -53,28 +135,28 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 		// decode workers on long-only prompts: 269 of 271 decisions cold). A
 		// prompt that takes one step, with nothing waiting here, stalls the
 		// batch for one step: prefilled here, to learn.
-		c := threshold("slo_cold_")
+		c := p.threshold("slo_cold_", s)
 		if c.remote && s.localQueued == 0 && s.effective() <= s.est.Chunk {
 			return choice{reason: "slo_cold_learn", detail: fmt.Sprintf("no local prefill measured yet; nothing waits here and the prompt's "+
 				"%d effective tokens fit one step (budget %d): prefilled here to learn, stalling the %d decoding for one step",
-				s.effective(), s.est.Chunk, s.slack.decoding)}
+				s.effective(), s.est.Chunk, s.slack.Decoding)}
 		}
 		return c
 	}
 	ttft := p.TTFTSLOMs / 1e3
 	stall := s.est.Local
-	budget := sloSlackShare * s.slack.min
+	budget := sloSlackShare * s.slack.Min
 	// Sequences that miss an SLO already set no budget, but do not make the
 	// worker idle: while every sequence here is lost there is nothing to budget
 	// a stall against, and prefilling here anyway feeds on itself, each stall
 	// pushing more sequences past their TPOT.
-	alive := s.slack.decoding > s.slack.lost
+	alive := s.slack.Decoding > s.slack.Lost
 	fits := idle || (alive && stall <= budget)
 	tbt := sloTBTShare * p.TBTSLOMs / 1e3
-	tbtFits := idle || (alive && s.slack.tbt <= tbt)
+	tbtFits := idle || (alive && s.slack.TBT <= tbt)
 	// A prompt that fits in the last step of the prefills already waiting here
 	// adds no stretched step: the sequences' gaps are what they would be anyway.
-	addsNoStep := s.localQueued > 0 && s.est.Chunk > 0 && chunks(s.localQueued+s.effective(), s.est.Chunk) == chunks(s.localQueued, s.est.Chunk)
+	addsNoStep := s.localQueued > 0 && s.est.Chunk > 0 && estimate.Chunks(s.localQueued+s.effective(), s.est.Chunk) == estimate.Chunks(s.localQueued, s.est.Chunk)
 	noStep := !tbtFits && alive && addsNoStep
 	if noStep {
 		tbtFits = true
@@ -86,18 +168,18 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 	// the sequences here at risk only past the whole objective: the whole
 	// objective is the bound then, so that a projection just past the share does
 	// not send a prompt to a prefill worker far behind its TTFT.
-	marginal := p.TBTSLOMs > 0 && !tbtFits && alive && remoteMisses && s.est.Local <= ttft && s.slack.tbt <= p.TBTSLOMs/1e3
+	marginal := p.TBTSLOMs > 0 && !tbtFits && alive && remoteMisses && s.est.Local <= ttft && s.slack.TBT <= p.TBTSLOMs/1e3
 	budgetDetail := "no sequence decoding here has a TPOT left to keep"
 	if p.TPOTSLOMs == 0 {
 		budgetDetail = "no TPOT objective"
-	} else if s.slack.decoding > s.slack.lost {
+	} else if s.slack.Decoding > s.slack.Lost {
 		budgetDetail = fmt.Sprintf("%.0f%% of the least TPOT slack %.1fms among %d decoding (%d lost; the tightest emitted %d, %d left; step %.2fms, TPOT SLO %.1fms)",
-			100*sloSlackShare, s.slack.min*1e3, s.slack.decoding, s.slack.lost, s.slack.emitted, s.slack.remaining, s.slack.step*1e3, p.TPOTSLOMs)
-	} else if s.slack.decoding > 0 {
-		budgetDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.decoding)
+			100*sloSlackShare, s.slack.Min*1e3, s.slack.Decoding, s.slack.Lost, s.slack.Emitted, s.slack.Remaining, s.slack.Step*1e3, p.TPOTSLOMs)
+	} else if s.slack.Decoding > 0 {
+		budgetDetail = fmt.Sprintf("all %d sequences decoding here miss an SLO already: no budget to stall them by", s.slack.Decoding)
 	}
 	if p.TBTSLOMs > 0 {
-		budgetDetail += "; " + tbtDetail(p, s.slack)
+		budgetDetail += "; " + tbtDetail(p.SLOParams, s.slack)
 		if noStep {
 			budgetDetail += fmt.Sprintf("; past the share, but the prompt fits in the last step of the %d tokens waiting here: no gap stretched by it", s.localQueued)
 		}
@@ -141,18 +223,18 @@ func slo(p Params, s situation, threshold func(string) choice) choice {
 
 // tbtDetail explains the TBT rule: the tightest sequence's projection against
 // the objective, and the stretch it assumes.
-func tbtDetail(p Params, sl slack) string {
-	plain := fmt.Sprintf("plain step %.2fms at batch %d (%s)", sl.step*1e3, sl.plain.batch, sl.stepFrom)
-	if sl.plain.learned && !sl.fit {
+func tbtDetail(p SLOParams, sl estimate.Slack) string {
+	plain := fmt.Sprintf("plain step %.2fms at batch %d (%s)", sl.Step*1e3, sl.Plain.Batch, sl.StepFrom)
+	if sl.Plain.Learned && !sl.Fit {
 		plain += " + the prompt's compute per step"
 	}
-	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s)", sl.steps, sl.gap*1e3, plain)
+	stretch := fmt.Sprintf("the stall as %d steps of %.1fms (%s)", sl.Steps, sl.Gap*1e3, plain)
 	switch {
-	case sl.decoding == 0:
+	case sl.Decoding == 0:
 		return "TBT: nothing decoding here; " + stretch
-	case sl.decoding == sl.lost:
-		return fmt.Sprintf("TBT: all %d sequences decoding here miss an SLO already; %s", sl.decoding, stretch)
+	case sl.Decoding == sl.Lost:
+		return fmt.Sprintf("TBT: all %d sequences decoding here miss an SLO already; %s", sl.Decoding, stretch)
 	}
 	return fmt.Sprintf("TBT: the tightest projects %.1fms vs %.0f%% of the TBT SLO %.0fms (mean of its longest %d gaps; %d emitted, %d left, "+
-		"%d gaps stretched); %s", sl.tbt*1e3, 100*sloTBTShare, p.TBTSLOMs, sl.tbtK, sl.tbtEmitted, sl.tbtRemaining, sl.stretched, stretch)
+		"%d gaps stretched); %s", sl.TBT*1e3, 100*sloTBTShare, p.TBTSLOMs, sl.TBTK, sl.TBTEmitted, sl.TBTRemaining, sl.Stretched, stretch)
 }

@@ -20,7 +20,8 @@ import (
 func TestSLOPolicyKeepsTheBatchsTPOT(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w := warmSLOSim(t, reg)
-	if err := w.node.svc.SetParams(decode.Params{Policy: decode.PolicySLO, ShortPrefillThreshold: 128, TTFTSLOMs: 2000, TPOTSLOMs: 30}); err != nil {
+	if err := w.node.svc.SetParams(decode.Params{Policy: decode.PolicySLO, ThresholdParams: decode.ThresholdParams{ShortPrefillThreshold: 128},
+		SLOParams: decode.SLOParams{TTFTSLOMs: 2000, TPOTSLOMs: 30}}); err != nil {
 		t.Fatal(err)
 	}
 	w.check(t, []sloSimCase{
@@ -39,7 +40,8 @@ func TestSLOPolicyKeepsTheBatchsTPOT(t *testing.T) {
 func TestSLOPolicyKeepsTheBatchsTBT(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w := warmSLOSim(t, reg)
-	if err := w.node.svc.SetParams(decode.Params{Policy: decode.PolicySLO, ShortPrefillThreshold: 128, TTFTSLOMs: 30000, TBTSLOMs: 100}); err != nil {
+	if err := w.node.svc.SetParams(decode.Params{Policy: decode.PolicySLO, ThresholdParams: decode.ThresholdParams{ShortPrefillThreshold: 128},
+		SLOParams: decode.SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}); err != nil {
 		t.Fatal(err)
 	}
 	w.check(t, []sloSimCase{

@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"github.com/tandem-serve/tandem/decode/estimate"
+
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +13,7 @@ import (
 // of 10 ms and an engine step budget of 2,048 tokens.
 type tbtWorker struct {
 	t   *testing.T
-	ss  liveStreams
+	ss  estimate.Streams
 	now time.Time
 }
 
@@ -25,32 +27,32 @@ func (w *tbtWorker) decoding(maxTokens int, gapsMS ...float64) {
 		total += time.Duration(g * float64(time.Millisecond))
 	}
 	first := w.now.Add(-total)
-	lv, _ := w.ss.add(first.Add(-100*time.Millisecond), maxTokens)
+	lv, _ := w.ss.Add(first.Add(-100*time.Millisecond), maxTokens)
 	at := first
-	lv.token(at)
+	lv.Token(at)
 	for _, g := range gapsMS {
 		at = at.Add(time.Duration(g * float64(time.Millisecond)))
-		lv.token(at)
+		lv.Token(at)
 	}
 }
 
 // decide asks for a local prefill of tokens that stalls for stall seconds.
 func (w *tbtWorker) decide(tokens int, stall float64) choice {
-	c, _ := w.decideWith(tokens, stall, 0, stepAt{})
+	c, _ := w.decideWith(tokens, stall, 0, estimate.StepAt{})
 	return c
 }
 
 // decideWith is decide with compute seconds of the stall the prompt's own and
 // the step model's plain step.
-func (w *tbtWorker) decideWith(tokens int, stall, compute float64, plain stepAt) (choice, slack) {
-	p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
+func (w *tbtWorker) decideWith(tokens int, stall, compute float64, plain estimate.StepAt) (choice, estimate.Slack) {
+	p := Params{Policy: PolicySLO, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64}, SLOParams: SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}
 	if err := p.Validate(); err != nil {
 		w.t.Fatal(err)
 	}
-	est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: stall, LocalPrefill: stall, Remote: 1, Chunk: 2048}
+	est := estimate.Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: stall, LocalPrefill: stall, Remote: 1, Chunk: 2048}
 	s := situation{prompt: tokens, est: est}
-	s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, 0.01,
-		stretch{steps: chunks(tokens, est.Chunk), stall: stall, compute: compute, plain: plain})
+	s.slack = w.ss.Slack(w.now, p.TTFTSLOMs/1e3, p.TPOTSLOMs/1e3, p.TBTSLOMs/1e3, 0.01,
+		estimate.Stretch{Steps: estimate.Chunks(tokens, est.Chunk), Stall: stall, Compute: compute, Plain: plain})
 	return decide(p, s), s.slack
 }
 
@@ -119,7 +121,7 @@ func TestSLOTBTLostSequencesSetNoBudget(t *testing.T) {
 	w.decoding(1001, gaps(4, 10)...)
 	c := w.decide(8192, 0.36)
 	wantChoice(t, "a lost one and a long one", c, false, "slo_local_fits")
-	if sl := w.ss.slack(w.now, 30, 0, 0.1, 0.01, stretch{steps: 4, stall: 0.36}); sl.lost != 1 || sl.decoding != 2 {
+	if sl := w.ss.Slack(w.now, 30, 0, 0.1, 0.01, estimate.Stretch{Steps: 4, Stall: 0.36}); sl.Lost != 1 || sl.Decoding != 2 {
 		t.Errorf("%+v: want 1 lost of 2", sl)
 	}
 }
@@ -128,9 +130,9 @@ func TestSLOTBTLostSequencesSetNoBudget(t *testing.T) {
 func TestSLOTBTUnknownBudgetIsOneGap(t *testing.T) {
 	w := newTBTWorker(t)
 	w.decoding(101, gaps(40, 10)...)
-	sl := w.ss.slack(w.now, 30, 0, 0.1, 0.01, stretch{steps: chunks(8192, 0), stall: 0.36})
+	sl := w.ss.Slack(w.now, 30, 0, 0.1, 0.01, estimate.Stretch{Steps: estimate.Chunks(8192, 0), Stall: 0.36})
 	// (360 + 9·10)/10
-	if sl.steps != 1 || sl.stretched != 1 || sl.tbt < 0.045-1e-9 || sl.tbt > 0.045+1e-9 {
+	if sl.Steps != 1 || sl.Stretched != 1 || sl.TBT < 0.045-1e-9 || sl.TBT > 0.045+1e-9 {
 		t.Errorf("%+v: want one stretched gap of 360 ms, TBT 45 ms", sl)
 	}
 }
@@ -141,10 +143,10 @@ func TestSLOTBTUnknownBudgetIsOneGap(t *testing.T) {
 // objective still goes remote.
 func TestSLOTBTMarginGivesWayToACertainTTFTMiss(t *testing.T) {
 	decideRemote := func(w *tbtWorker, remote float64) choice {
-		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
-		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.36, LocalPrefill: 0.36, Remote: remote, Chunk: 2048}
+		p := Params{Policy: PolicySLO, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64}, SLOParams: SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}
+		est := estimate.Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.36, LocalPrefill: 0.36, Remote: remote, Chunk: 2048}
 		s := situation{prompt: 8192, est: est}
-		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: 4, stall: 0.36})
+		s.slack = w.ss.Slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, estimate.Stretch{Steps: 4, Stall: 0.36})
 		return decide(p, s)
 	}
 	scarred := newTBTWorker(t)
@@ -164,10 +166,10 @@ func TestSLOTBTPromptThatAddsNoStep(t *testing.T) {
 	decideQueued := func(queued, tokens int) choice {
 		w := newTBTWorker(t)
 		w.decoding(101, append(gaps(32, 10), gaps(8, 90)...)...) // 90 ms projected with any stall: past 80
-		p := Params{Policy: PolicySLO, ShortPrefillThreshold: 64, TTFTSLOMs: 30000, TBTSLOMs: 100}
-		est := Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.2, LocalPrefill: 0.2, Remote: 1, Chunk: 2048}
+		p := Params{Policy: PolicySLO, ThresholdParams: ThresholdParams{ShortPrefillThreshold: 64}, SLOParams: SLOParams{TTFTSLOMs: 30000, TBTSLOMs: 100}}
+		est := estimate.Estimate{Warm: true, LocalWarm: true, RemoteWarm: true, Local: 0.2, LocalPrefill: 0.2, Remote: 1, Chunk: 2048}
 		s := situation{prompt: tokens, est: est, localQueued: queued}
-		s.slack = w.ss.slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, stretch{steps: chunks(queued+tokens, 2048), stall: 0.2})
+		s.slack = w.ss.Slack(w.now, p.TTFTSLOMs/1e3, 0, p.TBTSLOMs/1e3, 0.01, estimate.Stretch{Steps: estimate.Chunks(queued+tokens, 2048), Stall: 0.2})
 		return decide(p, s)
 	}
 	c := decideQueued(3000, 64)

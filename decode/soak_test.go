@@ -73,7 +73,7 @@ func TestSoak(t *testing.T) {
 	dead.stop()
 	pf := &staticPrefillers{}
 	pf.add("p0", good.client)
-	params := decode.Params{Policy: decode.PolicyThreshold, ShortPrefillThreshold: 32}
+	params := decode.Params{Policy: decode.PolicyThreshold, ThresholdParams: decode.ThresholdParams{ShortPrefillThreshold: 32}}
 	node := startDecode(t, deng, pf, params, 5*time.Second, 30*time.Second)
 
 	// The faults: the one prefill worker discovery knows is, in turn, healthy, cut

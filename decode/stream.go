@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"github.com/tandem-serve/tandem/decode/estimate"
+
 	"context"
 	"errors"
 	"io"
@@ -19,7 +21,7 @@ import (
 // pump relays tokens from the engine to the client. Tokens are sent one message
 // each so that the inter-token latency the client sees is the engine's. The time to
 // the first token of a local prefill teaches the estimator this worker's speed.
-func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, localQueued int, lv *live,
+func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *decodev1.PrefillDecision, start time.Time, localQueued int, lv *estimate.Live,
 	out *connect.ServerStream[decodev1.GenerateResponse]) error {
 	first := true
 	last := start
@@ -37,7 +39,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 			return errcode.Error(err)
 		}
 		now := time.Now()
-		lv.token(now)
+		lv.Token(now)
 		msg := &decodev1.GenerateResponse{TokenIds: []uint32{tok}}
 		if lp := stream.Logprobs(); lp != nil {
 			msg.Logprobs = []*workerv1.TokenLogprobs{handoff.LogprobsProto(lp)}
@@ -65,8 +67,8 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 			// count reaches the batch only if it emits that many tokens, and
 			// at a batch above the answers' length (300 decoding 64 tokens
 			// each) no gap was ever sampled.
-			if b := s.live.count(); sampleGap(&s.gapSeq, b) {
-				s.steps.observe(b, gap)
+			if b := s.live.Count(); sampleGap(&s.gapSeq, b) {
+				s.steps.Observe(b, gap)
 			}
 		}
 		last = now

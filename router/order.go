@@ -85,7 +85,7 @@ func listOf(want workerKind) int {
 
 // loadOrder keeps the routable workers ordered by what of their cost does not
 // depend on the request, so that a decision scores the workers holding part of
-// the prompt and only the least loaded of the others (fast.go).
+// the prompt and only the least loaded of the others (byload.go).
 type loadOrder struct {
 	// load orders decode workers by active blocks + queue term: a worker that holds
 	// none of the prompt costs prefill_weight x prompt blocks more than that.

@@ -24,6 +24,19 @@ type Params struct {
 	// ISLThreshold, in effective prompt tokens (prompt minus the best cached prefix):
 	// below it only workers that prefill locally are scored, at or above it only
 	// disaggregated decode workers.
+	//
+	// It is not the decode worker's short_prefill_threshold, and the two differ
+	// on purpose. This one picks which pool may serve a prompt, before any worker
+	// is chosen, on the best prefix any decode worker holds; its default is
+	// Dynamo's 1024, and --isl-adaptive learns it from the two pools' costs. The
+	// decode worker's (128 by default, measured in
+	// docs/results/2026-11-30-short-prefill-threshold.md) decides, on the worker
+	// chosen and on the prefix that worker holds, whether its own prefill costs
+	// less than a remote one. A prompt between the two goes to the pool that
+	// prefills locally; if it lands on a decode worker of the threshold policy
+	// (a member of both pools) that worker may still send it away, and says so
+	// in its decision. For one boundary everywhere set this one a token above
+	// the decode worker's: this is the first long length, that the last short one.
 	ISLThreshold int `json:"isl_threshold"`
 	// ISLAdaptive nudges ISLThreshold within [ISLMin, ISLMax] by comparing the two
 	// classes' best costs: the disaggregated class's plus the least prefill queue

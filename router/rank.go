@@ -7,9 +7,9 @@ import (
 )
 
 // MaxRankedPrefill is how many prefill workers a route reply names, best first:
-// the one to use, one to retry on, and a few more among which the decode worker
-// may prefer one it has sent less to since the router last heard
-// (decode's re-ranking by its pending prefills). Ranking the whole pool built a
+// the one to use, one to retry on, and a few more for discovery's sake (the
+// decode worker skips ids it does not know). The decode worker keeps this
+// order: it is the only ranking of prefill workers. Ranking the whole pool built a
 // message per prefill worker per request: with 100 prefill workers, a third of
 // the decision's time and most of its garbage.
 const MaxRankedPrefill = 8

@@ -308,10 +308,10 @@ func (r *Router) decideByPass(p Params, reqID string, cached []int32, gateClass 
 // match returns the leading prompt blocks each index slot holds, and the most that
 // any routable decode worker holds.
 func (r *Router) match(hashes []uint64) ([]int32, int) {
-	if cap(r.scratch) < len(r.ix.owned) {
-		r.scratch = make([]int32, len(r.ix.owned))
+	if cap(r.scratch) < r.ix.Slots() {
+		r.scratch = make([]int32, r.ix.Slots())
 	}
-	cached := r.scratch[:len(r.ix.owned)]
+	cached := r.scratch[:r.ix.Slots()]
 	clear(cached)
 	hits := r.hits[:0]
 	r.ix.Match(hashes, func(ref workerRef, n int) {

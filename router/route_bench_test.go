@@ -97,11 +97,8 @@ func benchFleet(b testing.TB, workers, prefillEvery int) (*Router, []*connect.Re
 	if err != nil {
 		b.Fatal(err)
 	}
-	for ref := range src.owned {
-		hashes := make([]uint64, 0, len(src.owned[ref]))
-		for h := range src.owned[ref] {
-			hashes = append(hashes, h)
-		}
+	for ref := range workerRef(src.Slots()) {
+		hashes := src.Hashes(ref)
 		w := Worker{ID: fmt.Sprintf("w%04d", ref), Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Policy: "threshold", TotalBlocks: len(hashes) + 1}
 		if prefillEvery > 0 {
 			// As served: every worker names its model, and so does every request.

@@ -60,7 +60,7 @@ func (r *Router) routeRef(_ context.Context, req *connect.Request[routerv1.Route
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.params
-	cached := make([]int32, len(r.ix.owned))
+	cached := make([]int32, r.ix.Slots())
 	clear(cached)
 	r.ix.Match(m.GetBlockHashes(), func(ref workerRef, n int) { cached[ref] = int32(n) })
 

@@ -1,6 +1,7 @@
 // Package router picks the decode worker for each request and ranks the prefill
-// workers it may use. Its KV index is built from the workers' own event streams;
-// its candidates come from discovery. It opens no connections itself.
+// workers it may use. Its KV index (package kvindex) is built from the workers'
+// own event streams; its candidates come from discovery. It opens no connections
+// itself.
 package router
 
 import (
@@ -20,7 +21,12 @@ import (
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+	"github.com/tandem-serve/tandem/router/kvindex"
 )
+
+// workerRef is a worker's slot in the KV index, by which the router keeps its
+// per-worker arrays.
+type workerRef = kvindex.Ref
 
 // Worker is a worker known to discovery.
 type Worker struct {
@@ -169,7 +175,7 @@ type Router struct {
 	mu        sync.Mutex
 	params    Params
 	rng       *rand.Rand
-	ix        *Index
+	ix        *kvindex.Index
 	workers   map[string]*state
 	order     []*state // workers sorted by id: a fixed order makes seeded runs repeatable
 	threshold int      // the adaptive ISL threshold in force
@@ -222,7 +228,7 @@ func New(cfg Config, rng *rand.Rand, reg prometheus.Registerer) (*Router, error)
 	}
 	r := &Router{
 		cfg: cfg, metrics: newMetrics(reg), params: cfg.Params, rng: rng,
-		ix: NewIndex(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
+		ix: kvindex.New(), workers: map[string]*state{}, threshold: cfg.Params.ISLThreshold,
 		stopping: make(chan struct{}), blockSize: cfg.BlockSize, fingerprints: map[string]uint32{},
 		modelCount: map[uint32]int{}, log: cfg.Logger,
 	}
@@ -283,9 +289,9 @@ func (r *Router) modelID(fp string) uint32 {
 func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 	// A snapshot's set is built before taking the lock, which every decision
 	// waits for: under it, only the blocks that changed are applied.
-	var snapBlocks blockSet
+	var snapBlocks kvindex.BlockSet
 	if snap := msg.GetSnapshot(); snap != nil {
-		snapBlocks = newBlockSet(snap.GetBlockHashes())
+		snapBlocks = kvindex.NewBlockSet(snap.GetBlockHashes())
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -335,7 +341,7 @@ func (r *Router) Update(w Worker, msg *workerv1.WatchEventsResponse) error {
 		return fmt.Errorf("%w: worker %s: %s", ErrResync, w.ID, reason)
 	}
 	if snap := msg.GetSnapshot(); snap != nil {
-		if err := r.ix.replace(st.ref, snapBlocks); err != nil {
+		if err := r.ix.Replace(st.ref, snapBlocks); err != nil {
 			return resync("over_limit")
 		}
 		st.incarnation, st.lastEvent, st.synced = msg.GetIncarnation(), snap.GetLastEventId(), true

@@ -36,10 +36,7 @@ func BenchmarkSnapshotApply(b *testing.B) {
 				b.StopTimer()
 				w := ws[i%len(ws)]
 				st := r.workers[w.ID]
-				hashes := make([]uint64, 0, len(r.ix.owned[st.ref]))
-				for h := range r.ix.owned[st.ref] {
-					hashes = append(hashes, h)
-				}
+				hashes := r.ix.Hashes(st.ref)
 				inc := st.incarnation
 				switch kind {
 				case "rejoin":

@@ -69,10 +69,7 @@ func TestTailProbe(t *testing.T) {
 		// One snapshot of 1,000 blocks, as a reconnecting worker sends: how long it holds the lock.
 		{
 			st := r.workers[ws[1].ID]
-			hs := make([]uint64, 0, len(r.ix.owned[st.ref]))
-			for h := range r.ix.owned[st.ref] {
-				hs = append(hs, h)
-			}
+			hs := r.ix.Hashes(st.ref)
 			t0 := time.Now()
 			_ = r.Update(ws[1], &workerv1.WatchEventsResponse{Incarnation: "1", Snapshot: &workerv1.Snapshot{BlockHashes: hs, LastEventId: st.lastEvent}})
 			snapTime = time.Since(t0)

@@ -145,6 +145,20 @@ func TestLayering(t *testing.T) {
 	}); len(bad) > 0 {
 		t.Errorf("frontend links %v: the frontend never imports the engine or the KV cache, nor the worker side", bad)
 	}
+	// The algorithm cores (the router's KV index, the decode worker's
+	// estimators) are read without the service around them: they link no RPC
+	// message, no transport and no serving layer.
+	for _, core := range []string{"router/kvindex", "decode/estimate"} {
+		if len(pkgs[core].deps) == 0 {
+			t.Fatalf("go list did not list %s", core)
+		}
+		if bad := violations(pkgs[core].deps, func(d string) bool {
+			return !under(d, "proto") && !under(d, "google.golang.org/grpc") && !under(d, "connectrpc.com") &&
+				!slices.Contains([]string{"decode", "handoff", "prefill", "worker", "router"}, d)
+		}); len(bad) > 0 {
+			t.Errorf("%s links %v: an algorithm core knows no RPC, transport or serving layer", core, bad)
+		}
+	}
 	// decode keeps the decision and the fallback ladder; the handoff's transport
 	// is package handoff's.
 	if bad := violations(pkgs["decode"].imports, func(d string) bool { return !under(d, "google.golang.org/grpc") }); len(bad) > 0 {

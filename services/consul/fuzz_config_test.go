@@ -54,25 +54,32 @@ func FuzzOverlay(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	routerBase := router.DefaultParams()
-	decodeBase := decode.Params{Policy: decode.PolicyThreshold, ShortPrefillThreshold: 1024, ITLWeight: 0.25}
+	decodeBase := decode.Params{Policy: decode.PolicyThreshold, ThresholdParams: decode.ThresholdParams{ShortPrefillThreshold: 1024},
+		CostParams: decode.CostParams{ITLWeight: 0.25}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkOverlay(t, data, routerBase, router.Params{ISLStep: 1, ISLHysteresis: 1}, router.Params.Validate)
 		checkOverlay(t, data, decodeBase, decode.Params{Policy: decode.PolicyAlwaysLocal}, decode.Params.Validate)
 	})
 }
 
-// jsonNames lists T's JSON field names, which must all be set by tags.
-func jsonNames[T any](t *testing.T) []string {
+// jsonNames lists T's JSON field names, which must all be set by tags, with
+// where each field is: a struct embedded in T (decode.Params's per-policy
+// parameters) has its fields named at T's top level, as encoding/json does.
+func jsonNames[T any](t *testing.T) ([]string, [][]int) {
 	rt := reflect.TypeFor[T]()
 	var names []string
-	for i := range rt.NumField() {
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
-		if name == "" || name == "-" {
-			t.Fatalf("%s.%s has no JSON name", rt, rt.Field(i).Name)
+	var at [][]int
+	for _, f := range reflect.VisibleFields(rt) {
+		if f.Anonymous {
+			continue
 		}
-		names = append(names, name)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			t.Fatalf("%s.%s has no JSON name", rt, f.Name)
+		}
+		names, at = append(names, name), append(at, f.Index)
 	}
-	return names
+	return names, at
 }
 
 func knownName(names []string, key string) (string, bool) {
@@ -87,7 +94,7 @@ func knownName(names []string, key string) (string, bool) {
 func checkOverlay[T comparable](t *testing.T, data []byte, base, other T, validate func(T) error) {
 	t.Helper()
 	typ := reflect.TypeFor[T]().String()
-	names := jsonNames[T](t)
+	names, at := jsonNames[T](t)
 	out, err := Overlay(base, data, validate)
 
 	// The keys of data's first JSON value, if it is an object, and whether that
@@ -124,8 +131,8 @@ func checkOverlay[T comparable](t *testing.T, data []byte, base, other T, valida
 	}
 	bv, ov := reflect.ValueOf(base), reflect.ValueOf(out)
 	for i, n := range names {
-		if !named[n] && !ov.Field(i).Equal(bv.Field(i)) {
-			t.Fatalf("%s: %q does not name %s, yet it changed from %v to %v", typ, data, n, bv.Field(i), ov.Field(i))
+		if !named[n] && !ov.FieldByIndex(at[i]).Equal(bv.FieldByIndex(at[i])) {
+			t.Fatalf("%s: %q does not name %s, yet it changed from %v to %v", typ, data, n, bv.FieldByIndex(at[i]), ov.FieldByIndex(at[i]))
 		}
 	}
 	b, err := json.Marshal(out)

@@ -1,4 +1,4 @@
-package decode
+package estimate
 
 import (
 	"math"
@@ -74,10 +74,10 @@ func TestLinearFitDegenerate(t *testing.T) {
 // charged a short one's floor per token; a queue is its tokens at the fitted
 // slope plus a floor per step's worth of them, on both sides.
 func TestEstimatorLinePerStep(t *testing.T) {
-	e := Estimator{chunk: 8192}
+	e := Estimator{Chunk: 8192}
 	const a, b = 0.007, 27e-6
 	secs := func(n int) time.Duration {
-		return time.Duration((a*float64(chunks(n, 8192)) + b*float64(n)) * float64(time.Second))
+		return time.Duration((a*float64(Chunks(n, 8192)) + b*float64(n)) * float64(time.Second))
 	}
 	for i, n := range []int{64, 128, 512, 1024, 2048, 4096, 8192, 16384} {
 		// Half of them arrive behind a queue of 3000 tokens, whose time is in

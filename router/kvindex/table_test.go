@@ -1,4 +1,4 @@
-package router
+package kvindex
 
 import (
 	"maps"
@@ -19,7 +19,7 @@ func TestHolderTableEqualsMap(t *testing.T) {
 func testHolderTable(t *testing.T, nkeys, refs int) {
 	rng := rand.New(rand.NewPCG(7, uint64(refs)))
 	tb := newHolderTable()
-	want := map[uint64]map[workerRef]bool{}
+	want := map[uint64]map[Ref]bool{}
 	keys := make([]uint64, nkeys)
 	for i := range keys {
 		keys[i] = rng.Uint64()
@@ -55,9 +55,9 @@ func testHolderTable(t *testing.T, nkeys, refs int) {
 	}
 	for step := range 200_000 {
 		k := keys[rng.IntN(len(keys))]
-		ref := workerRef(rng.IntN(refs))
+		ref := Ref(rng.IntN(refs))
 		if want[k] == nil {
-			want[k] = map[workerRef]bool{}
+			want[k] = map[Ref]bool{}
 		}
 		if rng.IntN(2) == 0 {
 			if tb.add(k, ref) == want[k][ref] {
@@ -84,7 +84,7 @@ func TestHolderTableShrinks(t *testing.T) {
 	keys := make([]uint64, 100_000)
 	for i := range keys {
 		keys[i] = rng.Uint64()
-		tb.add(keys[i], workerRef(i%3))
+		tb.add(keys[i], Ref(i%3))
 		if i%2 == 0 {
 			tb.add(keys[i], 7)
 		}
@@ -93,12 +93,12 @@ func TestHolderTableShrinks(t *testing.T) {
 		t.Fatalf("%d slots for %d keys", len(tb.slots), len(keys))
 	}
 	for i, k := range keys {
-		if got := tb.get(k); len(got) != 1+(1-i%2) || got[0] != workerRef(i%3) {
+		if got := tb.get(k); len(got) != 1+(1-i%2) || got[0] != Ref(i%3) {
 			t.Fatalf("key %d: holders %v", i, got)
 		}
 	}
 	for i, k := range keys {
-		if !tb.remove(k, workerRef(i%3)) || (i%2 == 0 && !tb.remove(k, 7)) {
+		if !tb.remove(k, Ref(i%3)) || (i%2 == 0 && !tb.remove(k, 7)) {
 			t.Fatalf("key %d not held", i)
 		}
 	}
@@ -122,8 +122,8 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 			}
 		}
 	}
-	ix := NewIndex()
-	held := map[workerRef]map[uint64]bool{}
+	ix := New()
+	held := map[Ref]map[uint64]bool{}
 	join := func() {
 		ref := ix.Add(1 << 20)
 		system := all[0][:1+rng.IntN(len(all[0]))]
@@ -138,7 +138,7 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 	for range 100 {
 		join()
 	}
-	refs := func() []workerRef { return slices.Sorted(maps.Keys(held)) }
+	refs := func() []Ref { return slices.Sorted(maps.Keys(held)) }
 	for round := range 20 {
 		for _, ref := range refs() {
 			switch k := rng.IntN(20); {
@@ -188,7 +188,7 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 			t.Fatalf("round %d: %d entries, want %d", round, ix.Blocks(), entries)
 		}
 		for _, q := range all {
-			want := map[workerRef]int{}
+			want := map[Ref]int{}
 			for ref, hs := range held {
 				n := 0
 				for n < len(q) && hs[q[n]] {
@@ -198,8 +198,8 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 					want[ref] = n
 				}
 			}
-			got := map[workerRef]int{}
-			ix.Match(q, func(ref workerRef, n int) {
+			got := map[Ref]int{}
+			ix.Match(q, func(ref Ref, n int) {
 				if _, dup := got[ref]; dup {
 					t.Fatalf("round %d: worker %d found twice", round, ref)
 				}
@@ -227,8 +227,8 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 func TestMatchWithoutNesting(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	c := chains(rng, 1, 30)[0]
-	ix := NewIndex()
-	var refs []workerRef
+	ix := New()
+	var refs []Ref
 	for range 6 {
 		refs = append(refs, ix.Add(1<<20))
 	}
@@ -238,9 +238,9 @@ func TestMatchWithoutNesting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := map[workerRef]int{refs[0]: 10, refs[1]: 20, refs[2]: 30, refs[5]: 1}
-	got := map[workerRef]int{}
-	ix.Match(c, func(ref workerRef, n int) {
+	want := map[Ref]int{refs[0]: 10, refs[1]: 20, refs[2]: 30, refs[5]: 1}
+	got := map[Ref]int{}
+	ix.Match(c, func(ref Ref, n int) {
 		if _, dup := got[ref]; dup {
 			t.Fatalf("worker %d reported twice", ref)
 		}

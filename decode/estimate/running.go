@@ -1,4 +1,4 @@
-package decode
+package estimate
 
 import (
 	"math"
@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// live is what this worker knows of one sequence it streams: when its first
+// Live is what this worker knows of one sequence it streams: when its first
 // token went out, how many it has sent, how many it may send, the recent gap
 // between its tokens and its longest gaps. Only its own pump writes it; decisions read it.
-type live struct {
+type Live struct {
 	start     time.Time    // when Generate began
 	maxTokens int          // the most tokens it may emit; 0: unknown
 	first     atomic.Int64 // unix nanoseconds of the first token; 0 before
@@ -22,8 +22,8 @@ type live struct {
 	gaps      topGaps       // its longest gaps, as many as its TBT averages
 }
 
-// token records a token sent at now.
-func (s *live) token(now time.Time) {
+// Token records a token sent at now.
+func (s *Live) Token(now time.Time) {
 	ns := now.UnixNano()
 	if s.emitted.Add(1) == 1 {
 		s.first.Store(ns)
@@ -40,22 +40,22 @@ func (s *live) token(now time.Time) {
 	s.last.Store(ns)
 }
 
-// liveStreams are the sequences this worker is streaming.
-type liveStreams struct {
+// Streams are the sequences this worker is streaming.
+type Streams struct {
 	mu  sync.Mutex
-	set map[*live]struct{}
+	set map[*Live]struct{}
 	n   atomic.Int64 // len(set), read per token without the lock
 }
 
-// count is how many streams are live here: the decode batch, with those still
+// Count is how many streams are live here: the decode batch, with those still
 // prefilling.
-func (ss *liveStreams) count() int { return int(ss.n.Load()) }
+func (ss *Streams) Count() int { return int(ss.n.Load()) }
 
-func (ss *liveStreams) add(start time.Time, maxTokens int) (s *live, remove func()) {
-	s = &live{start: start, maxTokens: maxTokens, gaps: newTopGaps(tbtCapacity(maxTokens))}
+func (ss *Streams) Add(start time.Time, maxTokens int) (s *Live, remove func()) {
+	s = &Live{start: start, maxTokens: maxTokens, gaps: newTopGaps(tbtCapacity(maxTokens))}
 	ss.mu.Lock()
 	if ss.set == nil {
-		ss.set = map[*live]struct{}{}
+		ss.set = map[*Live]struct{}{}
 	}
 	ss.set[s] = struct{}{}
 	ss.n.Add(1)
@@ -70,52 +70,52 @@ func (ss *liveStreams) add(start time.Time, maxTokens int) (s *live, remove func
 	}
 }
 
-// slack is the TPOT and TBT budget of the sequences decoding here.
-type slack struct {
-	decoding int // sequences past their first token
-	// lost are those of them that miss an SLO whatever is decided now: their
+// Slack is the TPOT and TBT budget of the sequences decoding here.
+type Slack struct {
+	Decoding int // sequences past their first token
+	// Lost are those of them that miss an SLO whatever is decided now: their
 	// first token came after the TTFT objective, their TPOT slack is below 0,
 	// or their TBT with no further stall is above the objective.
-	lost int
-	min  float64 // seconds; +Inf when no sequence has a TPOT to keep
-	step float64 // the step time assumed for their remaining tokens, seconds
-	// emitted and remaining are the tightest sequence's.
-	emitted, remaining int
+	Lost int
+	Min  float64 // seconds; +Inf when no sequence has a TPOT to keep
+	Step float64 // the step time assumed for their remaining tokens, seconds
+	// Emitted and Remaining are the tightest sequence's.
+	Emitted, Remaining int
 
-	// tbt is the highest TBT projected, with the stretch, among the sequences
+	// TBT is the highest TBT projected, with the stretch, among the sequences
 	// not lost (seconds; 0 with none, or no TBT objective); tbtK, tbtEmitted,
 	// tbtRemaining and stretched (how many of its gaps the stretch lengthens)
 	// are that sequence's.
-	tbt                                       float64
-	tbtK, tbtEmitted, tbtRemaining, stretched int
-	// steps and gap are the stretch as projected: steps engine steps of gap
+	TBT                                       float64
+	TBTK, TBTEmitted, TBTRemaining, Stretched int
+	// Steps and Gap are the stretch as projected: Steps engine steps of Gap
 	// seconds each.
-	steps int
-	gap   float64
-	// plain is the step model's figure for step, when learned; batch is the
+	Steps int
+	Gap   float64
+	// Plain is the step model's figure for step, when learned; batch is the
 	// batch step was taken at either way; stepFrom says where step came from.
-	plain    stepAt
-	stepFrom string
-	fit      bool // step and gap are the engine's steps' fit
+	Plain    StepAt
+	StepFrom string
+	Fit      bool // step and gap are the engine's steps' fit
 }
 
-// stretch is what a local prefill does to the sequences decoding beside it:
+// Stretch is what a local prefill does to the sequences decoding beside it:
 // it runs in steps engine steps (a chunk of at most the step's token budget
 // each) that together take stall seconds, est.Local, of which compute are the
 // prompt tokens' own (the line's per-token part, whatever the batch). plain
 // is the step the batch will decode at, from the step model; when it has
 // learned none, the sequences' recent gaps stand in for it.
-type stretch struct {
-	steps   int
-	stall   float64
-	compute float64
-	plain   stepAt
-	// fit, when ok, is the engine's own steps' fit: the plain step and the
+type Stretch struct {
+	Steps   int
+	Stall   float64
+	Compute float64
+	Plain   StepAt
+	// Fit, when OK, is the engine's own steps' fit: the plain step and the
 	// stretched one both, in place of the above.
-	fit stepGuess
+	Fit StepGuess
 }
 
-// slack is, for each sequence past its first token, how many seconds of stall
+// Slack is, for each sequence past its first token, how many seconds of stall
 // it can take and still end with a TPOT (vLLM's: the mean gap after the first
 // token) of at most tpot:
 //
@@ -152,10 +152,10 @@ type stretch struct {
 // counted as lost and sets no budget: holding every local prefill back for a
 // request that cannot meet its objectives any more would cost the others
 // theirs and save nothing.
-func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float64, st stretch) slack {
+func (ss *Streams) Slack(now time.Time, ttft, tpot, tbt, fallbackStep float64, st Stretch) Slack {
 	ss.mu.Lock()
 	type seq struct {
-		lv              *live
+		lv              *Live
 		start, first    int64
 		emitted, budget int
 		gap             float64
@@ -174,30 +174,30 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float6
 		}
 	}
 	ss.mu.Unlock()
-	out := slack{decoding: len(seqs), min: math.Inf(1), step: fallbackStep, plain: st.plain, stepFrom: "the local line's fixed cost"}
+	out := Slack{Decoding: len(seqs), Min: math.Inf(1), Step: fallbackStep, Plain: st.Plain, StepFrom: "the local line's fixed cost"}
 	switch {
-	case st.plain.learned:
-		out.step, out.stepFrom = st.plain.seconds, "learned, "+st.plain.from
+	case st.Plain.Learned:
+		out.Step, out.StepFrom = st.Plain.Seconds, "learned, "+st.Plain.From
 	case len(gaps) > 0:
 		slices.Sort(gaps)
-		out.step, out.stepFrom = gaps[len(gaps)/2], "the decoding sequences' median gap"
+		out.Step, out.StepFrom = gaps[len(gaps)/2], "the decoding sequences' median gap"
 	}
 	switch {
-	case st.fit.plainOK:
-		out.step, out.stepFrom, out.fit = st.fit.plain, st.fit.String(), true
-	case st.fit.ok:
+	case st.Fit.PlainOK:
+		out.Step, out.StepFrom, out.Fit = st.Fit.Plain, st.Fit.String(), true
+	case st.Fit.OK:
 		// A plain step is no longer than a stretched one: the gaps' figure
 		// (on a worker that never stops prefilling, stretched steps taken for
 		// plain ones) is capped at the fit's.
-		out.step, out.stepFrom, out.fit = min(out.step, st.fit.gap), out.stepFrom+", at most "+st.fit.String(), true
+		out.Step, out.StepFrom, out.Fit = min(out.Step, st.Fit.Gap), out.StepFrom+", at most "+st.Fit.String(), true
 	}
-	if st.steps > 0 {
-		out.steps, out.gap = st.steps, max(out.step, st.stall/float64(st.steps))
+	if st.Steps > 0 {
+		out.Steps, out.Gap = st.Steps, max(out.Step, st.Stall/float64(st.Steps))
 		switch {
-		case st.fit.ok:
-			out.gap = st.fit.gap
-		case st.plain.learned:
-			out.gap = max(out.gap, out.step+max(st.compute, 0)/float64(st.steps))
+		case st.Fit.OK:
+			out.Gap = st.Fit.Gap
+		case st.Plain.Learned:
+			out.Gap = max(out.Gap, out.Step+max(st.Compute, 0)/float64(st.Steps))
 		}
 	}
 	for _, q := range seqs {
@@ -211,28 +211,28 @@ func (ss *liveStreams) slack(now time.Time, ttft, tpot, tbt, fallbackStep float6
 		elapsed := float64(now.UnixNano()-q.first) / 1e9
 		sl := math.Inf(1) // no TPOT objective (tpot 0): no budget from it
 		if tpot > 0 {
-			sl = tpot*float64(q.emitted+remaining-1) - elapsed - float64(remaining)*out.step
+			sl = tpot*float64(q.emitted+remaining-1) - elapsed - float64(remaining)*out.Step
 		}
 		var plain, stretched float64
 		var k, n int
 		if tbt > 0 {
 			k = tbtK(q.emitted - 1 + remaining)
-			n = min(out.steps, remaining)
+			n = min(out.Steps, remaining)
 			q.lv.mu.Lock()
 			top, observed := q.lv.gaps.g, q.lv.gaps.n
-			plain = projectTBT(top, observed, k, 0, 0, remaining, out.step)
-			stretched = projectTBT(top, observed, k, n, out.gap, remaining-n, out.step)
+			plain = projectTBT(top, observed, k, 0, 0, remaining, out.Step)
+			stretched = projectTBT(top, observed, k, n, out.Gap, remaining-n, out.Step)
 			q.lv.mu.Unlock()
 		}
 		if sl < 0 || float64(q.first-q.start)/1e9 > ttft || plain > tbt && tbt > 0 {
-			out.lost++
+			out.Lost++
 			continue
 		}
-		if sl < out.min {
-			out.min, out.emitted, out.remaining = sl, q.emitted, remaining
+		if sl < out.Min {
+			out.Min, out.Emitted, out.Remaining = sl, q.emitted, remaining
 		}
-		if tbt > 0 && stretched > out.tbt {
-			out.tbt, out.tbtK, out.tbtEmitted, out.tbtRemaining, out.stretched = stretched, k, q.emitted, remaining, n
+		if tbt > 0 && stretched > out.TBT {
+			out.TBT, out.TBTK, out.TBTEmitted, out.TBTRemaining, out.Stretched = stretched, k, q.emitted, remaining, n
 		}
 	}
 	return out

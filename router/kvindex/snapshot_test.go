@@ -1,4 +1,4 @@
-package router
+package kvindex
 
 import (
 	"math/rand/v2"
@@ -17,14 +17,14 @@ func TestReplaceEqualsClearThenStore(t *testing.T) {
 	for i := range universe {
 		universe[i] = rng.Uint64()
 	}
-	fast, ref := NewIndex(), NewIndex()
+	fast, ref := New(), New()
 	const workers, limit = 6, 300
 	for range workers {
 		fast.Add(limit)
 		ref.Add(limit)
 	}
 	for step := range 400 {
-		w := workerRef(rng.IntN(workers))
+		w := Ref(rng.IntN(workers))
 		// Keep a random part of what w holds and add random blocks, some twice.
 		var snap []uint64
 		for h := range ref.owned[w] {
@@ -37,7 +37,7 @@ func TestReplaceEqualsClearThenStore(t *testing.T) {
 			snap = append(snap, universe[rng.IntN(len(universe))])
 		}
 		rng.Shuffle(len(snap), func(i, j int) { snap[i], snap[j] = snap[j], snap[i] })
-		errFast := fast.replace(w, newBlockSet(snap))
+		errFast := fast.Replace(w, NewBlockSet(snap))
 		ref.Clear(w)
 		errRef := ref.Store(w, snap)
 		if (errFast == nil) != (errRef == nil) {
@@ -51,7 +51,7 @@ func TestReplaceEqualsClearThenStore(t *testing.T) {
 		if fast.Blocks() != ref.Blocks() || fast.holders.live != ref.holders.live {
 			t.Fatalf("step %d: %d entries over %d blocks, want %d over %d", step, fast.Blocks(), fast.holders.live, ref.Blocks(), ref.holders.live)
 		}
-		for v := range workerRef(workers) {
+		for v := range Ref(workers) {
 			if fast.Held(v) != ref.Held(v) {
 				t.Fatalf("step %d: worker %d holds %d blocks, want %d", step, v, fast.Held(v), ref.Held(v))
 			}

@@ -1,4 +1,4 @@
-package router
+package kvindex
 
 import "slices"
 
@@ -18,7 +18,7 @@ import "slices"
 // The time goes in those misses, each probe deciding the next. So the bisections
 // of every open interval advance a step per round, and a round loads all its slots
 // before reading any, so that their misses are in flight together.
-func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
+func (ix *Index) Match(hashes []uint64, found func(ref Ref, blocks int)) {
 	if len(hashes) == 0 {
 		return
 	}
@@ -70,7 +70,7 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 	left := len(first)
 	for _, i := range falls {
 		here := ix.holders.getInto(hashes[i-1], &m.one[1])
-		var beyond []workerRef
+		var beyond []Ref
 		if i < last {
 			beyond = ix.holders.getInto(hashes[i], &m.one[2])
 		}
@@ -116,7 +116,7 @@ func (ix *Index) Match(hashes []uint64, found func(ref workerRef, blocks int)) {
 
 // firstDifference returns the first index at which a and b differ, found by
 // bisection as if they agreed up to it and not after.
-func firstDifference(a, b []workerRef) int {
+func firstDifference(a, b []Ref) int {
 	lo, hi := 0, min(len(a), len(b))
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -131,12 +131,12 @@ func firstDifference(a, b []workerRef) int {
 
 // matchScratch is what Match reuses from call to call.
 type matchScratch struct {
-	one         [3][1]workerRef // single holders returned by the table
+	one         [3][1]Ref // single holders returned by the table
 	spans, next []span
 	falls       []int32
 	members     []uint64 // by ref: the workers holding the first block, not yet reported
 	bits        []uint64 // by ref; all zero between partitions
-	set, tmp    []workerRef
+	set, tmp    []Ref
 	work, nextg []matchGroup
 	splits      int // calls that fell back to matchBySplitting
 }
@@ -149,7 +149,7 @@ type span struct{ lo, hi, clo, chi int32 }
 // of whom hold the first block, bisecting the set: a probe splits each group of
 // workers by whether they hold the probed block. Each probe reads a holder list
 // and splits a set, so Match uses it only when the nesting it relies on fails.
-func (ix *Index) matchBySplitting(hashes []uint64, found func(ref workerRef, blocks int)) {
+func (ix *Index) matchBySplitting(hashes []uint64, found func(ref Ref, blocks int)) {
 	m := &ix.m
 	work := append(m.work[:0], matchGroup{0, int32(len(m.set)), 1, int32(len(hashes))})
 	next := m.nextg[:0]
@@ -192,7 +192,7 @@ type matchGroup struct{ a, b, lo, hi int32 }
 
 // partition reorders the sorted set in place into the members not in other, then
 // those in it, both still sorted, and returns the two parts.
-func (ix *Index) partition(set, other []workerRef) (out, in []workerRef) {
+func (ix *Index) partition(set, other []Ref) (out, in []Ref) {
 	bits := ix.m.bits
 	for _, r := range other {
 		bits[uint32(r)>>6] |= 1 << (uint32(r) & 63)

@@ -1,4 +1,4 @@
-package router
+package kvindex
 
 import (
 	"math/bits"
@@ -14,7 +14,7 @@ import (
 // the room, and once lists use less than half the array the table compacts it, so
 // memory follows what the workers hold.
 type holderLists struct {
-	a      []workerRef
+	a      []Ref
 	unused [32][]int32 // offsets of freed room, by the log2 of its size
 	used   int         // words of a taken by lists, headers included
 }
@@ -22,7 +22,7 @@ type holderLists struct {
 // roomFor is the log2 of the room a list of n >= 2 holders is given.
 func roomFor(n int) int { return bits.Len(uint(n - 1)) }
 
-func (l *holderLists) get(o int) []workerRef {
+func (l *holderLists) get(o int) []Ref {
 	n := int(l.a[o])
 	return l.a[o+2 : o+2+n : o+2+n]
 }
@@ -40,7 +40,7 @@ func (l *holderLists) alloc(k int) int {
 		o = len(l.a)
 		l.a = slices.Grow(l.a, size)[:o+size]
 	}
-	l.a[o], l.a[o+1] = 0, workerRef(k)
+	l.a[o], l.a[o+1] = 0, Ref(k)
 	return o
 }
 
@@ -55,7 +55,7 @@ func (l *holderLists) sparse() bool { return len(l.a) > 1<<12 && l.used*2 < len(
 
 // insert adds ref to the list at o and returns where the list now is and whether
 // ref was not in it already.
-func (l *holderLists) insert(o int, ref workerRef) (int, bool) {
+func (l *holderLists) insert(o int, ref Ref) (int, bool) {
 	j, found := slices.BinarySearch(l.get(o), ref)
 	if found {
 		return o, false
@@ -70,13 +70,13 @@ func (l *holderLists) insert(o int, ref workerRef) (int, bool) {
 	hs := l.a[o+2 : o+3+n]
 	copy(hs[j+1:], hs[j:n])
 	hs[j] = ref
-	l.a[o] = workerRef(n + 1)
+	l.a[o] = Ref(n + 1)
 	return o, true
 }
 
 // delete removes ref from the list at o and returns where the list now is and
 // whether ref was in it.
-func (l *holderLists) delete(o int, ref workerRef) (int, bool) {
+func (l *holderLists) delete(o int, ref Ref) (int, bool) {
 	hs := l.get(o)
 	j, found := slices.BinarySearch(hs, ref)
 	if !found {
@@ -84,11 +84,11 @@ func (l *holderLists) delete(o int, ref workerRef) (int, bool) {
 	}
 	n := len(hs) - 1
 	copy(hs[j:], hs[j+1:])
-	l.a[o] = workerRef(n)
+	l.a[o] = Ref(n)
 	if k := int(l.a[o+1]); k > 1 && n*4 <= 1<<k {
 		p := l.alloc(k - 1)
 		copy(l.a[p+2:], l.a[o+2:o+2+n])
-		l.a[p] = workerRef(n)
+		l.a[p] = Ref(n)
 		l.release(o)
 		o = p
 	}

@@ -1,4 +1,4 @@
-package decode
+package estimate
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ const (
 // Term scales keep the normal equations' entries near one.
 var stepScale = [stepTerms]float64{1, 1.0 / 256, 1.0 / 2048, 1.0 / (1 << 22), 1}
 
-type stepFit struct {
+type StepFit struct {
 	mu    sync.Mutex
 	x     [stepFitWindow][stepTerms]float64
 	y     [stepFitWindow]float64
@@ -62,8 +62,8 @@ func stepRow(decode, prefill int, pairs, kvUsage float64) [stepTerms]float64 {
 	return r
 }
 
-// observe records one step; called on the engine's stepping goroutine.
-func (f *stepFit) observe(r engine.StepReport) {
+// Observe records one step; called on the engine's stepping goroutine.
+func (f *StepFit) Observe(r engine.StepReport) {
 	if !(r.Seconds > 0) || math.IsInf(r.Seconds, 0) || r.Decode < 0 || r.PrefillTokens < 0 || !(r.PrefillPairs >= 0) {
 		return
 	}
@@ -81,7 +81,7 @@ func (f *stepFit) observe(r engine.StepReport) {
 }
 
 // solveLocked refits when stepFitEvery reports came since the last fit.
-func (f *stepFit) solveLocked() {
+func (f *StepFit) solveLocked() {
 	if f.n < stepFitWarm || (f.solved && f.fresh < stepFitEvery) {
 		return
 	}
@@ -147,27 +147,27 @@ func solveGauss(a [stepTerms][stepTerms + 1]float64) (x [stepTerms]float64, ok b
 	return x, true
 }
 
-// stepGuess is the fit's projection for one decision.
-type stepGuess struct {
-	ok      bool    // gap is the fit's
-	plainOK bool    // and so is plain
-	plain   float64 // seconds: a step decoding the batch alone
-	gap     float64 // seconds: the same with the chunk beside it
-	reports uint64
-	chunk   int
-	batch   int
+// StepGuess is the fit's projection for one decision.
+type StepGuess struct {
+	OK      bool    // gap is the fit's
+	PlainOK bool    // and so is plain
+	Plain   float64 // seconds: a step decoding the batch alone
+	Gap     float64 // seconds: the same with the chunk beside it
+	Reports uint64
+	Chunk   int
+	Batch   int
 }
 
-func (g stepGuess) String() string {
-	plain := fmt.Sprintf("plain %.2fms", g.plain*1e3)
-	if !g.plainOK {
+func (g StepGuess) String() string {
+	plain := fmt.Sprintf("plain %.2fms", g.Plain*1e3)
+	if !g.PlainOK {
 		plain = "plain not told apart (every step held a chunk of about the same size)"
 	}
 	return fmt.Sprintf("fitted to the engine's last %d steps: %s, with a %d-token chunk %.2fms, at batch %d",
-		min(g.reports, stepFitWindow), plain, g.chunk, g.gap*1e3, g.batch)
+		min(g.Reports, stepFitWindow), plain, g.Chunk, g.Gap*1e3, g.Batch)
 }
 
-// project is the plain step at batch sequences decoding with kvUsage of the
+// Project is the plain step at batch sequences decoding with kvUsage of the
 // pool in use, and the step with a chunk of chunk prompt tokens after ctx
 // computed beside them. Not ok before the window holds stepFitSpread steps
 // with a chunk. The plain step needs the window to show plain steps too, or
@@ -175,11 +175,11 @@ func (g stepGuess) String() string {
 // that prefills without pause runs every step full, and its fit tells only
 // what a full step costs: the plain step is then not projected, and a
 // smaller chunk than the window saw is taken as the smallest it saw.
-func (f *stepFit) project(batch, chunk, ctx int, kvUsage float64) stepGuess {
+func (f *StepFit) Project(batch, chunk, ctx int, kvUsage float64) StepGuess {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.solveLocked()
-	g := stepGuess{reports: f.total, chunk: chunk, batch: batch}
+	g := StepGuess{Reports: f.total, Chunk: chunk, Batch: batch}
 	if !f.solved || f.prefillN < stepFitSpread {
 		return g
 	}
@@ -190,34 +190,15 @@ func (f *stepFit) project(batch, chunk, ctx int, kvUsage float64) stepGuess {
 		}
 		return s
 	}
-	g.plain = at(stepRow(batch, 0, 0, kvUsage))
-	g.plainOK = g.plain > 0 && (f.plainN >= stepFitSpread || f.maxPrefill-f.minPrefill >= f.maxPrefill/4)
-	if !g.plainOK && chunk < f.minPrefill {
+	g.Plain = at(stepRow(batch, 0, 0, kvUsage))
+	g.PlainOK = g.Plain > 0 && (f.plainN >= stepFitSpread || f.maxPrefill-f.minPrefill >= f.maxPrefill/4)
+	if !g.PlainOK && chunk < f.minPrefill {
 		ctx, chunk = max(ctx-(f.minPrefill-chunk), 0), f.minPrefill
 	}
-	g.gap = at(stepRow(batch, chunk, engine.ChunkPairs(ctx, chunk), kvUsage))
-	if g.plainOK {
-		g.gap = max(g.gap, g.plain)
+	g.Gap = at(stepRow(batch, chunk, engine.ChunkPairs(ctx, chunk), kvUsage))
+	if g.PlainOK {
+		g.Gap = max(g.Gap, g.Plain)
 	}
-	g.ok = g.gap > 0
+	g.OK = g.Gap > 0
 	return g
-}
-
-// projectSteps asks the fit for this decision's steps: the batch the sequences
-// will decode in (those live here and this one), the pool in use once this
-// prompt holds its blocks, and the fullest chunk the stall will run, the
-// prompt's deepest (its last) where it fills a step: the worst gap of the stall.
-func (s *Service) projectSteps(st engine.Stats, sit situation, blockSize int) stepGuess {
-	batch := s.live.count() + 1
-	chunk := st.WaitingTokens + sit.effective()
-	if c := sit.est.Chunk; c > 0 {
-		chunk = min(chunk, max(c-batch, 1)) // the decode tokens take their share of the budget
-	}
-	ctx := max(sit.cached+sit.effective()-chunk, 0)
-	u := 0.0
-	if st.TotalBlocks > 0 {
-		need := (sit.prompt+blockSize-1)/blockSize - sit.cached/blockSize
-		u = min(float64(st.ActiveBlocks+need)/float64(st.TotalBlocks), 1)
-	}
-	return s.stepFit.project(batch, chunk, ctx, u)
 }

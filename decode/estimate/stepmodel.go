@@ -1,4 +1,4 @@
-package decode
+package estimate
 
 import (
 	"math"
@@ -17,7 +17,7 @@ import (
 // learns the step at each batch size from the gaps the worker's own streams
 // see.
 //
-// Per bucket of batch sizes (powers of two), the last stepWindow gaps, and the
+// Per bucket of batch sizes (powers of two), the last StepWindow gaps, and the
 // median of them: a gap stretched by a prefill chunk is an outlier the median
 // ignores while fewer than half the steps carry one, where a least-squares
 // line would be dragged by it. Between buckets the step is interpolated
@@ -26,44 +26,44 @@ import (
 // batch, and a second dimension would leave most cells empty on real traffic.
 const (
 	stepBuckets = 16 // batch 1 to 2^15 and beyond
-	stepWindow  = 32 // gaps per bucket
+	StepWindow  = 32 // gaps per bucket
 	stepWarm    = 8  // gaps a bucket needs before its median counts
 )
 
 type stepBucket struct {
-	gap, batch [stepWindow]float64
+	gap, batch [StepWindow]float64
 	next, n    int
 }
 
-// stepModel is the plain step time against the decode batch.
-type stepModel struct {
+// StepModel is the plain step time against the decode batch.
+type StepModel struct {
 	mu sync.Mutex
 	b  [stepBuckets]stepBucket
 }
 
 func stepBucketOf(batch int) int { return min(bits.Len(uint(batch))-1, stepBuckets-1) }
 
-// observe records a gap of seconds between two tokens of a stream while batch
+// Observe records a gap of seconds between two tokens of a stream while batch
 // streams were live here.
-func (m *stepModel) observe(batch int, seconds float64) {
+func (m *StepModel) Observe(batch int, seconds float64) {
 	if batch <= 0 || !(seconds > 0) || math.IsInf(seconds, 0) {
 		return
 	}
 	m.mu.Lock()
 	b := &m.b[stepBucketOf(batch)]
 	b.gap[b.next], b.batch[b.next] = seconds, float64(batch)
-	b.next = (b.next + 1) % stepWindow
-	b.n = min(b.n+1, stepWindow)
+	b.next = (b.next + 1) % StepWindow
+	b.n = min(b.n+1, StepWindow)
 	m.mu.Unlock()
 }
 
 // point is a warm bucket's median gap at its mean batch; under m.mu.
-func (m *stepModel) point(i int) (x, y float64, ok bool) {
+func (m *StepModel) point(i int) (x, y float64, ok bool) {
 	b := &m.b[i]
 	if b.n < stepWarm {
 		return 0, 0, false
 	}
-	var g [stepWindow]float64
+	var g [StepWindow]float64
 	copy(g[:], b.gap[:b.n])
 	slices.Sort(g[:b.n])
 	for _, v := range b.batch[:b.n] {
@@ -76,24 +76,24 @@ func (m *stepModel) point(i int) (x, y float64, ok bool) {
 	return x / float64(b.n), y, true
 }
 
-// stepAt is the plain step the projection takes for a batch.
-type stepAt struct {
-	seconds float64
-	batch   int
-	// learned: seconds comes from the model; else the model is cold for this
+// StepAt is the plain step the projection takes for a batch.
+type StepAt struct {
+	Seconds float64
+	Batch   int
+	// Learned: Seconds comes from the model; else the model is cold for this
 	// batch and the caller keeps its own figure.
-	learned bool
-	// from says how: a bucket's own median, or between (beyond) two.
-	from string
+	Learned bool
+	// From says how: a bucket's own median, or between (beyond) two.
+	From string
 }
 
-// at is the plain step at batch: between the warm buckets nearest below and
+// At is the plain step at batch: between the warm buckets nearest below and
 // above it, interpolated; beyond the last two on either side, extrapolated
 // along them; one warm bucket alone only for a batch of its own. Cold
 // otherwise: one bucket far from the batch says nothing of the slope. Three
 // medians of 32 at most: it runs at every decision.
-func (m *stepModel) at(batch int) stepAt {
-	out := stepAt{batch: batch}
+func (m *StepModel) At(batch int) StepAt {
+	out := StepAt{Batch: batch}
 	if batch <= 0 {
 		return out
 	}
@@ -124,22 +124,22 @@ func (m *stepModel) at(batch int) stepAt {
 	}
 	switch {
 	case nb > 0 && na > 0 && b > below[0].x:
-		out.seconds, out.from = line(below[0], above[0]), "interpolated"
+		out.Seconds, out.From = line(below[0], above[0]), "interpolated"
 	case nb > 1:
 		// At or below the nearest warm mean with another below it, or past the
 		// last warm bucket: along the two, never below the nearest.
-		out.seconds, out.from = line(below[1], below[0]), "interpolated"
+		out.Seconds, out.From = line(below[1], below[0]), "interpolated"
 		if b > below[0].x {
-			out.seconds, out.from = max(below[0].y, out.seconds), "extrapolated"
+			out.Seconds, out.From = max(below[0].y, out.Seconds), "extrapolated"
 		}
 	case nb == 1 && (na > 0 || stepBucketOf(int(below[0].x+0.5)) == own):
-		out.seconds, out.from = below[0].y, "bucket"
+		out.Seconds, out.From = below[0].y, "bucket"
 	case nb == 0 && na > 1:
 		// Smaller than every warm bucket: along the two nearest, down.
-		out.seconds, out.from = line(above[0], above[1]), "extrapolated"
+		out.Seconds, out.From = line(above[0], above[1]), "extrapolated"
 	default:
 		return out
 	}
-	out.learned = out.seconds > 0
+	out.Learned = out.Seconds > 0
 	return out
 }

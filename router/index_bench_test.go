@@ -8,131 +8,19 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/kvcache/blockhash"
+	"github.com/tandem-serve/tandem/router/kvindex"
 )
-
-// chains builds n prompts' block hashes that share prefixes of random lengths, as
-// multi-turn chats and shared system prompts do.
-func chains(rng *rand.Rand, n, blocks int) [][]uint64 {
-	out := make([][]uint64, n)
-	for i := range out {
-		var toks []uint32
-		if i > 0 && rng.IntN(3) > 0 {
-			prev := out[rng.IntN(i)]
-			keep := rng.IntN(len(prev) + 1)
-			// Re-derive the shared part's tokens from the same seed as its origin.
-			toks = append(toks, tokensFor(prev[:keep])...)
-		}
-		for len(toks) < blocks*16 {
-			toks = append(toks, uint32(rng.IntN(100000)))
-		}
-		out[i] = blockhash.Hash(toks, 16)
-		remember(out[i], toks)
-	}
-	return out
-}
-
-var tokensOf = map[uint64][]uint32{}
-
-func remember(hashes []uint64, toks []uint32) {
-	for i, h := range hashes {
-		tokensOf[h] = toks[:(i+1)*16]
-	}
-}
-
-func tokensFor(prefix []uint64) []uint32 {
-	if len(prefix) == 0 {
-		return nil
-	}
-	return slices.Clone(tokensOf[prefix[len(prefix)-1]])
-}
-
-// Match agrees with a block-by-block walk for every worker, over random caches that
-// hold prefixes of shared chains.
-func TestIndexMatchEqualsWalk(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	all := chains(rng, 40, 24)
-	ix := NewIndex()
-	held := map[workerRef]map[uint64]bool{}
-	for w := range 12 {
-		ref := ix.Add(1 << 20)
-		held[ref] = map[uint64]bool{}
-		for range 6 {
-			c := all[rng.IntN(len(all))]
-			n := rng.IntN(len(c) + 1)
-			if err := ix.Store(ref, c[:n]); err != nil {
-				t.Fatal(err)
-			}
-			for _, h := range c[:n] {
-				held[ref][h] = true
-			}
-		}
-		// Evict some blocks as an LRU pool does: only leaves, a prefix's tail before
-		// its head, so what a worker holds stays closed under prefixes.
-		for range 20 * (w % 3) {
-			parents := map[uint64]bool{}
-			for _, c := range all {
-				for i := 1; i < len(c); i++ {
-					if held[ref][c[i]] {
-						parents[c[i-1]] = true
-					}
-				}
-			}
-			var leaves []uint64
-			for h := range held[ref] {
-				if !parents[h] {
-					leaves = append(leaves, h)
-				}
-			}
-			if len(leaves) == 0 {
-				break
-			}
-			slices.Sort(leaves)
-			leaf := leaves[rng.IntN(len(leaves))]
-			ix.Evict(ref, []uint64{leaf})
-			delete(held[ref], leaf)
-		}
-	}
-	for _, q := range all {
-		want := map[workerRef]int{}
-		for ref, hs := range held {
-			n := 0
-			for n < len(q) && hs[q[n]] {
-				n++
-			}
-			if n > 0 {
-				want[ref] = n
-			}
-		}
-		got := map[workerRef]int{}
-		ix.Match(q, func(ref workerRef, n int) { got[ref] = n })
-		if len(got) != len(want) {
-			t.Fatalf("matched %v, want %v", got, want)
-		}
-		for ref, n := range want {
-			if got[ref] != n {
-				t.Fatalf("worker %d: %d blocks, want %d (all: got %v want %v)", ref, got[ref], n, got, want)
-			}
-		}
-	}
-	// Removing workers drops exactly their entries.
-	for ref := range held {
-		ix.Remove(ref)
-	}
-	if ix.Blocks() != 0 || ix.holders.live != 0 {
-		t.Fatalf("after removing every worker: %d entries, %d hashes", ix.Blocks(), ix.holders.live)
-	}
-}
 
 // benchIndex fills an index with about total entries spread over workers, each
 // worker holding chains of 512 blocks (8k tokens) that share prefixes.
-func benchIndex(b testing.TB, workers, total int) (*Index, [][]uint64) {
+func benchIndex(b testing.TB, workers, total int) (*kvindex.Index, [][]uint64) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	perWorker := total / workers
 	roots := make([][]uint64, 64)
 	for i := range roots {
 		roots[i] = randomChain(rng, 0, 512)
 	}
-	ix := NewIndex()
+	ix := kvindex.New()
 	var queries [][]uint64
 	for range workers {
 		ref := ix.Add(perWorker + 512)
@@ -223,7 +111,7 @@ func percentile(lat []time.Duration, q int) float64 {
 // and evicts the oldest to stay at a steady size, as a busy worker's stream does.
 func BenchmarkIngest(b *testing.B) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	ix := NewIndex()
+	ix := kvindex.New()
 	refs := make([]workerRef, 64)
 	for i := range refs {
 		refs[i] = ix.Add(1 << 30)

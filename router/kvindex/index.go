@@ -1,9 +1,14 @@
-package router
+// Package kvindex is the router's KV index: for each cached block hash, the
+// workers that hold it (a hash table of holder lists, table.go and lists.go),
+// and for a prompt's chain of block hashes, how many leading blocks each worker
+// holds (match.go). It is built only from the workers' own KV events and
+// snapshots, and knows nothing of routing.
+package kvindex
 
 import "errors"
 
-// workerRef is a worker's slot in the index; slots are reused after a worker leaves.
-type workerRef int32
+// Ref is a worker's slot in the index; slots are reused after a worker leaves.
+type Ref int32
 
 // Index is the exact map from cached block hashes to the workers holding them, built
 // only from the workers' own KV events and snapshots, never guessed at routing time.
@@ -17,7 +22,7 @@ type Index struct {
 	holders holderTable
 	owned   []map[uint64]struct{} // by ref: what each worker holds
 	limit   []int                 // by ref: the most blocks a worker may hold here
-	free    []workerRef
+	free    []Ref
 	total   int
 	m       matchScratch
 	gone    []uint64 // replace's scratch: the blocks a snapshot drops
@@ -26,19 +31,32 @@ type Index struct {
 // ErrOverLimit says a worker reported more cached blocks than its pool can hold.
 var ErrOverLimit = errors.New("router: worker reports more cached blocks than its pool holds")
 
-// NewIndex returns an empty index.
-func NewIndex() *Index {
+// Slots is how many worker slots the index has made, live or free: a Ref is
+// below it, so a slice of Slots entries can be indexed by Ref.
+func (ix *Index) Slots() int { return len(ix.owned) }
+
+// Hashes lists the blocks ref holds, in no order.
+func (ix *Index) Hashes(ref Ref) []uint64 {
+	out := make([]uint64, 0, len(ix.owned[ref]))
+	for h := range ix.owned[ref] {
+		out = append(out, h)
+	}
+	return out
+}
+
+// New returns an empty index.
+func New() *Index {
 	return &Index{holders: newHolderTable()}
 }
 
 // Add makes a slot for a worker that may hold up to limit blocks.
-func (ix *Index) Add(limit int) workerRef {
-	var ref workerRef
+func (ix *Index) Add(limit int) Ref {
+	var ref Ref
 	if n := len(ix.free); n > 0 {
 		ref, ix.free = ix.free[n-1], ix.free[:n-1]
 		ix.owned[ref], ix.limit[ref] = map[uint64]struct{}{}, limit
 	} else {
-		ref = workerRef(len(ix.owned))
+		ref = Ref(len(ix.owned))
 		ix.owned = append(ix.owned, map[uint64]struct{}{})
 		ix.limit = append(ix.limit, limit)
 	}
@@ -46,7 +64,7 @@ func (ix *Index) Add(limit int) workerRef {
 }
 
 // Remove drops every entry of a worker and frees its slot.
-func (ix *Index) Remove(ref workerRef) {
+func (ix *Index) Remove(ref Ref) {
 	ix.Clear(ref)
 	ix.owned[ref] = nil
 	ix.free = append(ix.free, ref)
@@ -56,11 +74,11 @@ func (ix *Index) Remove(ref workerRef) {
 func (ix *Index) Blocks() int { return ix.total }
 
 // Held is how many blocks the index records for a worker.
-func (ix *Index) Held(ref workerRef) int { return len(ix.owned[ref]) }
+func (ix *Index) Held(ref Ref) int { return len(ix.owned[ref]) }
 
 // Store records that ref holds hashes. Past the worker's limit it stops and says so:
 // its memory is bounded whatever a worker claims.
-func (ix *Index) Store(ref workerRef, hashes []uint64) error {
+func (ix *Index) Store(ref Ref, hashes []uint64) error {
 	own := ix.owned[ref]
 	for _, h := range hashes {
 		if _, ok := own[h]; ok {
@@ -78,7 +96,7 @@ func (ix *Index) Store(ref workerRef, hashes []uint64) error {
 }
 
 // Evict records that ref no longer holds hashes.
-func (ix *Index) Evict(ref workerRef, hashes []uint64) {
+func (ix *Index) Evict(ref Ref, hashes []uint64) {
 	own := ix.owned[ref]
 	for _, h := range hashes {
 		if _, ok := own[h]; !ok {
@@ -89,30 +107,30 @@ func (ix *Index) Evict(ref workerRef, hashes []uint64) {
 	}
 }
 
-func (ix *Index) unhold(h uint64, ref workerRef) {
+func (ix *Index) unhold(h uint64, ref Ref) {
 	if ix.holders.remove(h, ref) {
 		ix.total--
 	}
 }
 
 // Clear drops everything ref holds.
-func (ix *Index) Clear(ref workerRef) {
+func (ix *Index) Clear(ref Ref) {
 	for h := range ix.owned[ref] {
 		ix.unhold(h, ref)
 	}
 	clear(ix.owned[ref])
 }
 
-// blockSet is a snapshot's blocks, deduplicated. It is built before the router
+// BlockSet is a snapshot's blocks, deduplicated. It is built before the router
 // takes its lock, so that applying the snapshot under the lock (Index.replace)
 // costs only the entries that change in the shared table.
-type blockSet struct {
+type BlockSet struct {
 	set    map[uint64]struct{}
 	hashes []uint64 // distinct, in the snapshot's order
 }
 
-func newBlockSet(hashes []uint64) blockSet {
-	b := blockSet{set: make(map[uint64]struct{}, len(hashes)), hashes: make([]uint64, 0, len(hashes))}
+func NewBlockSet(hashes []uint64) BlockSet {
+	b := BlockSet{set: make(map[uint64]struct{}, len(hashes)), hashes: make([]uint64, 0, len(hashes))}
 	for _, h := range hashes {
 		if _, ok := b.set[h]; !ok {
 			b.set[h] = struct{}{}
@@ -127,7 +145,7 @@ func newBlockSet(hashes []uint64) blockSet {
 // only the table entries that differ: a worker resending what it holds (fallen
 // out of its event ring) changes nothing in the table. More blocks than the
 // worker's limit change nothing and say so.
-func (ix *Index) replace(ref workerRef, b blockSet) error {
+func (ix *Index) Replace(ref Ref, b BlockSet) error {
 	if len(b.set) > ix.limit[ref] {
 		return ErrOverLimit
 	}

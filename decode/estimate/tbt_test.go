@@ -1,4 +1,4 @@
-package decode
+package estimate
 
 import (
 	"math"
@@ -17,19 +17,19 @@ func TestTopGaps(t *testing.T) {
 			t.Errorf("tbtCapacity(%d) = %d, want %d", tc.maxTokens, got, tc.capacity)
 		}
 	}
-	var ss liveStreams
-	lv, _ := ss.add(time.Unix(0, 0), 101) // 100 gaps: keeps 10
+	var ss Streams
+	lv, _ := ss.Add(time.Unix(0, 0), 101) // 100 gaps: keeps 10
 	if cap(lv.gaps.g) != 10 {
 		t.Fatalf("capacity %d, want 10", cap(lv.gaps.g))
 	}
 	// 100 gaps of 1..100 ms in a scrambled order (37 is prime to 100).
 	at := time.Unix(1, 0)
-	lv.token(at)
+	lv.Token(at)
 	var all []float64
 	for i := range 100 {
 		g := time.Duration((i*37)%100+1) * time.Millisecond
 		at = at.Add(g)
-		lv.token(at)
+		lv.Token(at)
 		all = append(all, g.Seconds())
 	}
 	slices.Sort(all)
@@ -42,7 +42,7 @@ func TestTopGaps(t *testing.T) {
 	if lv.gaps.n != 100 {
 		t.Errorf("%d gaps seen, want 100", lv.gaps.n)
 	}
-	if allocs := testing.AllocsPerRun(100, func() { at = at.Add(time.Millisecond); lv.token(at) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(100, func() { at = at.Add(time.Millisecond); lv.Token(at) }); allocs != 0 {
 		t.Errorf("%v allocations a token, want none", allocs)
 	}
 }

@@ -1,4 +1,12 @@
-package decode
+// Package estimate holds the decode worker's estimators: what it learns from
+// its own measurements and what it projects from them, for the decision in
+// package decode to weigh. Estimator fits each prefill path's time as a line
+// per engine step (estimate.go, linfit.go); StepFit fits an engine step's time
+// against what it held, from the steps an engine reports (stepfit.go);
+// StepModel learns the plain step from token gaps when it reports none
+// (stepmodel.go); Streams keeps the live sequences' gaps and works out their
+// TPOT and TBT slack under a prefill's stretch (running.go, tbt.go).
+package estimate
 
 import (
 	"fmt"
@@ -43,9 +51,9 @@ type Line struct {
 	N int
 }
 
-// chunks is how many engine steps a prefill of tokens takes under a step budget
+// Chunks is how many engine steps a prefill of tokens takes under a step budget
 // of chunk tokens (0: unknown, taken as one step).
-func chunks(tokens, chunk int) int {
+func Chunks(tokens, chunk int) int {
 	if tokens <= 0 {
 		return 0
 	}
@@ -57,7 +65,7 @@ func chunks(tokens, chunk int) int {
 
 // Seconds is the line's time for tokens computed in chunks of at most chunk.
 func (l Line) Seconds(tokens, chunk int) float64 {
-	return l.Fixed*float64(chunks(tokens, chunk)) + l.PerToken*float64(max(tokens, 0))
+	return l.Fixed*float64(Chunks(tokens, chunk)) + l.PerToken*float64(max(tokens, 0))
 }
 
 func (l Line) String() string {
@@ -83,9 +91,9 @@ type Estimator struct {
 	remote    linearFit
 	bandwidth ewma // KV bytes per second, prefill worker to here
 	overhead  ewma // seconds of a remote prefill not explained by queue, prefill and transfer
-	// chunk is this engine's step budget in tokens (engine.Info.MaxBatchedTokens),
+	// Chunk is this engine's step budget in tokens (engine.Info.MaxBatchedTokens),
 	// assumed to be the prefill workers' too; 0: unknown, each prompt one step.
-	chunk int
+	Chunk int
 }
 
 // Safe defaults before warm-up, used only to bound deadlines: generous enough that
@@ -109,7 +117,7 @@ func (e *Estimator) observe(f *linearFit, tokens int, d time.Duration) {
 	if tokens <= 0 || d <= 0 {
 		return
 	}
-	k := float64(chunks(tokens, e.chunk))
+	k := float64(Chunks(tokens, e.Chunk))
 	f.add(float64(tokens)/k, d.Seconds()/k)
 }
 
@@ -182,18 +190,18 @@ func (e *Estimator) Estimate(effective, kvBytes, localQueuedTokens, remoteQueued
 		// learnt, nor needed.
 		LocalWarm:  e.local.count() >= warm,
 		RemoteWarm: e.remote.count() >= warm && (e.bandwidth.n >= warm || kvBytes == 0),
-		LocalLine:  lp, RemoteLine: rp, Chunk: e.chunk,
+		LocalLine:  lp, RemoteLine: rp, Chunk: e.Chunk,
 		// The prompts waiting here are prefilled in the same steps, first come
 		// first served: the new one's first token comes after all of them.
-		Local:        lp.Seconds(localQueuedTokens+effective, e.chunk),
-		LocalPrefill: lp.Seconds(effective, e.chunk),
+		Local:        lp.Seconds(localQueuedTokens+effective, e.Chunk),
+		LocalPrefill: lp.Seconds(effective, e.Chunk),
 	}
 	// The queue there drains at the prefill worker's rate: its tokens at the
 	// fitted slope, plus a step's fixed cost per budget's worth of them. Not a
 	// per-token average of recent prefills, which swung with what shared their
 	// steps.
-	remote := rp.Seconds(remoteQueuedTokens+effective, e.chunk)
-	est.RemoteQueue = max(0, remote-rp.Seconds(effective, e.chunk))
+	remote := rp.Seconds(remoteQueuedTokens+effective, e.Chunk)
+	est.RemoteQueue = max(0, remote-rp.Seconds(effective, e.Chunk))
 	est.Warm = est.LocalWarm && est.RemoteWarm
 	est.ITLPenalty = itlWeight * float64(running) * est.LocalPrefill
 	est.Remote = remote + float64(kvBytes)/bw + oh
@@ -207,8 +215,8 @@ func RemoteDeadline(est Estimate, lo, hi time.Duration) time.Duration {
 	return min(max(d, lo), hi)
 }
 
-// registerEstimateGauges publishes the fitted lines, read at each scrape.
-func registerEstimateGauges(reg prometheus.Registerer, e *Estimator) {
+// RegisterGauges publishes the fitted lines, read at each scrape.
+func RegisterGauges(reg prometheus.Registerer, e *Estimator) {
 	g := func(name, help string, f func(local, remote Line) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(e.Lines()) })
 	}

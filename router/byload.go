@@ -12,7 +12,7 @@ import (
 // as far as the least cost and its ties. Counts (how many are in the class, how
 // many fit) come from list lengths and the slack lists, corrected for the holders
 // and the excluded workers, which are scored apart. What it decides is exactly what
-// the pass over every worker decides (fast_equiv_test.go), rng draws included.
+// the pass over every worker decides (byload_equiv_test.go), rng draws included.
 //
 // It applies at temperature 0 only: a softmax gives every scored worker a
 // probability and samples them in id order, which reads every one. An explanation

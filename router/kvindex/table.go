@@ -1,4 +1,4 @@
-package router
+package kvindex
 
 import (
 	"math/bits"
@@ -7,7 +7,7 @@ import (
 
 // holderTable maps a block hash to the sorted workers holding it.
 //
-// It replaces a map[uint64][]workerRef because routing time is spent in its lookups:
+// It replaces a map[uint64][]Ref because routing time is spent in its lookups:
 // at a million entries that map spread over tens of megabytes, and every lookup
 // missed cache twice, once for the map group and once for the slice's array. Here a
 // slot is 16 bytes and, for the great majority of blocks that only one worker holds
@@ -21,8 +21,8 @@ type holderTable struct {
 	live  int    // occupied slots
 	seed  uint64
 	lists holderLists
-	one   [1]workerRef // get's answer for a single holder, to allocate nothing
-	sink  uint64       // what touch loads, so that the load is not dropped
+	one   [1]Ref // get's answer for a single holder, to allocate nothing
+	sink  uint64 // what touch loads, so that the load is not dropped
 }
 
 type slot struct {
@@ -82,11 +82,11 @@ func (t *holderTable) touchList(key uint64) {
 }
 
 // get returns the holders of key, sorted; the slice is only valid until the next call.
-func (t *holderTable) get(key uint64) []workerRef { return t.getInto(key, &t.one) }
+func (t *holderTable) get(key uint64) []Ref { return t.getInto(key, &t.one) }
 
 // getInto is get returning a single holder in one, so that two answers can be used
 // together; the slice is valid until the table changes.
-func (t *holderTable) getInto(key uint64, one *[1]workerRef) []workerRef {
+func (t *holderTable) getInto(key uint64, one *[1]Ref) []Ref {
 	i, ok := t.find(key)
 	if !ok {
 		return nil
@@ -95,7 +95,7 @@ func (t *holderTable) getInto(key uint64, one *[1]workerRef) []workerRef {
 	if h&spilled != 0 {
 		return t.lists.get(int(h &^ spilled))
 	}
-	one[0] = workerRef(h - 1)
+	one[0] = Ref(h - 1)
 	return one[:]
 }
 
@@ -108,7 +108,7 @@ func (t *holderTable) count(key uint64) int {
 }
 
 // add records ref as a holder of key and says whether it was not one already.
-func (t *holderTable) add(key uint64, ref workerRef) bool {
+func (t *holderTable) add(key uint64, ref Ref) bool {
 	i, ok := t.find(key)
 	if !ok {
 		if (t.live+1)*4 > len(t.slots)*3 {
@@ -121,7 +121,7 @@ func (t *holderTable) add(key uint64, ref workerRef) bool {
 	}
 	s := &t.slots[i]
 	if s.hold&spilled == 0 {
-		one := workerRef(s.hold - 1)
+		one := Ref(s.hold - 1)
 		if one == ref {
 			return false
 		}
@@ -136,14 +136,14 @@ func (t *holderTable) add(key uint64, ref workerRef) bool {
 }
 
 // remove drops ref from key's holders and says whether it was one.
-func (t *holderTable) remove(key uint64, ref workerRef) bool {
+func (t *holderTable) remove(key uint64, ref Ref) bool {
 	i, ok := t.find(key)
 	if !ok {
 		return false
 	}
 	s := &t.slots[i]
 	if s.hold&spilled == 0 {
-		if workerRef(s.hold-1) != ref {
+		if Ref(s.hold-1) != ref {
 			return false
 		}
 		t.deleteAt(i)
@@ -175,7 +175,7 @@ func (t *holderTable) compactLists() {
 		if s.hold&spilled != 0 {
 			hs := old.get(int(s.hold &^ spilled))
 			o := t.lists.alloc(roomFor(len(hs)))
-			t.lists.a[o] = workerRef(len(hs))
+			t.lists.a[o] = Ref(len(hs))
 			copy(t.lists.a[o+2:], hs)
 			t.slots[i].hold = spilled | uint32(o)
 		}
