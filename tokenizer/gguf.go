@@ -106,7 +106,7 @@ func SpecFromGGUF(f *gguf.File) (Spec, error) {
 		}
 	}
 	family, _ := preFamily(s.Pre)
-	s.AddBOS = llama || family == preLlama3
+	s.AddBOS = llama || preFamilies[family].addBOS
 	s.AddSpacePrefix = llama
 	for _, b := range []struct {
 		key string

@@ -245,8 +245,8 @@ func hfByteLevel(f *hfFile, s *Spec) error {
 	if f.Model.ByteFallback {
 		return fmt.Errorf("tokenizer.json: byte_fallback with a ByteLevel pre-tokenizer is not supported")
 	}
-	if want := s.Pre == preLlama3; f.Model.IgnoreMerges != want {
-		return fmt.Errorf("tokenizer.json: model ignore_merges=%v with pre-tokenizer %s is not supported (llama.cpp ties it to Llama 3's)",
+	if want := preFamilies[s.Pre].ignoreMerges; f.Model.IgnoreMerges != want {
+		return fmt.Errorf("tokenizer.json: model ignore_merges=%v with pre-tokenizer %s is not supported (llama.cpp ties it to the pre-tokenizer)",
 			f.Model.IgnoreMerges, s.Pre)
 	}
 	return nil
