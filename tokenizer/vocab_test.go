@@ -19,8 +19,11 @@ const (
 	phi3File = "testdata/ggml-vocab-phi-3.gguf"
 )
 
-// preVocabFiles are llama.cpp's vocabularies of other pre-tokenizers: MPT's (gpt-2's pattern), StarCoder's and Refact's (digits alone).
+// preVocabFiles are llama.cpp's vocabularies of other pre-tokenizers: DeepSeek Coder's
+// and LLM's, MPT's (gpt-2's pattern), StarCoder's and Refact's (digits alone).
 var preVocabFiles = []string{
+	"testdata/ggml-vocab-deepseek-coder.gguf",
+	"testdata/ggml-vocab-deepseek-llm.gguf",
 	"testdata/ggml-vocab-mpt.gguf",
 	"testdata/ggml-vocab-starcoder.gguf",
 	"testdata/ggml-vocab-refact.gguf",
