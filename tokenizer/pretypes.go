@@ -85,6 +85,13 @@ var preFamilies = map[string]preFamilyInfo{
 		"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
 		"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
 	}},
+	preFalcon: {patterns: []string{
+		"[\\p{P}\\$\\+<=>\\^~\\|`]+",
+		llamaGPT2,
+		"[0-9][0-9][0-9]",
+	}},
+	preBloom:  {patterns: []string{llamaBloom}},
+	preViking: {patterns: []string{llamaBloom, "\\p{N}"}},
 }
 
 // preAliases maps each tokenizer.ggml.pre name llama.cpp knows to its family.
@@ -106,6 +113,8 @@ var preAliases = map[string]string{
 	"smollm": preSmolLM, "starcoder": preSmolLM, "refact": preSmolLM, "command-r": preSmolLM,
 	"codeshell": preSmolLM, "exaone": preSmolLM, "minerva-7b": preSmolLM, "mellum2": preSmolLM,
 	"deepseek-llm": preDeepSeekLLM, "deepseek-coder": preDeepSeekCoder, "deepseek-v3": preDeepSeekV3,
+	"falcon": preFalcon, "bloom": preBloom, "poro-chat": preBloom, "gpt3-finnish": preBloom,
+	"viking": preViking,
 }
 
 // preFamily resolves a tokenizer.ggml.pre name.

@@ -21,10 +21,10 @@ import (
 // goldenPres are the names with a golden file: every name llama.cpp's list had at
 // the commit the files name.
 var goldenPres = []string{
-	"default", "llama-bpe", "llama3", "llama-v3", "falcon3", "deepseek-llm", "deepseek-coder", "deepseek-v3", "mpt",
-	"starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "roberta-bpe", "refact", "command-r",
-	"qwen2", "deepseek-r1-qwen", "stablelm2", "olmo", "dbrx", "smaug-bpe", "chatglm-bpe", "jais", "smollm", "codeshell",
-	"exaone", "minerva-7b", "megrez",
+	"default", "llama-bpe", "llama3", "llama-v3", "falcon3", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
+	"mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "roberta-bpe", "refact",
+	"command-r", "qwen2", "deepseek-r1-qwen", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "chatglm-bpe",
+	"viking", "jais", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "minerva-7b", "megrez",
 }
 
 const preGoldenDir = "testdata/pre"

@@ -20,10 +20,11 @@ const (
 )
 
 // preVocabFiles are llama.cpp's vocabularies of other pre-tokenizers: DeepSeek Coder's
-// and LLM's, MPT's (gpt-2's pattern), StarCoder's and Refact's (digits alone).
+// and LLM's, Falcon's, MPT's (gpt-2's pattern), StarCoder's and Refact's (digits alone).
 var preVocabFiles = []string{
 	"testdata/ggml-vocab-deepseek-coder.gguf",
 	"testdata/ggml-vocab-deepseek-llm.gguf",
+	"testdata/ggml-vocab-falcon.gguf",
 	"testdata/ggml-vocab-mpt.gguf",
 	"testdata/ggml-vocab-starcoder.gguf",
 	"testdata/ggml-vocab-refact.gguf",
