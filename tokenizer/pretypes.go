@@ -92,6 +92,19 @@ var preFamilies = map[string]preFamilyInfo{
 	}},
 	preBloom:  {patterns: []string{llamaBloom}},
 	preViking: {patterns: []string{llamaBloom, "\\p{N}"}},
+	// Mistral's Tekken: the pattern of tokenizer.json, as llama.cpp adapts it.
+	preTekken: {ignoreMerges: true, addBOS: true, patterns: []string{
+		"[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[" +
+			"\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+	}},
+	preChameleon: {addBOS: true, patterns: []string{
+		"<sentinel:[0-9]+>",
+		"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+		"([\\t\\n]|    |  )",
+		"\\p{N}",
+		"[\\p{P}!-/:-@\\[-`{-~]",
+		llamaGPT2,
+	}},
 }
 
 // preAliases maps each tokenizer.ggml.pre name llama.cpp knows to its family.
@@ -114,7 +127,7 @@ var preAliases = map[string]string{
 	"codeshell": preSmolLM, "exaone": preSmolLM, "minerva-7b": preSmolLM, "mellum2": preSmolLM,
 	"deepseek-llm": preDeepSeekLLM, "deepseek-coder": preDeepSeekCoder, "deepseek-v3": preDeepSeekV3,
 	"falcon": preFalcon, "bloom": preBloom, "poro-chat": preBloom, "gpt3-finnish": preBloom,
-	"viking": preViking,
+	"viking": preViking, "tekken": preTekken, "chameleon": preChameleon,
 }
 
 // preFamily resolves a tokenizer.ggml.pre name.

@@ -24,7 +24,8 @@ var goldenPres = []string{
 	"default", "llama-bpe", "llama3", "llama-v3", "falcon3", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
 	"mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "roberta-bpe", "refact",
 	"command-r", "qwen2", "deepseek-r1-qwen", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "chatglm-bpe",
-	"viking", "jais", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "minerva-7b", "megrez",
+	"viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "chameleon", "minerva-7b",
+	"megrez",
 }
 
 const preGoldenDir = "testdata/pre"
@@ -119,6 +120,35 @@ func TestPreTokenizerGoldens(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPreTokenizerRules checks what llama.cpp ties to a pre-tokenizer's name besides
+// the splitting: BOS added by default, and whole-word tokens taken before merging.
+func TestPreTokenizerRules(t *testing.T) {
+	for _, c := range []struct {
+		pre          string
+		addBOS       bool
+		ignoreMerges bool
+	}{
+		{"llama-bpe", true, true}, {"tekken", true, true}, {"chameleon", true, false},
+		{"dbrx", false, false}, {"chatglm-bpe", false, false}, {"deepseek-v3", false, false}, {"gpt-2", false, false},
+	} {
+		f, err := gguf.Parse(withPre(t, gpt2File, c.pre))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs, err := SpecFromGGUF(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := newVocab(fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fs.AddBOS != c.addBOS || v.ignoreMerges != c.ignoreMerges {
+			t.Errorf("%s: AddBOS %v, ignoreMerges %v; want %v, %v", c.pre, fs.AddBOS, v.ignoreMerges, c.addBOS, c.ignoreMerges)
+		}
 	}
 }
 
