@@ -113,7 +113,7 @@ var preAliases = map[string]string{
 	// GPT-2's pattern.
 	"gpt-2": preGPT2, "gpt2": preGPT2, "phi-2": preGPT2, "jina-es": preGPT2, "jina-de": preGPT2,
 	"gigachat": preGPT2, "jina-v1-en": preGPT2, "jina-v2-es": preGPT2, "jina-v2-de": preGPT2,
-	"roberta-bpe": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "jais": preGPT2,
+	"jina-v2-code": preGPT2, "roberta-bpe": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "jais": preGPT2,
 	"a.x-4.0": preGPT2, "mellum": preGPT2, "modern-bert": preGPT2, "exaone4": preGPT2,
 	// Llama 3's pattern (merges ignored for whole-word tokens, BOS added by default).
 	"llama-bpe": preLlama3, "llama3": preLlama3, "llama-v3": preLlama3, "falcon3": preLlama3,

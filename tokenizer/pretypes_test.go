@@ -22,10 +22,10 @@ import (
 // the commit the files name.
 var goldenPres = []string{
 	"default", "llama-bpe", "llama3", "llama-v3", "falcon3", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
-	"mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "roberta-bpe", "refact",
-	"command-r", "qwen2", "deepseek-r1-qwen", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "chatglm-bpe",
-	"viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "chameleon", "minerva-7b",
-	"megrez",
+	"mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de",
+	"jina-v2-code", "roberta-bpe", "refact", "command-r", "qwen2", "deepseek-r1-qwen", "stablelm2", "olmo", "dbrx",
+	"smaug-bpe", "poro-chat", "chatglm-bpe", "viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish",
+	"exaone", "chameleon", "minerva-7b", "megrez",
 }
 
 const preGoldenDir = "testdata/pre"
@@ -149,6 +149,18 @@ func TestPreTokenizerRules(t *testing.T) {
 		if fs.AddBOS != c.addBOS || v.ignoreMerges != c.ignoreMerges {
 			t.Errorf("%s: AddBOS %v, ignoreMerges %v; want %v, %v", c.pre, fs.AddBOS, v.ignoreMerges, c.addBOS, c.ignoreMerges)
 		}
+	}
+}
+
+// TestJinaNeedsMask: llama.cpp will not load a jina-v2 vocabulary without the <mask>
+// token its rule names, and tandem says why.
+func TestJinaNeedsMask(t *testing.T) {
+	f, err := gguf.Parse(withPre(t, gpt2File, "jina-v2-code"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SpecFromGGUF(f); err == nil || !strings.Contains(err.Error(), "needs a <mask> token") {
+		t.Fatalf("SpecFromGGUF: %v, want an error about <mask>", err)
 	}
 }
 
