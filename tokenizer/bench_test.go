@@ -35,6 +35,8 @@ func BenchmarkEncode(b *testing.B) {
 		{"cl100k", cl},
 		{"gpt2-gguf", vocabFor(b, gpt2File)},
 		{"phi3-gguf", vocabFor(b, phi3File)},
+		// A pre-tokenizer that runs llama.cpp's pattern list through regexp2.
+		{"deepseek-llm-gguf", vocabFor(b, "testdata/ggml-vocab-deepseek-llm.gguf")},
 		{"stories260K", vocabFor(b, "stories260K")},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -14,7 +14,7 @@ var (
 
 // roundTripTokenizers are both algorithms in each of their forms: SentencePiece by
 // score (stories260K, Phi-3), by rank (Phi-3 from tokenizer.json), and byte-level BPE
-// with each pre-tokenizer (on GPT-2's vocabulary).
+// with each pre-tokenizer family (on GPT-2's vocabulary).
 func roundTripTokenizers(t testing.TB) map[string]*Vocab {
 	roundTripOnce.Do(func() {
 		roundTripToks = map[string]*Vocab{
@@ -22,7 +22,7 @@ func roundTripTokenizers(t testing.TB) map[string]*Vocab {
 			"phi3":          vocabFor(t, phi3File),
 			"phi3-tok.json": fromJSON(t, phi3JSON(t)),
 		}
-		for _, pre := range []string{preGPT2, preLlama3, preQwen2, preSmolLM, preDefault} {
+		for pre := range preFamilies {
 			s := ggufSpec(t, gpt2File)
 			s.Pre = pre
 			v, err := newVocab(s)

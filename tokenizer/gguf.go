@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/tandem-serve/tandem/gguf"
@@ -106,7 +107,7 @@ func SpecFromGGUF(f *gguf.File) (Spec, error) {
 		}
 	}
 	family, _ := preFamily(s.Pre)
-	s.AddBOS = llama || family == preLlama3
+	s.AddBOS = llama || preFamilies[family].addBOS
 	s.AddSpacePrefix = llama
 	for _, b := range []struct {
 		key string
@@ -128,6 +129,11 @@ func SpecFromGGUF(f *gguf.File) (Spec, error) {
 	}
 	if s.LStrip, err = optional(f.Int32s(keyLStrip)); err != nil {
 		return s, err
+	}
+	if _, ok := f.Value(keyLStrip); !ok && !llama {
+		if s.LStrip, err = jinaLStrip(s); err != nil {
+			return s, err
+		}
 	}
 	if s.RStrip, err = optional(f.Int32s(keyRStrip)); err != nil {
 		return s, err
@@ -193,6 +199,20 @@ func phi3RStrip(f *gguf.File, s Spec) []int32 {
 		}
 	}
 	return out
+}
+
+// jinaLStrip is llama.cpp's rule for the jina-v2 vocabularies, whose GGUF files do not
+// record that <mask> swallows the whitespace before it. llama.cpp refuses such a file
+// without a <mask> token, and so does tandem.
+func jinaLStrip(s Spec) ([]int32, error) {
+	if !strings.Contains(s.Pre, "jina-v2-de") && !strings.Contains(s.Pre, "jina-v2-es") && !strings.Contains(s.Pre, "jina-v2-code") {
+		return nil, nil
+	}
+	i := slices.Index(s.Tokens, "<mask>")
+	if i < 0 {
+		return nil, fmt.Errorf("tokenizer: pre-tokenizer %q needs a <mask> token, and the vocabulary has none", s.Pre)
+	}
+	return []int32{int32(i)}, nil
 }
 
 // MarshalGGUF writes s as a vocabulary-only GGUF file (no tensors), the format

@@ -184,12 +184,25 @@ func hasByteLevel(p *hfPreTokenizer) bool {
 	return p.Type == "Sequence" && slices.ContainsFunc(p.Pretokenizers, func(q hfPreTokenizer) bool { return q.Type == "ByteLevel" })
 }
 
-// Pre-tokenizer patterns as tokenizer.json files spell them, by family.
-var hfSplitPatterns = map[string]string{
-	patternGPT2:   preGPT2,
-	patternLlama3: preLlama3,
-	patternQwen2:  preQwen2,
-}
+// Pre-tokenizer patterns as tokenizer.json files spell them, by family: a Split
+// sequence whose regular expressions are exactly the patterns llama.cpp runs for a
+// family is that family, and so are the original spellings llama.cpp adapted.
+var hfSplitPatterns = func() map[string]string {
+	m := map[string]string{
+		patternGPT2:   preGPT2,
+		patternLlama3: preLlama3,
+		patternQwen2:  preQwen2,
+		// Mistral's Tekken, before llama.cpp's adaptation.
+		"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?" +
+			"[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": preTekken,
+	}
+	for family, info := range preFamilies {
+		if info.patterns != nil && family != preDBRX {
+			m[strings.Join(info.patterns, "\x00")] = family
+		}
+	}
+	return m
+}()
 
 func hfByteLevel(f *hfFile, s *Spec) error {
 	if n := f.Normalizer; n != nil {
@@ -214,17 +227,24 @@ func hfByteLevel(f *hfFile, s *Spec) error {
 		if err := byteLevelOK(*p, true); err != nil {
 			return err
 		}
-	case len(p.Pretokenizers) == 2 && p.Pretokenizers[0].Type == "Split" && p.Pretokenizers[1].Type == "ByteLevel":
-		sp := p.Pretokenizers[0]
-		if sp.Pattern.Regex == nil || sp.Behavior != "Isolated" || sp.Invert {
-			return fmt.Errorf("tokenizer.json: pre_tokenizer Split must be an Isolated, non-inverted Regex")
+	case len(p.Pretokenizers) >= 2 && p.Pretokenizers[0].Type == "Split" && p.Pretokenizers[len(p.Pretokenizers)-1].Type == "ByteLevel":
+		var patterns []string
+		for _, sp := range p.Pretokenizers[:len(p.Pretokenizers)-1] {
+			if sp.Type != "Split" || sp.Pattern.Regex == nil || sp.Behavior != "Isolated" || sp.Invert {
+				return fmt.Errorf("tokenizer.json: pre_tokenizer Split must be an Isolated, non-inverted Regex (got %s)", sp.Type)
+			}
+			patterns = append(patterns, *sp.Pattern.Regex)
 		}
-		family, ok := hfSplitPatterns[*sp.Pattern.Regex]
+		family, ok := hfSplitPatterns[strings.Join(patterns, "\x00")]
 		if !ok {
-			return fmt.Errorf("tokenizer.json: pre_tokenizer Split pattern %q is not one tandem knows (GPT-2's, Llama 3's, Qwen2's)", *sp.Pattern.Regex)
+			return fmt.Errorf("tokenizer.json: pre_tokenizer Split patterns %q are not a pre-tokenizer llama.cpp knows", patterns)
+		}
+		if family == preLlama3 && !f.Model.IgnoreMerges {
+			// Llama 3's pattern without its rules, as DBRX and ChatGLM 4 have it.
+			family = preDBRX
 		}
 		s.Pre = family
-		if err := byteLevelOK(p.Pretokenizers[1], false); err != nil {
+		if err := byteLevelOK(p.Pretokenizers[len(p.Pretokenizers)-1], false); err != nil {
 			return err
 		}
 	case len(p.Pretokenizers) == 2 && p.Pretokenizers[0].Type == "Digits" && p.Pretokenizers[1].Type == "ByteLevel":
@@ -245,8 +265,8 @@ func hfByteLevel(f *hfFile, s *Spec) error {
 	if f.Model.ByteFallback {
 		return fmt.Errorf("tokenizer.json: byte_fallback with a ByteLevel pre-tokenizer is not supported")
 	}
-	if want := s.Pre == preLlama3; f.Model.IgnoreMerges != want {
-		return fmt.Errorf("tokenizer.json: model ignore_merges=%v with pre-tokenizer %s is not supported (llama.cpp ties it to Llama 3's)",
+	if want := preFamilies[s.Pre].ignoreMerges; f.Model.IgnoreMerges != want {
+		return fmt.Errorf("tokenizer.json: model ignore_merges=%v with pre-tokenizer %s is not supported (llama.cpp ties it to the pre-tokenizer)",
 			f.Model.IgnoreMerges, s.Pre)
 	}
 	return nil

@@ -299,6 +299,32 @@ func TestHuggingFaceByteLevelFamilies(t *testing.T) {
 				byteLevelPre(false),
 			}}
 		}, func(s *Spec) { s.Pre, s.NFC = preQwen2, true }},
+		{"dbrx", func(j *jsonTokenizer) {
+			j.PreTokenizer = &jsonPreTokenizer{Type: "Sequence", Pretokenizers: []jsonPreTokenizer{
+				{Type: "Split", Pattern: &jsonPattern{Regex: patternLlama3}, Behavior: "Isolated", Invert: ptr(false)},
+				byteLevelPre(false),
+			}}
+		}, func(s *Spec) { s.Pre = preDBRX }},
+		{"deepseek-v3", func(j *jsonTokenizer) {
+			var pre []jsonPreTokenizer
+			for _, p := range preFamilies[preDeepSeekV3].patterns {
+				pre = append(pre, jsonPreTokenizer{Type: "Split", Pattern: &jsonPattern{Regex: p}, Behavior: "Isolated", Invert: ptr(false)})
+			}
+			j.PreTokenizer = &jsonPreTokenizer{Type: "Sequence", Pretokenizers: append(pre, byteLevelPre(false))}
+		}, func(s *Spec) { s.Pre = preDeepSeekV3 }},
+		{"tekken", func(j *jsonTokenizer) {
+			var tekken string
+			for p, f := range hfSplitPatterns {
+				if f == preTekken && strings.Contains(p, `\p{Lu}`) {
+					tekken = p
+				}
+			}
+			j.PreTokenizer = &jsonPreTokenizer{Type: "Sequence", Pretokenizers: []jsonPreTokenizer{
+				{Type: "Split", Pattern: &jsonPattern{Regex: tekken}, Behavior: "Isolated", Invert: ptr(false)},
+				byteLevelPre(false),
+			}}
+			j.Model.IgnoreMerges = true
+		}, func(s *Spec) { s.Pre = preTekken }},
 		{"smollm", func(j *jsonTokenizer) {
 			j.PreTokenizer = &jsonPreTokenizer{Type: "Sequence", Pretokenizers: []jsonPreTokenizer{
 				{Type: "Digits", IndividualDigits: ptr(true)}, byteLevelPre(true),

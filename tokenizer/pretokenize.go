@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -26,60 +25,6 @@ const (
 	patternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
-// Pre-tokenizer families, with the tokenizer.ggml.pre names llama.cpp gives each.
-const (
-	preDefault = "default"
-	preGPT2    = "gpt-2"
-	preLlama3  = "llama-bpe"
-	preQwen2   = "qwen2"
-	preSmolLM  = "smollm"
-)
-
-var preAliases = map[string]string{
-	"default": preDefault,
-	// GPT-2's pattern.
-	"gpt-2": preGPT2, "gpt2": preGPT2, "phi-2": preGPT2, "jina-es": preGPT2, "jina-de": preGPT2,
-	"gigachat": preGPT2, "jina-v2-es": preGPT2, "jina-v2-de": preGPT2, "a.x-4.0": preGPT2,
-	"mellum": preGPT2, "modern-bert": preGPT2, "exaone4": preGPT2,
-	// Llama 3's pattern (merges ignored for whole-word tokens, BOS added by default).
-	"llama-bpe": preLlama3, "llama3": preLlama3, "llama-v3": preLlama3, "falcon3": preLlama3,
-	"falcon-h1": preLlama3, "pixtral": preLlama3, "midm-2.0": preLlama3, "lfm2": preLlama3,
-	// Qwen2's pattern: Llama 3's with single digits.
-	"qwen2": preQwen2, "deepseek-r1-qwen": preQwen2, "megrez": preQwen2, "stablelm2": preQwen2,
-	// Every digit alone, then GPT-2's pattern (SmolLM, StarCoder).
-	"smollm": preSmolLM, "starcoder": preSmolLM, "refact": preSmolLM, "command-r": preSmolLM,
-	"codeshell": preSmolLM, "exaone": preSmolLM, "minerva-7b": preSmolLM, "mellum2": preSmolLM,
-}
-
-// preFamily resolves a tokenizer.ggml.pre name.
-func preFamily(pre string) (string, error) {
-	if pre == "" {
-		// llama.cpp falls back to "default" for files that predate the key.
-		return preDefault, nil
-	}
-	f, ok := preAliases[pre]
-	if !ok {
-		return "", fmt.Errorf("tokenizer: pre-tokenizer %q is not supported (supported: default, gpt-2, llama-bpe, qwen2, smollm and their llama.cpp aliases)", pre)
-	}
-	return f, nil
-}
-
-func splitterFor(family string) splitter {
-	switch family {
-	case preGPT2:
-		return splitGPT2
-	case preLlama3:
-		return func(s string, emit func(string)) { splitLlama3(s, 3, emit) }
-	case preQwen2:
-		return func(s string, emit func(string)) { splitLlama3(s, 1, emit) }
-	case preSmolLM:
-		return chain(splitEach(unicode.IsNumber), splitGPT2)
-	}
-	// llama.cpp's "default": runs of punctuation, then GPT-2's pattern, then runs of
-	// digits, then ASCII digits in threes.
-	return chain(splitRuns(isDefaultPunct), splitGPT2, splitRuns(unicode.IsNumber), splitASCIIDigitTriples)
-}
-
 // chain applies splitters in turn, each to the words of the one before, as llama.cpp
 // applies a list of patterns.
 func chain(first splitter, rest ...splitter) splitter {
@@ -93,19 +38,25 @@ func chain(first splitter, rest ...splitter) splitter {
 }
 
 // decode is utf8.DecodeRuneInString with an invalid byte read as U+FFFD of width 1,
-// which classes as a symbol: the splitters keep every byte.
+// which classes as a symbol: the splitters keep every byte. An encoded surrogate, which
+// llamaText leaves as llama.cpp reads it, is one code point (of no class but "other").
 func decode(s string, i int) (rune, int) {
 	if c := s[i]; c < utf8.RuneSelf {
 		return rune(c), 1
 	}
-	return utf8.DecodeRuneInString(s[i:])
+	r, w := utf8.DecodeRuneInString(s[i:])
+	if w == 1 && s[i] == 0xED && i+2 < len(s) && s[i+1]&0xE0 == 0xA0 && s[i+2]&0xC0 == 0x80 {
+		return 0xD800 | rune(s[i+1]&0x1F)<<6 | rune(s[i+2]&0x3F), 3
+	}
+	return r, w
 }
 
 func isLetter(r rune) bool {
 	if r < utf8.RuneSelf {
 		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z'
 	}
-	return unicode.IsLetter(r)
+	// llama.cpp's tables are Unicode 15.1's, which added CJK Extension I.
+	return unicode.IsLetter(r) || 0x2EBF0 <= r && r <= 0x2EE5D
 }
 
 func isNumber(r rune) bool {

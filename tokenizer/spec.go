@@ -52,9 +52,9 @@ const (
 type Spec struct {
 	// Model is ModelLlama or ModelGPT2.
 	Model string
-	// Pre names the pre-tokenizer of a gpt2 model as tokenizer.ggml.pre does:
-	// "default", "gpt-2", "llama-bpe", "qwen2", "smollm" (and their llama.cpp
-	// aliases). Unused for llama.
+	// Pre names the pre-tokenizer of a gpt2 model as tokenizer.ggml.pre does: any
+	// name llama.cpp knows ("default", "gpt-2", "llama-bpe", "qwen2", "deepseek-v3",
+	// "tekken", ...). Unused for llama.
 	Pre string
 	// Tokens is the vocabulary text of each id. A gpt2 vocabulary spells bytes with
 	// GPT-2's byte-to-unicode mapping ("Ġ" for space); a llama one uses "▁" for space.

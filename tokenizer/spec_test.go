@@ -120,8 +120,8 @@ func TestBadGGUFVocabularies(t *testing.T) {
 		{"score count", "3 scores for 4 tokens", append(llamaTokens(tokens), "tokenizer.ggml.scores", []float32{0, 0, 0})},
 		{"gpt2 without merges", "needs merges",
 			append(gpt2Model(), "tokenizer.ggml.pre", "gpt-2", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.eos_token_id", uint32(2))},
-		{"unknown pre", `"tekken" is not supported`,
-			append(gpt2Model(), "tokenizer.ggml.pre", "tekken", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.merges", []string{"▁a ▁a"})},
+		{"unknown pre", `"gpt-4o" is not supported`,
+			append(gpt2Model(), "tokenizer.ggml.pre", "gpt-4o", "tokenizer.ggml.tokens", tokens, "tokenizer.ggml.merges", []string{"▁a ▁a"})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tok, err := FromGGUF(tinyGGUF(t, c.kv...))

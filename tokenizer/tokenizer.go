@@ -3,7 +3,8 @@
 // A model served from a GGUF file brings its own tokenizer, read from the file's
 // metadata (SpecFromGGUF) or from a Hugging Face tokenizer.json (SpecFromHuggingFace):
 // SentencePiece-style BPE ("llama": Llama 2, Mistral, TinyLlama, Phi-3) or byte-level
-// BPE ("gpt2": GPT-2, Llama 3, Qwen2, SmolLM). Both behave as llama.cpp's tokenizers do
+// BPE ("gpt2": GPT-2, Llama 3, Qwen2, SmolLM, DeepSeek, Falcon, Mistral's Tekken and
+// every other pre-tokenizer llama.cpp names). Both behave as llama.cpp's tokenizers do
 // on the same file. A Spec holds a tokenizer as plain data, so a worker can publish the
 // tokenizer of the model it serves and the frontend can build the same one (FromSpec).
 //

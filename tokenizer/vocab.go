@@ -229,7 +229,7 @@ func (v *Vocab) initGPT2(s Spec, byText map[string]uint32) error {
 	// add_space_prefix is meaningless for byte-level BPE: llama.cpp never adds the
 	// space when encoding, so it is not stripped when decoding either.
 	v.split = splitterFor(family)
-	v.ignoreMerges = family == preLlama3
+	v.ignoreMerges = preFamilies[family].ignoreMerges
 	v.name = "gpt2-bpe:" + family
 	for i := range v.byteToken {
 		v.byteToken[i] = noID
@@ -348,7 +348,7 @@ func (v *Vocab) encode(text string, parseSpecial bool) []uint32 {
 				out = v.encodeSPM(s, out)
 			}
 		case ModelGPT2:
-			v.split(s, func(w string) { out = v.encodeWord(w, out) })
+			v.split(llamaText(s), func(w string) { out = v.encodeWord(w, out) })
 		}
 		afterSpecial = false
 	}

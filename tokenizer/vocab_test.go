@@ -19,6 +19,17 @@ const (
 	phi3File = "testdata/ggml-vocab-phi-3.gguf"
 )
 
+// preVocabFiles are llama.cpp's vocabularies of other pre-tokenizers: DeepSeek Coder's
+// and LLM's, Falcon's, MPT's (gpt-2's pattern), StarCoder's and Refact's (digits alone).
+var preVocabFiles = []string{
+	"testdata/ggml-vocab-deepseek-coder.gguf",
+	"testdata/ggml-vocab-deepseek-llm.gguf",
+	"testdata/ggml-vocab-falcon.gguf",
+	"testdata/ggml-vocab-mpt.gguf",
+	"testdata/ggml-vocab-starcoder.gguf",
+	"testdata/ggml-vocab-refact.gguf",
+}
+
 var specCache sync.Map // path -> Spec
 
 // ggufSpec reads a testdata vocabulary once per test binary.
@@ -99,7 +110,7 @@ func readReference(t *testing.T, vocabPath string) []refCase {
 // TestReferenceTokenizations holds both algorithms to llama.cpp's published reference
 // tokenizations (no BOS/EOS, special text not parsed), exactly.
 func TestReferenceTokenizations(t *testing.T) {
-	for _, path := range []string{gpt2File, phi3File} {
+	for _, path := range append([]string{gpt2File, phi3File}, preVocabFiles...) {
 		t.Run(path, func(t *testing.T) {
 			v := vocabFor(t, path)
 			for _, c := range readReference(t, path) {
