@@ -10,25 +10,14 @@ import (
 // tensors: how a worker hands its tokenizer (the tokenizer.* keys, a few MB at most)
 // to a frontend that has no access to the model file.
 func (f *File) MetadataOnly(keep func(key string) bool) []byte {
-	var kept []string
+	var w Writer
 	for _, k := range f.keys {
 		if keep(k) && k != "general.alignment" {
-			kept = append(kept, k)
+			w.Set(k, f.kv[k])
 		}
 	}
-	var b bytes.Buffer
-	le := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
-	b.WriteString(Magic)
-	le(uint32(3))
-	le(uint64(0))
-	le(uint64(len(kept)))
-	for _, k := range kept {
-		le(uint64(len(k)))
-		b.WriteString(k)
-		le(uint32(f.kv[k].Type))
-		encodeValue(&b, f.kv[k])
-	}
-	return b.Bytes()
+	b, _ := w.Bytes() // a Value always encodes
+	return b
 }
 
 func encodeValue(b *bytes.Buffer, v Value) {

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/ggufwrite"
 )
 
 func TestOpenStories260K(t *testing.T) {
@@ -62,7 +61,7 @@ func TestOpenStories260K(t *testing.T) {
 
 // sample writes a file with one value of every type and two tensors.
 func sample(t testing.TB, align int) []byte {
-	w := &ggufwrite.File{Alignment: align}
+	w := &gguf.Writer{Alignment: align}
 	w.Set("general.architecture", "llama").
 		Set("u8", uint8(7)).Set("i8", int8(-7)).Set("u16", uint16(700)).Set("i16", int16(-700)).
 		Set("u32", uint32(70000)).Set("i32", int32(-70000)).Set("u64", uint64(1)<<40).Set("i64", int64(-1)<<40).
@@ -147,13 +146,13 @@ func TestBadFiles(t *testing.T) {
 	good := sample(t, 0)
 	trunc := good[:len(good)-40]
 	unknownType := func() []byte {
-		w := &ggufwrite.File{}
+		w := &gguf.Writer{}
 		w.Tensor("x", gguf.Type(99), []uint64{4}, make([]byte, 16))
 		b, _ := w.Bytes()
 		return b
 	}()
 	notWhole := func() []byte {
-		w := &ggufwrite.File{}
+		w := &gguf.Writer{}
 		w.Tensor("q", gguf.TypeQ4_K, []uint64{100}, make([]byte, 144))
 		b, _ := w.Bytes()
 		return b

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/ggufwrite"
 )
 
 // GGUF metadata keys of the tokenizer (llama.cpp's LLM_KV_TOKENIZER_*).
@@ -218,14 +217,14 @@ func jinaLStrip(s Spec) ([]int32, error) {
 // MarshalGGUF writes s as a vocabulary-only GGUF file (no tensors), the format
 // llama.cpp's vocab files use; SpecFromGGUF reads it back to an equal Spec.
 func (s Spec) MarshalGGUF() ([]byte, error) {
-	var w ggufwrite.File
+	var w gguf.Writer
 	s.WriteGGUF(&w)
 	return w.Bytes()
 }
 
 // WriteGGUF adds s's metadata keys to w: a model file written with them carries its
 // own tokenizer, as converted models do.
-func (s Spec) WriteGGUF(w *ggufwrite.File) {
+func (s Spec) WriteGGUF(w *gguf.Writer) {
 	w.Set(keyModel, s.Model)
 	if s.Pre != "" {
 		w.Set(keyPre, s.Pre)

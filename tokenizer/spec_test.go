@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/ggufwrite"
 )
 
 // tinyGPT2 is a small valid byte-level vocabulary: the 256 bytes, "Ġt", "Ġth",
@@ -32,7 +31,7 @@ func tinyGPT2() Spec {
 // tinyGGUF writes a GGUF file from key-value pairs.
 func tinyGGUF(t *testing.T, kv ...any) *gguf.File {
 	t.Helper()
-	var w ggufwrite.File
+	var w gguf.Writer
 	for i := 0; i < len(kv); i += 2 {
 		w.Set(kv[i].(string), kv[i+1])
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tandem-serve/tandem/engine/quant"
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/ggufwrite"
 	"github.com/tandem-serve/tandem/internal/randmodel"
 	"github.com/tandem-serve/tandem/models"
 	"github.com/tandem-serve/tandem/tokenizer"
@@ -117,7 +116,7 @@ func MakeModel(s Shape, fileType string, seed uint64) ([]byte, error) {
 	if _, err := tensorType(fileType, "", 0, 1, 256); err != nil {
 		return nil, err
 	}
-	var f ggufwrite.File
+	var f gguf.Writer
 	const arch = "llama"
 	f.Set("general.architecture", arch).Set("general.name", fmt.Sprintf("%s-random-%s", s.Name, fileType)).
 		Set("general.file_type", fileTypeCodes[fileType])
@@ -166,7 +165,7 @@ func MakeModel(s Shape, fileType string, seed uint64) ([]byte, error) {
 // writeTokenizer adds stories260K's tokenizer, its vocabulary padded to vocab ids
 // with unused tokens: random weights need no meaningful text, but a worker needs a
 // tokenizer whose ids cover the model's.
-func writeTokenizer(f *ggufwrite.File, vocab int) error {
+func writeTokenizer(f *gguf.Writer, vocab int) error {
 	src, err := gguf.Parse(models.Stories260K)
 	if err != nil {
 		return err

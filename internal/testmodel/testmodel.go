@@ -9,7 +9,6 @@ import (
 
 	"github.com/tandem-serve/tandem/engine/quant"
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/ggufwrite"
 	"github.com/tandem-serve/tandem/internal/randmodel"
 )
 
@@ -35,7 +34,7 @@ type Weights struct {
 	Meta []KV
 }
 
-// KV is one metadata key and its value, typed as ggufwrite.File.Set takes it.
+// KV is one metadata key and its value, typed as gguf.Writer.Set takes it.
 type KV struct {
 	Key string
 	Val any
@@ -80,7 +79,7 @@ func (w *Weights) IsMatrix(name string) bool { return len(w.Dims[name]) == 2 }
 func (w *Weights) As(t testing.TB, typ gguf.Type) (*Weights, []byte) {
 	t.Helper()
 	out := &Weights{S: w.S, Tensors: map[string][]float32{}, Dims: w.Dims, Order: w.Order, Meta: w.Meta}
-	f := &ggufwrite.File{}
+	f := &gguf.Writer{}
 	s := w.S
 	f.Set("general.architecture", s.Arch).Set("general.name", "test-"+s.Arch+"-"+typ.String())
 	f.Set(s.Arch+".embedding_length", uint32(s.D)).Set(s.Arch+".block_count", uint32(s.Layers)).

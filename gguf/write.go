@@ -1,19 +1,18 @@
-// Package ggufwrite writes GGUF files: the vocabulary-only files a tokenizer is
-// marshalled into (tokenizer.Spec.MarshalGGUF), and the small models of every tensor
-// type and architecture that tests build instead of shipping large files.
-package ggufwrite
+package gguf
 
 import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
-
-	"github.com/tandem-serve/tandem/gguf"
 )
 
-// File collects metadata and tensors, then encodes them.
-type File struct {
+// Writer writes GGUF files: the metadata-only files a worker hands its tokenizer
+// in (MetadataOnly), the vocabulary-only files a tokenizer is marshalled into
+// (tokenizer.Spec.MarshalGGUF), and the small models of every tensor type and
+// architecture that tests and benchmarks build instead of shipping large files.
+// It collects metadata and tensors, then encodes them.
+type Writer struct {
 	Version   uint32 // 3 unless set
 	Alignment int    // written as general.alignment when not 0 or 32
 	kv        []pair
@@ -27,35 +26,36 @@ type pair struct {
 
 type tensor struct {
 	name string
-	typ  gguf.Type
+	typ  Type
 	dims []uint64
 	data []byte
 }
 
 // Set adds a metadata value. The Go type chooses the GGUF type: uint8..uint64,
-// int8..int64, float32, float64, bool, string, and slices of those.
-func (f *File) Set(key string, v any) *File {
+// int8..int64, float32, float64, bool, string, and slices of those; a Value read
+// from a file keeps its own.
+func (f *Writer) Set(key string, v any) *Writer {
 	f.kv = append(f.kv, pair{key, v})
 	return f
 }
 
 // Tensor adds a tensor. dims are ggml's ne, innermost first; data must be its bytes.
-func (f *File) Tensor(name string, typ gguf.Type, dims []uint64, data []byte) *File {
+func (f *Writer) Tensor(name string, typ Type, dims []uint64, data []byte) *Writer {
 	f.tensors = append(f.tensors, tensor{name, typ, dims, data})
 	return f
 }
 
 // F32 adds an F32 tensor from values.
-func (f *File) F32(name string, dims []uint64, vals []float32) *File {
+func (f *Writer) F32(name string, dims []uint64, vals []float32) *Writer {
 	b := make([]byte, 4*len(vals))
 	for i, v := range vals {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 	}
-	return f.Tensor(name, gguf.TypeF32, dims, b)
+	return f.Tensor(name, TypeF32, dims, b)
 }
 
 // Bytes encodes the file.
-func (f *File) Bytes() ([]byte, error) {
+func (f *Writer) Bytes() ([]byte, error) {
 	var b bytes.Buffer
 	le := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
 	str := func(s string) { le(uint64(len(s))); b.WriteString(s) }
@@ -65,20 +65,20 @@ func (f *File) Bytes() ([]byte, error) {
 	}
 	align := f.Alignment
 	if align == 0 {
-		align = gguf.DefaultAlignment
+		align = DefaultAlignment
 	}
 	kv := f.kv
-	if align != gguf.DefaultAlignment {
+	if align != DefaultAlignment {
 		kv = append([]pair{{"general.alignment", uint32(align)}}, kv...)
 	}
-	b.WriteString(gguf.Magic)
+	b.WriteString(Magic)
 	le(version)
 	le(uint64(len(f.tensors)))
 	le(uint64(len(kv)))
 	for _, p := range kv {
 		str(p.key)
 		if err := writeValue(&b, p.val); err != nil {
-			return nil, fmt.Errorf("ggufwrite: %s: %w", p.key, err)
+			return nil, fmt.Errorf("gguf: writing %s: %w", p.key, err)
 		}
 	}
 	var off uint64
@@ -96,7 +96,8 @@ func (f *File) Bytes() ([]byte, error) {
 		off = (off + uint64(align) - 1) / uint64(align) * uint64(align)
 	}
 	pad := func() {
-		for b.Len()%align != 0 {
+		// A file of metadata alone ends with its last key: nothing is aligned after it.
+		for len(f.tensors) > 0 && b.Len()%align != 0 {
 			b.WriteByte(0)
 		}
 	}
@@ -110,6 +111,11 @@ func (f *File) Bytes() ([]byte, error) {
 
 func writeValue(b *bytes.Buffer, v any) error {
 	le := func(v any) { _ = binary.Write(b, binary.LittleEndian, v) }
+	if val, ok := v.(Value); ok {
+		le(uint32(val.Type))
+		encodeValue(b, val)
+		return nil
+	}
 	typ, ok := valueType(v)
 	if !ok {
 		return fmt.Errorf("unsupported value type %T", v)
@@ -122,7 +128,7 @@ func writeValue(b *bytes.Buffer, v any) error {
 	case bool:
 		le(x)
 	case []string:
-		le(uint32(gguf.ValueString))
+		le(uint32(ValueString))
 		le(uint64(len(x)))
 		for _, s := range x {
 			le(uint64(len(s)))
@@ -139,34 +145,34 @@ func writeValue(b *bytes.Buffer, v any) error {
 	return nil
 }
 
-func valueType(v any) (gguf.ValueType, bool) {
+func valueType(v any) (ValueType, bool) {
 	switch v.(type) {
 	case uint8:
-		return gguf.ValueUint8, true
+		return ValueUint8, true
 	case int8:
-		return gguf.ValueInt8, true
+		return ValueInt8, true
 	case uint16:
-		return gguf.ValueUint16, true
+		return ValueUint16, true
 	case int16:
-		return gguf.ValueInt16, true
+		return ValueInt16, true
 	case uint32:
-		return gguf.ValueUint32, true
+		return ValueUint32, true
 	case int32:
-		return gguf.ValueInt32, true
+		return ValueInt32, true
 	case uint64:
-		return gguf.ValueUint64, true
+		return ValueUint64, true
 	case int64:
-		return gguf.ValueInt64, true
+		return ValueInt64, true
 	case float32:
-		return gguf.ValueFloat32, true
+		return ValueFloat32, true
 	case float64:
-		return gguf.ValueFloat64, true
+		return ValueFloat64, true
 	case bool:
-		return gguf.ValueBool, true
+		return ValueBool, true
 	case string:
-		return gguf.ValueString, true
+		return ValueString, true
 	case []string, []bool, []uint8, []int8, []uint16, []int16, []uint32, []int32, []uint64, []int64, []float32, []float64:
-		return gguf.ValueArray, true
+		return ValueArray, true
 	}
 	return 0, false
 }
