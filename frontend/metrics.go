@@ -22,6 +22,7 @@ type metrics struct {
 	prefillPath      *prometheus.CounterVec
 	rejected         *prometheus.CounterVec
 	queued           prometheus.Gauge
+	chatPrompts      *prometheus.CounterVec
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -67,5 +68,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queued: f.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_frontend_queued_requests", Help: "Requests waiting for an admission slot.",
 		}),
+		chatPrompts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_chat_prompts_total",
+			Help: "Chat prompts by how message contents were kept from forming special tokens: " +
+				"split (contents encoded as plain text), whole (template rewrites contents, none holds special-token text) or refused (400).",
+		}, []string{"how"}),
 	}
 }

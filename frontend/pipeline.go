@@ -108,14 +108,12 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		if len(r.messages) == 0 {
 			return nil, invalidField("messages", "messages must contain at least one message")
 		}
-		text, err := m.Template.Apply(r.messages)
-		if err != nil {
+		// The template's own markers (<|im_start|>, [INST], ...) become the model's
+		// special tokens; the messages' contents are plain text.
+		var err error
+		if ids, err = f.chatPromptIDs(m, r.messages); err != nil {
 			return nil, err
 		}
-		// The template's own markers (<|im_start|>, [INST], ...) are the model's
-		// special tokens; a user's text inside it can still forge them, as in every
-		// server that renders templates to text (vLLM, llama.cpp).
-		ids = withBOS(tok, tok.EncodeSpecial(text))
 		for _, s := range m.Template.StopStrings() {
 			if !slices.Contains(stops, s) {
 				stops = append(stops, s)
