@@ -23,6 +23,7 @@ type metrics struct {
 	rejected         *prometheus.CounterVec
 	queued           prometheus.Gauge
 	chatPrompts      *prometheus.CounterVec
+	bodyTimeouts     prometheus.Counter
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -73,5 +74,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Chat prompts by how message contents were kept from forming special tokens: " +
 				"split (contents encoded as plain text), whole (template rewrites contents, none holds special-token text) or refused (400).",
 		}, []string{"how"}),
+		bodyTimeouts: f.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_body_timeouts_total",
+			Help: "Requests whose body did not arrive within --body-read-timeout plus its length at --body-min-rate (408, connection closed).",
+		}),
 	}
 }
