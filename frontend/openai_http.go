@@ -237,6 +237,9 @@ func (s *samplingFields) toGen(g *genRequest) error {
 	}
 	g.stops = s.Stop
 	g.ignoreEOS = s.IgnoreEOS
+	if err := g.controls.parse(s); err != nil {
+		return err
+	}
 	g.user = s.User
 	return nil
 }

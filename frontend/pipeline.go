@@ -50,6 +50,7 @@ type genRequest struct {
 	// string ends the answer.
 	ignoreEOS bool
 	explain   bool
+	controls  samplingControls
 	// logprobs asks for each token's log-probability and topLogprobs alternatives.
 	logprobs    bool
 	topLogprobs int
@@ -166,6 +167,15 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		sp.TopP = float32(*r.topP)
 	}
 	sp.Logprobs, sp.TopLogprobs = r.logprobs, uint32(r.topLogprobs)
+	if err := r.controls.apply(sp, tok.VocabSize()); err != nil {
+		return nil, err
+	}
+	// The client's stop tokens end the answer even with ignore_eos, as in vLLM.
+	for _, id := range r.controls.stopTokenIDs {
+		if !slices.Contains(stopIDs, id) {
+			stopIDs = append(stopIDs, id)
+		}
+	}
 	if r.seed != nil {
 		sp.Seed = *r.seed
 	} else {
