@@ -2,6 +2,7 @@ package native
 
 import (
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
@@ -71,9 +72,19 @@ func TestPenaltiesInEngine(t *testing.T) {
 
 	ban := base
 	ban.Sampling.LogitBias = map[uint32]float32{t0: -100}
-	btoks, _ := drainLogprobs(t, mustGenerate(t, e, ban))
+	btoks, blps2 := drainLogprobs(t, mustGenerate(t, e, ban))
 	if btoks[0] == t0 || btoks[0] != lps[0].Top[1].Token {
 		t.Errorf("with %d banned the greedy token is %d, want the second likeliest %d", t0, btoks[0], lps[0].Top[1].Token)
+	}
+	// Prefilled remotely, the prefill worker draws the first token under the same
+	// controls, and the importer the rest.
+	dst := newTestEngine(t, Config{Model: "stories260K"})
+	pen.ID, ban.ID = "p-remote", "b-remote"
+	if rtoks, rlps := drainLogprobs(t, transfer(t, e, dst, pen, 0)); !reflect.DeepEqual(rtoks, ptoks) || !reflect.DeepEqual(rlps, plps) {
+		t.Errorf("penalties, remote: %v, local %v", rtoks, ptoks)
+	}
+	if rtoks, rlps := drainLogprobs(t, transfer(t, e, dst, ban, 0)); !reflect.DeepEqual(rtoks, btoks) || !reflect.DeepEqual(rlps, blps2) {
+		t.Errorf("ban, remote: %v, local %v", rtoks, btoks)
 	}
 
 	// min_p 0.3 at temperature 2: every draw is at least 0.3 of the likeliest's
