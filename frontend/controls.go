@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"math"
+	"slices"
 	"strconv"
 
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -87,4 +88,15 @@ func (c *samplingControls) apply(sp *workerv1.SamplingParams, vocab int) error {
 		}
 	}
 	return nil
+}
+
+// withStops adds the client's stop tokens to the model's: they end the answer even
+// with ignore_eos, as in vLLM.
+func (c *samplingControls) withStops(ids []uint32) []uint32 {
+	for _, id := range c.stopTokenIDs {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

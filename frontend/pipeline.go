@@ -170,12 +170,7 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 	if err := r.controls.apply(sp, tok.VocabSize()); err != nil {
 		return nil, err
 	}
-	// The client's stop tokens end the answer even with ignore_eos, as in vLLM.
-	for _, id := range r.controls.stopTokenIDs {
-		if !slices.Contains(stopIDs, id) {
-			stopIDs = append(stopIDs, id)
-		}
-	}
+	stopIDs = r.controls.withStops(stopIDs)
 	if r.seed != nil {
 		sp.Seed = *r.seed
 	} else {
