@@ -78,6 +78,23 @@ type Sampling struct {
 	TopP        float32 // 0 or 1 is off
 	TopK        int     // 0 is off
 	Seed        uint64
+	// PresencePenalty and FrequencyPenalty are OpenAI's: a token's logit is lowered
+	// by FrequencyPenalty times the times it was drawn, plus PresencePenalty once it
+	// was. RepetitionPenalty is vLLM's, over prompt and output tokens: a positive
+	// logit is divided by it, a negative one multiplied (0 or 1 is off).
+	PresencePenalty, FrequencyPenalty, RepetitionPenalty float32
+	// LogitBias is added to the logits of its tokens; BanBias or less bans one.
+	LogitBias map[uint32]float32
+	// MinP drops tokens less likely than MinP times the most likely (0 is off).
+	MinP float32
+}
+
+// BanBias is the logit bias that bans a token, as OpenAI's -100 does.
+const BanBias = -100
+
+// Penalized reports whether s changes the logits before sampling.
+func (s Sampling) Penalized() bool {
+	return s.PresencePenalty != 0 || s.FrequencyPenalty != 0 || s.RepetitionPenalty != 0 && s.RepetitionPenalty != 1 || len(s.LogitBias) > 0
 }
 
 // Request is one sequence to run.
@@ -87,8 +104,9 @@ type Request struct {
 	Sampling   Sampling
 	MaxTokens  int
 	StopTokens []uint32
-	// Logprobs asks for each drawn token's log-probability under the model (its raw
-	// logits, before temperature or truncation, as vLLM reports them), with the
+	// Logprobs asks for each drawn token's log-probability under the model (its
+	// logits after penalties and logit bias, before temperature or truncation, as
+	// vLLM's processed_logprobs mode reports them), with the
 	// TopLogprobs most likely tokens at that position.
 	Logprobs    bool
 	TopLogprobs int

@@ -11,6 +11,11 @@ import (
 type Config struct {
 	// MaxBodyBytes bounds an HTTP request body; a larger one gets 413.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds the time to read a request body, plus the body's
+	// length at BodyMinRate bytes per second, so that a client trickling its body
+	// cannot hold a connection; 0 turns the bound off. Past it: 408.
+	BodyReadTimeout time.Duration
+	BodyMinRate     int64
 	// DefaultMaxTokens is the output budget when a request sets none. It is always
 	// capped by what the context leaves after the prompt.
 	DefaultMaxTokens int
@@ -36,6 +41,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		MaxBodyBytes:       4 << 20,
+		BodyReadTimeout:    10 * time.Second,
+		BodyMinRate:        64 << 10,
 		DefaultMaxTokens:   256,
 		DefaultTemperature: 1.0,
 		MaxInFlight:        4096,
@@ -49,6 +56,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("frontend: max body bytes %d must be at least 1024", c.MaxBodyBytes))
+	}
+	if c.BodyReadTimeout < 0 || c.BodyMinRate < 0 {
+		errs = append(errs, fmt.Errorf("frontend: body read timeout %s and body min rate %d must not be negative", c.BodyReadTimeout, c.BodyMinRate))
 	}
 	if c.DefaultMaxTokens < 1 {
 		errs = append(errs, fmt.Errorf("frontend: default max tokens %d must be at least 1", c.DefaultMaxTokens))

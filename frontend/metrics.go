@@ -22,6 +22,8 @@ type metrics struct {
 	prefillPath      *prometheus.CounterVec
 	rejected         *prometheus.CounterVec
 	queued           prometheus.Gauge
+	chatPrompts      *prometheus.CounterVec
+	bodyTimeouts     prometheus.Counter
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -66,6 +68,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		queued: f.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_frontend_queued_requests", Help: "Requests waiting for an admission slot.",
+		}),
+		chatPrompts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_chat_prompts_total",
+			Help: "Chat prompts by how message contents were kept from forming special tokens: " +
+				"split (contents encoded as plain text), whole (template rewrites contents, none holds special-token text) or refused (400).",
+		}, []string{"how"}),
+		bodyTimeouts: f.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_frontend_body_timeouts_total",
+			Help: "Requests whose body did not arrive within --body-read-timeout plus its length at --body-min-rate (408, connection closed).",
 		}),
 	}
 }

@@ -147,7 +147,14 @@ func (f *Frontend) writeError(w http.ResponseWriter, rc *reqCtx, err error) {
 // readJSON reads a body of at most MaxBodyBytes and decodes it into v, turning
 // every failure into a 4xx that says what was wrong.
 func (f *Frontend) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	timed := f.limitBodyTime(w, r)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes))
+	if timed != nil {
+		if timed.timedOut {
+			return f.bodyTimeoutError(w, timed)
+		}
+		timed.done()
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -230,6 +237,9 @@ func (s *samplingFields) toGen(g *genRequest) error {
 	}
 	g.stops = s.Stop
 	g.ignoreEOS = s.IgnoreEOS
+	if err := g.controls.parse(s); err != nil {
+		return err
+	}
 	g.user = s.User
 	return nil
 }

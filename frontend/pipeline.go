@@ -50,6 +50,7 @@ type genRequest struct {
 	// string ends the answer.
 	ignoreEOS bool
 	explain   bool
+	controls  samplingControls
 	// logprobs asks for each token's log-probability and topLogprobs alternatives.
 	logprobs    bool
 	topLogprobs int
@@ -108,14 +109,12 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		if len(r.messages) == 0 {
 			return nil, invalidField("messages", "messages must contain at least one message")
 		}
-		text, err := m.Template.Apply(r.messages)
-		if err != nil {
+		// The template's own markers (<|im_start|>, [INST], ...) become the model's
+		// special tokens; the messages' contents are plain text.
+		var err error
+		if ids, err = f.chatPromptIDs(m, r.messages); err != nil {
 			return nil, err
 		}
-		// The template's own markers (<|im_start|>, [INST], ...) are the model's
-		// special tokens; a user's text inside it can still forge them, as in every
-		// server that renders templates to text (vLLM, llama.cpp).
-		ids = withBOS(tok, tok.EncodeSpecial(text))
 		for _, s := range m.Template.StopStrings() {
 			if !slices.Contains(stops, s) {
 				stops = append(stops, s)
@@ -168,6 +167,10 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		sp.TopP = float32(*r.topP)
 	}
 	sp.Logprobs, sp.TopLogprobs = r.logprobs, uint32(r.topLogprobs)
+	if err := r.controls.apply(sp, tok.VocabSize()); err != nil {
+		return nil, err
+	}
+	stopIDs = r.controls.withStops(stopIDs)
 	if r.seed != nil {
 		sp.Seed = *r.seed
 	} else {

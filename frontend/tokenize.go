@@ -3,6 +3,8 @@ package frontend
 import (
 	"fmt"
 	"net/http"
+
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // /tokenize and /detokenize answer as vLLM's do, so tools written against vLLM
@@ -60,16 +62,20 @@ func (f *Frontend) handleTokenize(w http.ResponseWriter, r *http.Request, rc *re
 			f.writeError(w, rc, err)
 			return
 		}
-		text, err := m.Template.Apply(msgs)
-		if err != nil {
-			f.writeError(w, rc, err)
-			return
-		}
 		if req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt {
 			f.writeError(w, rc, invalidField("add_generation_prompt", "add_generation_prompt=false is not supported; the prompt always ends where the reply begins"))
 			return
 		}
-		ids = tok.EncodeSpecial(text)
+		segs, how, err := chatSegments(m.Template, tok, msgs)
+		if err != nil {
+			f.writeError(w, rc, err)
+			return
+		}
+		if how == promptRefused {
+			f.writeError(w, rc, errContentSpecial())
+			return
+		}
+		ids = tokenizer.EncodeSegments(tok, segs)
 		if req.AddSpecialTokens != nil && *req.AddSpecialTokens {
 			ids = withBOS(tok, ids)
 		}

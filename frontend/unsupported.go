@@ -7,23 +7,20 @@ import (
 
 // unsupportedFields are OpenAI request fields tandem does not implement. Ignoring
 // them would hand a client an answer that looks right and is not (tools never
-// called, JSON mode not enforced, penalties not applied), so each is a 400 naming
+// called, JSON mode not enforced), so each is a 400 naming
 // the field when it asks for anything but the default.
 type unsupportedFields struct {
-	Tools            json.RawMessage      `json:"tools"`
-	ToolChoice       json.RawMessage      `json:"tool_choice"`
-	Functions        json.RawMessage      `json:"functions"`
-	FunctionCall     json.RawMessage      `json:"function_call"`
-	ResponseFormat   *responseFormatField `json:"response_format"`
-	LogitBias        map[string]float64   `json:"logit_bias"`
-	PresencePenalty  *float64             `json:"presence_penalty"`
-	FrequencyPenalty *float64             `json:"frequency_penalty"`
-	BestOf           *int64               `json:"best_of"`
-	Echo             bool                 `json:"echo"`
-	Suffix           *string              `json:"suffix"`
-	Modalities       json.RawMessage      `json:"modalities"`
-	Audio            json.RawMessage      `json:"audio"`
-	Prediction       json.RawMessage      `json:"prediction"`
+	Tools          json.RawMessage      `json:"tools"`
+	ToolChoice     json.RawMessage      `json:"tool_choice"`
+	Functions      json.RawMessage      `json:"functions"`
+	FunctionCall   json.RawMessage      `json:"function_call"`
+	ResponseFormat *responseFormatField `json:"response_format"`
+	BestOf         *int64               `json:"best_of"`
+	Echo           bool                 `json:"echo"`
+	Suffix         *string              `json:"suffix"`
+	Modalities     json.RawMessage      `json:"modalities"`
+	Audio          json.RawMessage      `json:"audio"`
+	Prediction     json.RawMessage      `json:"prediction"`
 }
 
 type responseFormatField struct {
@@ -50,12 +47,6 @@ func (u *unsupportedFields) check() error {
 	switch {
 	case u.ResponseFormat != nil && u.ResponseFormat.Type != "" && u.ResponseFormat.Type != "text":
 		return invalidField("response_format", "response_format type %q is not supported; only \"text\"", u.ResponseFormat.Type)
-	case len(u.LogitBias) > 0:
-		return invalidField("logit_bias", "logit_bias is not supported by this server")
-	case u.PresencePenalty != nil && *u.PresencePenalty != 0:
-		return invalidField("presence_penalty", "presence_penalty is not supported by this server; only 0")
-	case u.FrequencyPenalty != nil && *u.FrequencyPenalty != 0:
-		return invalidField("frequency_penalty", "frequency_penalty is not supported by this server; only 0")
 	case u.BestOf != nil && *u.BestOf != 1:
 		return invalidField("best_of", "best_of=%d is not supported; only 1", *u.BestOf)
 	case u.Echo:

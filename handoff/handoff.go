@@ -99,12 +99,16 @@ func Logprobs(p *workerv1.TokenLogprobs) *engine.TokenLogprobs {
 // Sampling converts sampling parameters from the wire. A decode worker's own
 // requests carry the same message.
 func Sampling(p *workerv1.SamplingParams) engine.Sampling {
-	return engine.Sampling{Temperature: p.GetTemperature(), TopP: p.GetTopP(), TopK: int(p.GetTopK()), Seed: p.GetSeed()}
+	return engine.Sampling{Temperature: p.GetTemperature(), TopP: p.GetTopP(), TopK: int(p.GetTopK()), Seed: p.GetSeed(),
+		PresencePenalty: p.GetPresencePenalty(), FrequencyPenalty: p.GetFrequencyPenalty(), RepetitionPenalty: p.GetRepetitionPenalty(),
+		LogitBias: p.GetLogitBias(), MinP: p.GetMinP()}
 }
 
 // SamplingProto converts sampling parameters for the wire.
 func SamplingProto(s engine.Sampling) *workerv1.SamplingParams {
-	return &workerv1.SamplingParams{Temperature: s.Temperature, TopP: s.TopP, TopK: uint32(s.TopK), Seed: s.Seed}
+	return &workerv1.SamplingParams{Temperature: s.Temperature, TopP: s.TopP, TopK: uint32(s.TopK), Seed: s.Seed,
+		PresencePenalty: s.PresencePenalty, FrequencyPenalty: s.FrequencyPenalty, RepetitionPenalty: s.RepetitionPenalty,
+		LogitBias: s.LogitBias, MinP: s.MinP}
 }
 
 var dtypes = map[string]workerv1.KVDtype{

@@ -165,13 +165,7 @@ func (t *Tiktoken) IsSpecial(id uint32) bool {
 func (t *Tiktoken) EncodeSpecial(text string) []uint32 {
 	var out []uint32
 	for text != "" {
-		at, id := len(text), uint32(0)
-		for sid, s := range cl100kSpecial {
-			// The markers do not overlap, so the earliest one found is the one to cut at.
-			if i := strings.Index(text[:min(len(text), at+len(s))], s); i >= 0 && i < at {
-				at, id = i, sid
-			}
-		}
+		at, id := t.nextSpecial(text)
 		out = append(out, t.Encode(text[:at])...)
 		if at == len(text) {
 			break
@@ -180,6 +174,19 @@ func (t *Tiktoken) EncodeSpecial(text string) []uint32 {
 		text = text[at+len(cl100kSpecial[id]):]
 	}
 	return out
+}
+
+// nextSpecial finds the first special token's text in text: its offset and id, or
+// len(text) when there is none.
+func (t *Tiktoken) nextSpecial(text string) (at int, id uint32) {
+	at = len(text)
+	for sid, s := range cl100kSpecial {
+		// The markers do not overlap, so the earliest one found is the one to cut at.
+		if i := strings.Index(text[:min(len(text), at+len(s))], s); i >= 0 && i < at {
+			at, id = i, sid
+		}
+	}
+	return at, id
 }
 
 // Piece implements Tokenizer.

@@ -324,9 +324,14 @@ func (v *Vocab) Encode(text string) []uint32 { return v.encode(text, false) }
 func (v *Vocab) EncodeSpecial(text string) []uint32 { return v.encode(text, true) }
 
 func (v *Vocab) encode(text string, parseSpecial bool) []uint32 {
+	return v.encodeFragments(text, v.partition(text, parseSpecial))
+}
+
+// encodeFragments encodes text already cut into special tokens and runs of text.
+func (v *Vocab) encodeFragments(text string, frags []fragment) []uint32 {
 	var out []uint32
 	afterSpecial := true
-	for _, f := range v.partition(text, parseSpecial) {
+	for _, f := range frags {
 		if f.token {
 			out = append(out, f.id)
 			afterSpecial = true

@@ -8,7 +8,8 @@ import (
 
 // logprobsOf is tok's log-probability under logits (a log-softmax over the
 // vocabulary) and the top most likely tokens, ties to the lower id. It is computed
-// in float64 from the raw logits, whatever sampling then does with them.
+// in float64 from the logits as penalties and logit bias left them, whatever
+// temperature and truncation then do with them.
 func logprobsOf(logits []float32, tok uint32, top int) *engine.TokenLogprobs {
 	mx := logits[0]
 	for _, v := range logits[1:] {

@@ -59,7 +59,7 @@ func TestLogprobs(t *testing.T) {
 		}
 	}
 
-	// Sampled at a temperature, the drawn token's logprob is still the raw model's.
+	// Sampled at a temperature, the drawn token's logprob is still the model's.
 	hot := req
 	hot.Sampling = engine.Sampling{Temperature: 1.5, Seed: 9}
 	htoks, hlps := drainLogprobs(t, mustGenerate(t, src, hot))

@@ -15,6 +15,22 @@ import (
 type sampler struct {
 	idx   []int32
 	probs []float32
+	cut   []float32      // logits with min_p's tail removed
+	seen  map[uint32]int // output token counts for the penalties
+}
+
+func (s *sampler) scratch(n int) []float32 {
+	if cap(s.cut) < n {
+		s.cut = make([]float32, n)
+	}
+	return s.cut[:n]
+}
+
+func (s *sampler) counts() map[uint32]int {
+	if s.seen == nil {
+		s.seen = map[uint32]int{}
+	}
+	return s.seen
 }
 
 // uniform is the random number for output position k, in [0, 1).

@@ -341,7 +341,15 @@ func (sc *sched) run(decodes int) {
 			continue
 		}
 		row := logits[li][:sc.e.mc.VocabSize]
-		tok := sc.smp.sample(row, sc.e.mc.VocabSize, s.req.Sampling, s.outputs())
+		sp := s.req.Sampling
+		if sp.Penalized() {
+			penalize(row, sp, s.tokens, s.promptLen, sc.smp.counts())
+		}
+		drawFrom := row
+		if sp.MinP > 0 && sp.MinP <= 1 && sp.Temperature > 0 {
+			drawFrom = minPCut(row, sc.smp.scratch(len(row)), sp.MinP, sp.Temperature)
+		}
+		tok := sc.smp.sample(drawFrom, sc.e.mc.VocabSize, sp, s.outputs())
 		li++
 		var lp *engine.TokenLogprobs
 		if s.req.Logprobs {

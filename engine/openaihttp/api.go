@@ -37,6 +37,13 @@ type CompletionRequest struct {
 	// still stop at its model's EOS (vLLM, SGLang and TensorRT-LLM all take it).
 	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 	Logprobs  *int `json:"logprobs,omitempty"`
+	// Penalties, bias and min_p under the names vLLM, SGLang and TensorRT-LLM take;
+	// zero (1 for repetition_penalty) is each one's default, so it is left out.
+	PresencePenalty   float32            `json:"presence_penalty,omitempty"`
+	FrequencyPenalty  float32            `json:"frequency_penalty,omitempty"`
+	RepetitionPenalty float32            `json:"repetition_penalty,omitempty"`
+	LogitBias         map[string]float32 `json:"logit_bias,omitempty"`
+	MinP              float32            `json:"min_p,omitempty"`
 
 	// Token ids back (vLLM >= 0.10.2, SGLang).
 	ReturnTokenIDs *bool `json:"return_token_ids,omitempty"`

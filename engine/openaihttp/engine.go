@@ -285,6 +285,7 @@ func (e *Engine) Body(req engine.Request, stream bool) CompletionRequest {
 	if k := req.Sampling.TopK; k > 0 {
 		b.TopK = &k
 	}
+	setControls(&b, req.Sampling)
 	yes := true
 	switch e.mode {
 	case TokenIDs:

@@ -59,6 +59,9 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	d := frontend.DefaultConfig()
 	c.Frontend = d
 	fs.Int64Var(&c.Frontend.MaxBodyBytes, "max-body-bytes", d.MaxBodyBytes, "largest request body accepted (413 above)")
+	fs.DurationVar(&c.Frontend.BodyReadTimeout, "body-read-timeout", d.BodyReadTimeout,
+		"time allowed to read a request body, plus its length at --body-min-rate; a slower body gets 408 and the connection closes (0: no bound)")
+	fs.Int64Var(&c.Frontend.BodyMinRate, "body-min-rate", d.BodyMinRate, "bytes per second a request body earns time at, past --body-read-timeout")
 	fs.IntVar(&c.Frontend.DefaultMaxTokens, "default-max-tokens", d.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
 	fs.Func("default-temperature", fmt.Sprintf("temperature when a request sets none (default %g)", d.DefaultTemperature), func(s string) error {
 		var t float32

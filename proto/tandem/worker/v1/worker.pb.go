@@ -145,10 +145,21 @@ type SamplingParams struct {
 	TopK uint32 `protobuf:"varint,3,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
 	// Seed of the per-request random stream; the frontend fills one in when the client gives none.
 	Seed uint64 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
-	// Report each drawn token's log-probability (of the model's raw logits), with
+	// Report each drawn token's log-probability (of the logits after penalties and bias), with
 	// the top_logprobs most likely tokens at its position (at most 20).
-	Logprobs      bool   `protobuf:"varint,5,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
-	TopLogprobs   uint32 `protobuf:"varint,6,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	Logprobs    bool   `protobuf:"varint,5,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	TopLogprobs uint32 `protobuf:"varint,6,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// OpenAI's penalties: each token's logit is lowered by frequency_penalty times
+	// the times it was drawn so far, plus presence_penalty if it was drawn at all.
+	PresencePenalty  float32 `protobuf:"fixed32,7,opt,name=presence_penalty,json=presencePenalty,proto3" json:"presence_penalty,omitempty"`
+	FrequencyPenalty float32 `protobuf:"fixed32,8,opt,name=frequency_penalty,json=frequencyPenalty,proto3" json:"frequency_penalty,omitempty"`
+	// vLLM's repetition penalty over prompt and output tokens: a positive logit is
+	// divided by it, a negative one multiplied. 0 or 1 means none.
+	RepetitionPenalty float32 `protobuf:"fixed32,9,opt,name=repetition_penalty,json=repetitionPenalty,proto3" json:"repetition_penalty,omitempty"`
+	// Added to a token's logit; -100 bans the token.
+	LogitBias map[uint32]float32 `protobuf:"bytes,10,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
+	// Drop tokens whose probability is below min_p times the most likely one's. 0 is off.
+	MinP          float32 `protobuf:"fixed32,11,opt,name=min_p,json=minP,proto3" json:"min_p,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -221,6 +232,41 @@ func (x *SamplingParams) GetLogprobs() bool {
 func (x *SamplingParams) GetTopLogprobs() uint32 {
 	if x != nil {
 		return x.TopLogprobs
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetPresencePenalty() float32 {
+	if x != nil {
+		return x.PresencePenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetFrequencyPenalty() float32 {
+	if x != nil {
+		return x.FrequencyPenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetRepetitionPenalty() float32 {
+	if x != nil {
+		return x.RepetitionPenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetLogitBias() map[uint32]float32 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetMinP() float32 {
+	if x != nil {
+		return x.MinP
 	}
 	return 0
 }
@@ -1616,14 +1662,24 @@ var File_tandem_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtandem/worker/v1/worker.proto\x12\x10tandem.worker.v1\"\xaf\x01\n" +
+	"\x1dtandem/worker/v1/worker.proto\x12\x10tandem.worker.v1\"\xd9\x03\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
 	"\x05top_k\x18\x03 \x01(\rR\x04topK\x12\x12\n" +
 	"\x04seed\x18\x04 \x01(\x04R\x04seed\x12\x1a\n" +
 	"\blogprobs\x18\x05 \x01(\bR\blogprobs\x12!\n" +
-	"\ftop_logprobs\x18\x06 \x01(\rR\vtopLogprobs\">\n" +
+	"\ftop_logprobs\x18\x06 \x01(\rR\vtopLogprobs\x12)\n" +
+	"\x10presence_penalty\x18\a \x01(\x02R\x0fpresencePenalty\x12+\n" +
+	"\x11frequency_penalty\x18\b \x01(\x02R\x10frequencyPenalty\x12-\n" +
+	"\x12repetition_penalty\x18\t \x01(\x02R\x11repetitionPenalty\x12N\n" +
+	"\n" +
+	"logit_bias\x18\n" +
+	" \x03(\v2/.tandem.worker.v1.SamplingParams.LogitBiasEntryR\tlogitBias\x12\x13\n" +
+	"\x05min_p\x18\v \x01(\x02R\x04minP\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\">\n" +
 	"\aLogprob\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
 	"\alogprob\x18\x02 \x01(\x02R\alogprob\"V\n" +
@@ -1753,7 +1809,7 @@ func file_tandem_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(WorkerMode)(0),             // 0: tandem.worker.v1.WorkerMode
 	(KVDtype)(0),                // 1: tandem.worker.v1.KVDtype
@@ -1778,35 +1834,37 @@ var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(*WatchEventsResponse)(nil), // 20: tandem.worker.v1.WatchEventsResponse
 	(*DrainRequest)(nil),        // 21: tandem.worker.v1.DrainRequest
 	(*DrainResponse)(nil),       // 22: tandem.worker.v1.DrainResponse
+	nil,                         // 23: tandem.worker.v1.SamplingParams.LogitBiasEntry
 }
 var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
-	3,  // 0: tandem.worker.v1.TokenLogprobs.top:type_name -> tandem.worker.v1.Logprob
-	1,  // 1: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
-	0,  // 2: tandem.worker.v1.WorkerInfo.mode:type_name -> tandem.worker.v1.WorkerMode
-	5,  // 3: tandem.worker.v1.WorkerInfo.layout:type_name -> tandem.worker.v1.KVLayout
-	9,  // 4: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
-	10, // 5: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
-	11, // 6: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
-	14, // 7: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
-	6,  // 8: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
-	7,  // 9: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
-	13, // 10: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
-	12, // 11: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
-	7,  // 12: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
-	8,  // 13: tandem.worker.v1.WatchEventsResponse.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
-	17, // 14: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
-	19, // 15: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
-	15, // 16: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
-	21, // 17: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
-	18, // 18: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
-	20, // 19: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
-	16, // 20: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
-	22, // 21: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	23, // 0: tandem.worker.v1.SamplingParams.logit_bias:type_name -> tandem.worker.v1.SamplingParams.LogitBiasEntry
+	3,  // 1: tandem.worker.v1.TokenLogprobs.top:type_name -> tandem.worker.v1.Logprob
+	1,  // 2: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
+	0,  // 3: tandem.worker.v1.WorkerInfo.mode:type_name -> tandem.worker.v1.WorkerMode
+	5,  // 4: tandem.worker.v1.WorkerInfo.layout:type_name -> tandem.worker.v1.KVLayout
+	9,  // 5: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
+	10, // 6: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
+	11, // 7: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
+	14, // 8: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
+	6,  // 9: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
+	7,  // 10: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
+	13, // 11: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
+	12, // 12: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
+	7,  // 13: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
+	8,  // 14: tandem.worker.v1.WatchEventsResponse.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
+	17, // 15: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
+	19, // 16: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
+	15, // 17: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
+	21, // 18: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
+	18, // 19: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
+	20, // 20: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
+	16, // 21: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
+	22, // 22: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_tandem_worker_v1_worker_proto_init() }
@@ -1830,7 +1888,7 @@ func file_tandem_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_worker_v1_worker_proto_rawDesc), len(file_tandem_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
