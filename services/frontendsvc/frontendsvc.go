@@ -26,6 +26,7 @@ import (
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
+	"github.com/tandem-serve/tandem/services/telemetry"
 )
 
 // Config is the frontend's flags.
@@ -159,6 +160,9 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 	if cfg.Console {
 		con = newConsole(cfg, f, env)
 		api = con.Handler(api)
+	}
+	if env.Tracing {
+		api = telemetry.TraceHTTP(api)
 	}
 	srv, err := env.NewServer(cfg.Serve, []server.Handler{
 		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.HandlerOptions()...)),

@@ -81,7 +81,10 @@ type Env struct {
 	// PeerInfo asks peers who they are over Peers, sharing answers among the
 	// services of the process (discovery.InfoCache).
 	PeerInfo *discovery.InfoCache
-	metrics  *rpc.ServerMetrics
+	// Tracing says whether the process exports traces (telemetry.StartTracing):
+	// only then do servers and clients carry spans and W3C traceparent.
+	Tracing bool
+	metrics *rpc.ServerMetrics
 }
 
 // PeerIdle is how long a connection to a peer may carry no call before its socket
@@ -91,8 +94,8 @@ type Env struct {
 const PeerIdle = time.Minute
 
 // NewEnv makes a fresh registry (with Go and process collectors) and a client
-// dialer that uses t for every connection to another service.
-func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
+// dialer that uses t for every connection to another service, traced when tracing.
+func NewEnv(logger *slog.Logger, t tlsconf.Config, tracing bool) (*Env, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -102,7 +105,7 @@ func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	clients := rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS}, reg)
+	clients := rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS, Tracing: tracing}, reg)
 	peers := rpc.NewPeerConns(clients.DialWith, PeerIdle)
 	return &Env{
 		Logger:   logger,
@@ -110,6 +113,7 @@ func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
 		Clients:  clients,
 		Peers:    peers,
 		PeerInfo: discovery.NewInfoCache(discovery.InfoVia(peers.Get), time.Second),
+		Tracing:  tracing,
 		metrics:  rpc.NewServerMetrics(reg),
 	}, nil
 }
@@ -125,8 +129,14 @@ func (e *Env) NewServer(s Serve, handlers []server.Handler, extra http.Handler) 
 }
 
 // HandlerOptions are the options for every Connect handler of this service.
+// With tracing, a span per call (a child of the caller's traceparent) encloses the
+// rest, so that the rpc log line carries its trace id.
 func (e *Env) HandlerOptions() []connect.HandlerOption {
-	return server.HandlerOptions(e.Logger, &rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics})
+	i := []connect.Interceptor{&rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}}
+	if e.Tracing {
+		i = append([]connect.Interceptor{rpc.TraceInterceptor()}, i...)
+	}
+	return server.HandlerOptions(e.Logger, i...)
 }
 
 // KVListenOff turns a prefill worker's KV transfer port off.
@@ -158,5 +168,9 @@ func (e *Env) NewKVPort(s Serve, listen string, register func(grpc.ServiceRegist
 		return nil, err
 	}
 	i := &rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}
-	return kvport.New(kvport.Config{Addr: listen, Grace: s.Grace, Logger: e.Logger, TLS: serverTLS, Options: i.GRPCServerOptions()}, register)
+	opts := i.GRPCServerOptions()
+	if e.Tracing {
+		opts = append(opts, rpc.TraceGRPCServer())
+	}
+	return kvport.New(kvport.Config{Addr: listen, Grace: s.Grace, Logger: e.Logger, TLS: serverTLS, Options: opts}, register)
 }

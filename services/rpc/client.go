@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc/credentials"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -38,6 +39,8 @@ type ClientConfig struct {
 	// TLS, when set, is used for every connection (mutual TLS when it carries a
 	// certificate); nil means cleartext HTTP/2.
 	TLS *tls.Config
+	// Tracing makes a client span of every call and sends its W3C traceparent.
+	Tracing bool
 }
 
 // Clients dials service-to-service connections that share one set of interceptors
@@ -110,6 +113,9 @@ func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientC
 			selector.StreamClientInterceptor(retry.StreamClientInterceptor(retryOpts...), idempotent),
 		),
 	}, extra...)
+	if c.cfg.Tracing {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

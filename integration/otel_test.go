@@ -1,0 +1,192 @@
+package integration
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	"google.golang.org/grpc"
+)
+
+// span is what the tests read of an exported span.
+type span struct {
+	trace, id, parent, name, service string
+	attrs                            map[string]string
+}
+
+// otlpReceiver is an OTLP/gRPC trace collector on loopback that keeps every span.
+type otlpReceiver struct {
+	collectortrace.UnimplementedTraceServiceServer
+	addr  string
+	mu    sync.Mutex
+	spans []span
+}
+
+func startReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &otlpReceiver{addr: ln.Addr().String()}
+	s := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(s, r)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	return r
+}
+
+func attrString(v *commonpb.AnyValue) string {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return x.StringValue
+	case *commonpb.AnyValue_IntValue:
+		return fmt.Sprint(x.IntValue)
+	case *commonpb.AnyValue_DoubleValue:
+		return fmt.Sprint(x.DoubleValue)
+	case *commonpb.AnyValue_BoolValue:
+		return fmt.Sprint(x.BoolValue)
+	}
+	return v.String()
+}
+
+func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		var service string
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.GetKey() == "service.name" {
+				service = attrString(a.GetValue())
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				sp := span{trace: hex.EncodeToString(s.GetTraceId()), id: hex.EncodeToString(s.GetSpanId()),
+					parent: hex.EncodeToString(s.GetParentSpanId()), name: s.GetName(), service: service, attrs: map[string]string{}}
+				for _, a := range s.GetAttributes() {
+					sp.attrs[a.GetKey()] = attrString(a.GetValue())
+				}
+				r.spans = append(r.spans, sp)
+			}
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// trace is the spans of one trace received so far.
+func (r *otlpReceiver) trace(id string) []span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []span
+	for _, s := range r.spans {
+		if s.trace == id {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// named is the first span whose name has the prefix, or nil.
+func named(spans []span, prefix string) *span {
+	for i := range spans {
+		if strings.HasPrefix(spans[i].name, prefix) {
+			return &spans[i]
+		}
+	}
+	return nil
+}
+
+// ancestor reports whether a is s or one of s's ancestors in spans.
+func ancestor(spans []span, a, s *span) bool {
+	byID := map[string]*span{}
+	for i := range spans {
+		byID[spans[i].id] = &spans[i]
+	}
+	for cur := s; cur != nil; cur = byID[cur.parent] {
+		if cur.id == a.id {
+			return true
+		}
+	}
+	return false
+}
+
+func dumpSpans(spans []span) string {
+	var b strings.Builder
+	for _, s := range spans {
+		fmt.Fprintf(&b, "\n  %s %s parent %s [%s] %v", s.id, s.name, s.parent, s.service, s.attrs)
+	}
+	return b.String()
+}
+
+// postTraced posts a chat with a W3C traceparent and returns the response's headers.
+func postTraced(t *testing.T, url, traceparent, content string) http.Header {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"tandem-tiny","max_tokens":4,"messages":[{"role":"user","content":%q}]}`, content)
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	return resp.Header
+}
+
+// A request prefilled remotely under tandem up, traced to an OTLP collector: the
+// caller's traceparent is kept, the response names the trace, and the spans of
+// every hop (frontend, router, decode worker, prefill worker, KV stream) form one
+// tree under the caller's span.
+func TestTracingRemotePrefill(t *testing.T) {
+	rcv := startReceiver(t)
+	_, url := startUp(t, "--otlp-endpoint", rcv.addr, "--short-prefill-threshold", "32")
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	h := postTraced(t, url, "00-"+traceID+"-"+parentID+"-01", longPrompt(1, 300))
+	if p := h.Get("x-tandem-prefill-path"); p != "remote" {
+		t.Fatalf("prefill path %q, want remote", p)
+	}
+	if got := h.Get("x-trace-id"); got != traceID {
+		t.Errorf("x-trace-id %q, want the caller's trace %s", got, traceID)
+	}
+	want := []string{"POST /v1/chat/completions", "tandem.router.v1.RouterService/Route", "tandem.decode.v1.DecodeService/Generate",
+		"tandem.prefill.v1.PrefillService/Prefill"}
+	var spans []span
+	eventually(t, 30*time.Second, "every hop's span is exported", func() bool {
+		spans = rcv.trace(traceID)
+		for _, n := range want {
+			if named(spans, n) == nil {
+				return false
+			}
+		}
+		return true
+	})
+	root := named(spans, want[0])
+	if root.parent != parentID {
+		t.Errorf("the frontend's span has parent %s, want the caller's %s%s", root.parent, parentID, dumpSpans(spans))
+	}
+	for _, n := range want[1:] {
+		if s := named(spans, n); !ancestor(spans, root, s) {
+			t.Errorf("%s is not under the frontend's span%s", n, dumpSpans(spans))
+		}
+	}
+	// The decode worker calls the prefill worker: its span is under the decode worker's.
+	if dec, pre := named(spans, want[2]), named(spans, want[3]); !ancestor(spans, dec, pre) {
+		t.Errorf("the prefill span is not under the decode worker's%s", dumpSpans(spans))
+	}
+}
