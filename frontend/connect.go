@@ -26,7 +26,7 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 	if err != nil {
 		return f.connectError(rc, err)
 	}
-	p, err := f.prepare(g)
+	p, err := f.prepareTraced(ctx, g)
 	if err != nil {
 		return f.connectError(rc, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
+	"github.com/tandem-serve/tandem/internal/spans"
 )
 
 // HTTPHandler serves the OpenAI-compatible API: POST /v1/chat/completions,
@@ -147,6 +148,8 @@ func (f *Frontend) writeError(w http.ResponseWriter, rc *reqCtx, err error) {
 // readJSON reads a body of at most MaxBodyBytes and decodes it into v, turning
 // every failure into a 4xx that says what was wrong.
 func (f *Frontend) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	_, span := spans.Start(r.Context(), "frontend.parse")
+	defer span.End()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -310,7 +313,7 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 
 // serveGeneration runs g and writes the answer whole or as server-sent events.
 func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *reqCtx, g *genRequest, s *samplingFields, out responseFormat) {
-	p, err := f.prepare(g)
+	p, err := f.prepareTraced(r.Context(), g)
 	if err != nil {
 		f.writeError(w, rc, err)
 		return

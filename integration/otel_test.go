@@ -14,12 +14,14 @@ import (
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 )
 
 // span is what the tests read of an exported span.
 type span struct {
 	trace, id, parent, name, service string
+	failed                           bool // status Error
 	attrs                            map[string]string
 }
 
@@ -72,7 +74,8 @@ func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTrace
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
 				sp := span{trace: hex.EncodeToString(s.GetTraceId()), id: hex.EncodeToString(s.GetSpanId()),
-					parent: hex.EncodeToString(s.GetParentSpanId()), name: s.GetName(), service: service, attrs: map[string]string{}}
+					parent: hex.EncodeToString(s.GetParentSpanId()), name: s.GetName(), service: service, attrs: map[string]string{},
+					failed: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR}
 				for _, a := range s.GetAttributes() {
 					sp.attrs[a.GetKey()] = attrString(a.GetValue())
 				}
@@ -165,7 +168,8 @@ func TestTracingRemotePrefill(t *testing.T) {
 		t.Errorf("x-trace-id %q, want the caller's trace %s", got, traceID)
 	}
 	want := []string{"POST /v1/chat/completions", "tandem.router.v1.RouterService/Route", "tandem.decode.v1.DecodeService/Generate",
-		"tandem.prefill.v1.PrefillService/Prefill"}
+		"tandem.prefill.v1.PrefillService/Prefill", "frontend.parse", "frontend.prepare", "router.decide", "decode.decide",
+		"decode.remote_prefill"}
 	var spans []span
 	eventually(t, 30*time.Second, "every hop's span is exported", func() bool {
 		spans = rcv.trace(traceID)
@@ -185,8 +189,35 @@ func TestTracingRemotePrefill(t *testing.T) {
 			t.Errorf("%s is not under the frontend's span%s", n, dumpSpans(spans))
 		}
 	}
-	// The decode worker calls the prefill worker: its span is under the decode worker's.
-	if dec, pre := named(spans, want[2]), named(spans, want[3]); !ancestor(spans, dec, pre) {
-		t.Errorf("the prefill span is not under the decode worker's%s", dumpSpans(spans))
+	// The decode worker calls the prefill worker within its decision's rung: the
+	// handoff's spans are under the rung's, the rung's under the decision's.
+	dec, decide, rung := named(spans, want[2]), named(spans, "decode.decide"), named(spans, "decode.remote_prefill")
+	if pre := named(spans, want[3]); !ancestor(spans, rung, pre) || !ancestor(spans, decide, rung) || !ancestor(spans, dec, decide) {
+		t.Errorf("want Generate > decode.decide > decode.remote_prefill > Prefill%s", dumpSpans(spans))
+	}
+	wantAttrs(t, spans, "decode.decide", map[string]string{"tandem.decode.path": "remote", "tandem.decode.reason": "", "tandem.decode.effective_tokens": ""})
+	wantAttrs(t, spans, "decode.remote_prefill", map[string]string{"tandem.prefill.worker": "prefill-0", "tandem.kv.bytes": "", "tandem.kv.blocks": ""})
+	wantAttrs(t, spans, "router.decide", map[string]string{"tandem.route.decode_worker": "decode-0", "tandem.route.decode_cost": "",
+		"tandem.route.prefill_candidates": ""})
+	wantAttrs(t, spans, "frontend.prepare", map[string]string{"tandem.frontend.prompt_tokens": ""})
+	if rung.failed || named(spans, "decode.remote_prefill").attrs["tandem.kv.blocks"] == "0" {
+		t.Errorf("the remote prefill's rung failed or moved no KV%s", dumpSpans(spans))
+	}
+}
+
+// wantAttrs checks the attributes of the span named name: each key is present,
+// with the value given when it is not "".
+func wantAttrs(t *testing.T, spans []span, name string, want map[string]string) {
+	t.Helper()
+	s := named(spans, name)
+	if s == nil {
+		t.Errorf("no span %s%s", name, dumpSpans(spans))
+		return
+	}
+	for k, v := range want {
+		got, ok := s.attrs[k]
+		if !ok || (v != "" && got != v) {
+			t.Errorf("span %s: %s = %q (present %v), want %q", name, k, got, ok, v)
+		}
 	}
 }

@@ -68,6 +68,9 @@ type Config struct {
 	// onEngineWait hears why each attempt to reach a starting GPU engine server
 	// failed, for the worker's /readyz.
 	onEngineWait func(error)
+	// traceEngine makes a span of every request to a GPU engine server and sends
+	// it the W3C traceparent (the process exports traces).
+	traceEngine bool
 
 	Consul consul.Config
 }
