@@ -61,7 +61,7 @@ func (f *Frontend) endpoint(name string, methods []string, h handlerFunc) http.H
 		id := requestid.Keep(r.Header.Get(requestid.Header))
 		w.Header().Set(requestid.Header, id)
 		sw := &statusWriter{ResponseWriter: w}
-		rc := &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", name), start: time.Now(), endpoint: name}
+		rc := &reqCtx{id: id, log: withTrace(r.Context(), f.log.With("request_id", id, "endpoint", name)), start: time.Now(), endpoint: name}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {

@@ -2,9 +2,11 @@ package frontend
 
 import (
 	"context"
+	"log/slog"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tandem-serve/tandem/internal/spans"
 )
@@ -24,4 +26,13 @@ func (f *Frontend) prepareTraced(ctx context.Context, g *genRequest) (*prepared,
 		}
 	}
 	return p, err
+}
+
+// withTrace adds the request's trace id to its logger, whose lines are logged
+// without a context, so that every line about a request leads to its trace.
+func withTrace(ctx context.Context, log *slog.Logger) *slog.Logger {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return log.With("trace_id", sc.TraceID().String())
+	}
+	return log
 }

@@ -3,10 +3,12 @@ package integration
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/tandem-serve/tandem/internal/fakeengine"
 )
 
 // span is what the tests read of an exported span.
@@ -158,7 +162,7 @@ func postTraced(t *testing.T, url, traceparent, content string) http.Header {
 // tree under the caller's span.
 func TestTracingRemotePrefill(t *testing.T) {
 	rcv := startReceiver(t)
-	_, url := startUp(t, "--otlp-endpoint", rcv.addr, "--short-prefill-threshold", "32")
+	proc, url := startUpWith(t, []string{fixtureModel, "TANDEM_LOG_LEVEL=info"}, "--otlp-endpoint", rcv.addr, "--short-prefill-threshold", "32")
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	h := postTraced(t, url, "00-"+traceID+"-"+parentID+"-01", longPrompt(1, 300))
 	if p := h.Get("x-tandem-prefill-path"); p != "remote" {
@@ -203,6 +207,21 @@ func TestTracingRemotePrefill(t *testing.T) {
 	if rung.failed || named(spans, "decode.remote_prefill").attrs["tandem.kv.blocks"] == "0" {
 		t.Errorf("the remote prefill's rung failed or moved no KV%s", dumpSpans(spans))
 	}
+	// Without a traceparent, the request starts a trace of its own.
+	if got := postTraced(t, url, "", "hello").Get("x-trace-id"); len(got) != 32 || got == traceID {
+		t.Errorf("x-trace-id %q without a traceparent, want a new trace's id", got)
+	}
+	// The logs lead to the trace: the frontend's and the decode worker's lines
+	// about the request carry its trace id.
+	for _, msg := range []string{`"msg":"generation started"`, `"msg":"prefill decision"`} {
+		found := false
+		for _, line := range strings.Split(proc.logs(), "\n") {
+			found = found || (strings.Contains(line, msg) && strings.Contains(line, `"trace_id":"`+traceID+`"`))
+		}
+		if !found {
+			t.Errorf("no log line %s with the trace id", msg)
+		}
+	}
 }
 
 // wantAttrs checks the attributes of the span named name: each key is present,
@@ -219,5 +238,92 @@ func wantAttrs(t *testing.T, spans []span, name string, want map[string]string) 
 		if !ok || (v != "" && got != v) {
 			t.Errorf("span %s: %s = %q (present %v), want %q", name, k, got, ok, v)
 		}
+	}
+}
+
+// traceOf is the trace id of a W3C traceparent, or "".
+func traceOf(traceparent string) string {
+	if f := strings.Split(traceparent, "-"); len(f) == 4 {
+		return f[1]
+	}
+	return ""
+}
+
+// Behind GPU engine servers (fake vLLM), traced: both engine requests of a remote
+// prefill carry the request's trace context, so the engine's spans join its trace;
+// a prefill worker whose engine fails shows as a failed rung of the ladder, under a
+// decision whose path is the fallback.
+func TestTracingGPUEngineAndFallback(t *testing.T) {
+	rcv := startReceiver(t)
+	otlp := []string{"--otlp-endpoint", rcv.addr}
+	p := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true}).Start(t)
+	d := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true}).Start(t)
+	pre := gpuWorker(t, "prefill", "prefill-g", p, otlp...)
+	dec := gpuWorker(t, "decode", "decode-g", d, append([]string{"--prefill-workers", pre, "--short-prefill-threshold", "32"}, otlp...)...)
+	rtr := startService(t, append([]string{"router", "--listen", "127.0.0.1:0", "--decode-workers", dec, "--prefill-workers", pre}, otlp...)...)
+	fe := startService(t, append([]string{"frontend", "--listen", "127.0.0.1:0", "--router", rtr}, otlp...)...)
+	waitHealthy(t, fe)
+
+	const remoteTrace, fallbackTrace = "0af7651916cd43dd8448eb211c80319c", "5b8efff798038103d269b633813fc60c"
+	post := func(trace string) (path, reason string) {
+		body := fmt.Sprintf(`{"model":"fake-model","prompt":%q,"max_tokens":4,"temperature":0}`, gpuLongPrompt+trace)
+		req, _ := http.NewRequest("POST", "http://"+fe+"/v1/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("traceparent", "00-"+trace+"-b7ad6b7169203331-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out completion
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("status %d: %v", resp.StatusCode, err)
+		}
+		if got := resp.Header.Get("x-trace-id"); got != trace {
+			t.Errorf("x-trace-id %q, want %s", got, trace)
+		}
+		return out.Tandem.PrefillPath, out.Tandem.PrefillReason
+	}
+
+	if path, reason := post(remoteTrace); path != "remote" {
+		t.Fatalf("prefill path %s (%s), want remote", path, reason)
+	}
+	for name, f := range map[string]*fakeengine.Server{"prefill": p, "decode": d} {
+		var traces []string
+		for _, r := range f.Completions() {
+			traces = append(traces, traceOf(r.Traceparent))
+		}
+		if !slices.Contains(traces, remoteTrace) {
+			t.Errorf("the %s engine's requests carried traces %q, want %s", name, traces, remoteTrace)
+		}
+	}
+
+	p.SetPrefillFault(fakeengine.Prefill503)
+	if path, reason := post(fallbackTrace); path != "fallback" || reason != "remote_error_before_kv" {
+		t.Fatalf("prefill path %s (%s), want fallback for remote_error_before_kv", path, reason)
+	}
+	var spans []span
+	eventually(t, 30*time.Second, "the fallback's spans are exported", func() bool {
+		spans = rcv.trace(fallbackTrace)
+		return named(spans, "decode.decide") != nil && named(spans, "decode.remote_prefill") != nil
+	})
+	rung := named(spans, "decode.remote_prefill")
+	if !rung.failed || rung.attrs["tandem.prefill.failure"] != "remote_error_before_kv" || rung.attrs["tandem.prefill.before_kv"] != "true" {
+		t.Errorf("the failed rung: %+v%s", rung, dumpSpans(spans))
+	}
+	wantAttrs(t, spans, "decode.decide", map[string]string{"tandem.decode.path": "fallback", "tandem.decode.reason": "remote_error_before_kv"})
+	if decide := named(spans, "decode.decide"); !ancestor(spans, decide, rung) {
+		t.Errorf("the rung is not under the decision%s", dumpSpans(spans))
+	}
+	// The engine's HTTP requests are spans of the trace too, the decode engine's
+	// local prefill among them, under the decision's span.
+	var engineSpan *span
+	for i := range spans {
+		if strings.HasPrefix(spans[i].attrs["url.full"], d.URL()) {
+			engineSpan = &spans[i]
+		}
+	}
+	if engineSpan == nil || !ancestor(spans, named(spans, "tandem.decode.v1.DecodeService/Generate"), engineSpan) {
+		t.Errorf("no span of the decode engine's request under the decode worker's%s", dumpSpans(spans))
 	}
 }
