@@ -25,7 +25,7 @@ import (
 // span is what the tests read of an exported span.
 type span struct {
 	trace, id, parent, name, service string
-	failed                           bool // status Error
+	failed, client                   bool // status Error; kind Client
 	attrs                            map[string]string
 }
 
@@ -79,7 +79,7 @@ func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTrace
 			for _, s := range ss.GetSpans() {
 				sp := span{trace: hex.EncodeToString(s.GetTraceId()), id: hex.EncodeToString(s.GetSpanId()),
 					parent: hex.EncodeToString(s.GetParentSpanId()), name: s.GetName(), service: service, attrs: map[string]string{},
-					failed: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR}
+					failed: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR, client: s.GetKind() == tracepb.Span_SPAN_KIND_CLIENT}
 				for _, a := range s.GetAttributes() {
 					sp.attrs[a.GetKey()] = attrString(a.GetValue())
 				}
@@ -206,6 +206,17 @@ func TestTracingRemotePrefill(t *testing.T) {
 	wantAttrs(t, spans, "frontend.prepare", map[string]string{"tandem.frontend.prompt_tokens": ""})
 	if rung.failed || named(spans, "decode.remote_prefill").attrs["tandem.kv.blocks"] == "0" {
 		t.Errorf("the remote prefill's rung failed or moved no KV%s", dumpSpans(spans))
+	}
+	// Each span names the service that made it, though tandem up runs them all in
+	// one process and shares its connections to peers among them.
+	for _, s := range spans {
+		want := map[string]string{"frontend": "tandem-frontend", "router": "tandem-router", "decode": "tandem-decode"}[strings.Split(s.name, ".")[0]]
+		if strings.HasPrefix(s.name, "tandem.prefill.v1") {
+			want = map[bool]string{false: "tandem-prefill", true: "tandem-decode"}[s.client]
+		}
+		if want != "" && s.service != want {
+			t.Errorf("span %s is from service %s, want %s", s.name, s.service, want)
+		}
 	}
 	// Without a traceparent, the request starts a trace of its own.
 	if got := postTraced(t, url, "", "hello").Get("x-trace-id"); len(got) != 32 || got == traceID {

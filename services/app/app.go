@@ -94,6 +94,8 @@ type app struct {
 	// peers is the one cache of connections to peers of the process's services.
 	peers    *rpc.Conns
 	peerInfo *discovery.InfoCache
+	// tracer gives each service its tracer provider; nil when tracing is off.
+	tracer *telemetry.Tracer
 
 	prefillAddrs, decodeAddrs []string
 	router                    *routersvc.Service
@@ -111,15 +113,16 @@ func Run(ctx context.Context, cfg Config, target string, stdout, stderr io.Write
 	if _, err := telemetry.NewLogger(io.Discard, cfg.LogLevel, ""); err != nil {
 		return err
 	}
-	stopTracing, err := telemetry.StartTracing(ctx, cfg.Tracing, target)
+	tracer, err := telemetry.StartTracing(ctx, cfg.Tracing)
 	if err != nil {
 		return err
 	}
+	a.tracer = tracer
 	defer func() {
 		// Flush the last spans, with a bound: a collector gone away must not hold up exit.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := stopTracing(fctx); err != nil {
+		if err := tracer.Shutdown(fctx); err != nil {
 			a.logger(target).Warn("tracing: flushing spans at exit", "error", err)
 		}
 	}()
@@ -161,7 +164,7 @@ func (a *app) env(service string, t tlsconf.Config) (*process.Env, error) {
 	if a.up {
 		t = tlsconf.Config{}
 	}
-	env, err := process.NewEnv(a.logger(service), t, a.cfg.Tracing.Enabled())
+	env, err := process.NewEnv(a.logger(service), t, a.tracer.Provider(service))
 	if err != nil {
 		return nil, err
 	}

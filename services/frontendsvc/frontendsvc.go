@@ -161,8 +161,8 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		con = newConsole(cfg, f, env)
 		api = con.Handler(api)
 	}
-	if env.Tracing {
-		api = telemetry.TraceHTTP(api)
+	if env.Tracer != nil {
+		api = telemetry.TraceHTTP(api, env.Tracer)
 	}
 	srv, err := env.NewServer(cfg.Serve, []server.Handler{
 		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.HandlerOptions()...)),

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/services/discovery"
@@ -81,9 +82,10 @@ type Env struct {
 	// PeerInfo asks peers who they are over Peers, sharing answers among the
 	// services of the process (discovery.InfoCache).
 	PeerInfo *discovery.InfoCache
-	// Tracing says whether the process exports traces (telemetry.StartTracing):
-	// only then do servers and clients carry spans and W3C traceparent.
-	Tracing bool
+	// Tracer is the service's tracer provider, nil when the process exports no
+	// traces (telemetry.StartTracing): only then do servers and clients carry
+	// spans and W3C traceparent.
+	Tracer  trace.TracerProvider
 	metrics *rpc.ServerMetrics
 }
 
@@ -95,7 +97,7 @@ const PeerIdle = time.Minute
 
 // NewEnv makes a fresh registry (with Go and process collectors) and a client
 // dialer that uses t for every connection to another service, traced when tracing.
-func NewEnv(logger *slog.Logger, t tlsconf.Config, tracing bool) (*Env, error) {
+func NewEnv(logger *slog.Logger, t tlsconf.Config, tracer trace.TracerProvider) (*Env, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,7 +107,7 @@ func NewEnv(logger *slog.Logger, t tlsconf.Config, tracing bool) (*Env, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	clients := rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS, Tracing: tracing}, reg)
+	clients := rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS, Tracer: tracer}, reg)
 	peers := rpc.NewPeerConns(clients.DialWith, PeerIdle)
 	return &Env{
 		Logger:   logger,
@@ -113,7 +115,7 @@ func NewEnv(logger *slog.Logger, t tlsconf.Config, tracing bool) (*Env, error) {
 		Clients:  clients,
 		Peers:    peers,
 		PeerInfo: discovery.NewInfoCache(discovery.InfoVia(peers.Get), time.Second),
-		Tracing:  tracing,
+		Tracer:   tracer,
 		metrics:  rpc.NewServerMetrics(reg),
 	}, nil
 }
@@ -133,8 +135,8 @@ func (e *Env) NewServer(s Serve, handlers []server.Handler, extra http.Handler) 
 // rest, so that the rpc log line carries its trace id.
 func (e *Env) HandlerOptions() []connect.HandlerOption {
 	i := []connect.Interceptor{&rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}}
-	if e.Tracing {
-		i = append([]connect.Interceptor{rpc.TraceInterceptor()}, i...)
+	if e.Tracer != nil {
+		i = append([]connect.Interceptor{rpc.TraceInterceptor(e.Tracer)}, i...)
 	}
 	return server.HandlerOptions(e.Logger, i...)
 }
@@ -169,8 +171,8 @@ func (e *Env) NewKVPort(s Serve, listen string, register func(grpc.ServiceRegist
 	}
 	i := &rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}
 	opts := i.GRPCServerOptions()
-	if e.Tracing {
-		opts = append(opts, rpc.TraceGRPCServer())
+	if e.Tracer != nil {
+		opts = append(opts, rpc.TraceGRPCServer(e.Tracer))
 	}
 	return kvport.New(kvport.Config{Addr: listen, Grace: s.Grace, Logger: e.Logger, TLS: serverTLS, Options: opts}, register)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
+	"github.com/tandem-serve/tandem/services/telemetry"
 )
 
 // ClientConfig shapes every outgoing connection of a process.
@@ -39,8 +41,9 @@ type ClientConfig struct {
 	// TLS, when set, is used for every connection (mutual TLS when it carries a
 	// certificate); nil means cleartext HTTP/2.
 	TLS *tls.Config
-	// Tracing makes a client span of every call and sends its W3C traceparent.
-	Tracing bool
+	// Tracer, when set, makes a client span of every call (with the calling
+	// service's provider) and sends its W3C traceparent.
+	Tracer trace.TracerProvider
 }
 
 // Clients dials service-to-service connections that share one set of interceptors
@@ -113,8 +116,8 @@ func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientC
 			selector.StreamClientInterceptor(retry.StreamClientInterceptor(retryOpts...), idempotent),
 		),
 	}, extra...)
-	if c.cfg.Tracing {
-		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	if c.cfg.Tracer != nil {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(telemetry.FromContext(c.cfg.Tracer)))))
 	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 // the child of the caller's W3C traceparent. tandem's callers are its own services
 // and users reporting their own traces, so the remote parent is trusted rather than
 // merely linked. Prometheus keeps the metrics; OpenTelemetry's would duplicate them.
-func TraceInterceptor() connect.Interceptor {
-	i, err := otelconnect.NewInterceptor(otelconnect.WithTrustRemote(), otelconnect.WithoutMetrics())
+func TraceInterceptor(tp trace.TracerProvider) connect.Interceptor {
+	i, err := otelconnect.NewInterceptor(otelconnect.WithTrustRemote(), otelconnect.WithoutMetrics(), otelconnect.WithTracerProvider(tp))
 	if err != nil {
 		// Only invalid options fail, and these are fixed.
 		panic(err)
@@ -28,8 +28,8 @@ func TraceInterceptor() connect.Interceptor {
 
 // TraceGRPCServer makes a server span of every call a grpc-go server handles (the
 // KV port's handoff streams), the child of the caller's traceparent.
-func TraceGRPCServer() grpc.ServerOption {
-	return grpc.StatsHandler(otelgrpc.NewServerHandler())
+func TraceGRPCServer(tp trace.TracerProvider) grpc.ServerOption {
+	return grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp)))
 }
 
 // traceID is the trace id of the context's span, or "" when there is none.
