@@ -63,7 +63,9 @@ func TestTracingOffByDefault(t *testing.T) {
 	if tc, err := StartTracing(context.Background(), tr); tc != nil || err != nil || tc.Provider("x") != nil {
 		t.Fatalf("StartTracing off = %v, %v", tc, err)
 	}
-	tr.TracingFromEnv(func(k string) string { return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317"}[k] })
+	tr.TracingFromEnv(func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317"}[k]
+	})
 	if !tr.Enabled() {
 		t.Error("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT did not turn tracing on")
 	}
