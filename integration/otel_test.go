@@ -219,9 +219,25 @@ func TestTracingRemotePrefill(t *testing.T) {
 		}
 	}
 	// Without a traceparent, the request starts a trace of its own.
-	if got := postTraced(t, url, "", "hello").Get("x-trace-id"); len(got) != 32 || got == traceID {
-		t.Errorf("x-trace-id %q without a traceparent, want a new trace's id", got)
+	newTrace := postTraced(t, url, "", "hello").Get("x-trace-id")
+	if len(newTrace) != 32 || newTrace == traceID {
+		t.Errorf("x-trace-id %q without a traceparent, want a new trace's id", newTrace)
 	}
+	// Probes and background calls (watches, peers' info, model cards) start no
+	// trace: every span exported is one of the two requests'.
+	if resp, err := http.Get(url + "/health"); err == nil {
+		resp.Body.Close()
+	}
+	eventually(t, 30*time.Second, "the second request's spans are exported", func() bool {
+		return named(rcv.trace(newTrace), "decode.decide") != nil
+	})
+	rcv.mu.Lock()
+	for _, s := range rcv.spans {
+		if s.trace != traceID && s.trace != newTrace {
+			t.Errorf("span %s of service %s is in a trace of no request", s.name, s.service)
+		}
+	}
+	rcv.mu.Unlock()
 	// The logs lead to the trace: the frontend's and the decode worker's lines
 	// about the request carry its trace id.
 	for _, msg := range []string{`"msg":"generation started"`, `"msg":"prefill decision"`} {

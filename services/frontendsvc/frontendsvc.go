@@ -165,7 +165,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		api = telemetry.TraceHTTP(api, env.Tracer)
 	}
 	srv, err := env.NewServer(cfg.Serve, []server.Handler{
-		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.HandlerOptions()...)),
+		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.PublicHandlerOptions()...)),
 	}, api)
 	if err != nil {
 		rc.Close()

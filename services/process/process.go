@@ -133,10 +133,17 @@ func (e *Env) NewServer(s Serve, handlers []server.Handler, extra http.Handler) 
 // HandlerOptions are the options for every Connect handler of this service.
 // With tracing, a span per call (a child of the caller's traceparent) encloses the
 // rest, so that the rpc log line carries its trace id.
-func (e *Env) HandlerOptions() []connect.HandlerOption {
+func (e *Env) HandlerOptions() []connect.HandlerOption { return e.handlerOptions(false) }
+
+// PublicHandlerOptions are HandlerOptions for the services users call (the
+// frontend's): with tracing, a call without a traceparent starts a trace, where
+// elsewhere it is a background call and is not traced.
+func (e *Env) PublicHandlerOptions() []connect.HandlerOption { return e.handlerOptions(true) }
+
+func (e *Env) handlerOptions(public bool) []connect.HandlerOption {
 	i := []connect.Interceptor{&rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}}
 	if e.Tracer != nil {
-		i = append([]connect.Interceptor{rpc.TraceInterceptor(e.Tracer)}, i...)
+		i = append([]connect.Interceptor{rpc.TraceInterceptor(e.Tracer, public)}, i...)
 	}
 	return server.HandlerOptions(e.Logger, i...)
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
 
@@ -28,7 +27,6 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
-	"github.com/tandem-serve/tandem/services/telemetry"
 )
 
 // ClientConfig shapes every outgoing connection of a process.
@@ -117,7 +115,7 @@ func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientC
 		),
 	}, extra...)
 	if c.cfg.Tracer != nil {
-		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(telemetry.FromContext(c.cfg.Tracer)))))
+		opts = append(opts, traceClient(c.cfg.Tracer))
 	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
