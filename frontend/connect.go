@@ -59,7 +59,8 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 }
 
 // ListModels implements frontendv1connect.FrontendServiceHandler.
-func (f *Frontend) ListModels(ctx context.Context, req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
+func (f *Frontend) ListModels(ctx context.Context,
+	req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
 	rc := f.connectCtx(ctx, req.Header().Get(requestid.Header), "connect_list_models")
 	f.countConnect(rc, nil)
 	var list []*frontendv1.Model

@@ -96,7 +96,8 @@ type Env struct {
 const PeerIdle = time.Minute
 
 // NewEnv makes a fresh registry (with Go and process collectors) and a client
-// dialer that uses t for every connection to another service, traced when tracing.
+// dialer that uses t for every connection to another service; tracer, when not nil,
+// traces its servers and clients (Env.Tracer).
 func NewEnv(logger *slog.Logger, t tlsconf.Config, tracer trace.TracerProvider) (*Env, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
