@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/handoff"
 	"github.com/tandem-serve/tandem/internal/errcode"
+	"github.com/tandem-serve/tandem/internal/spans"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -172,6 +173,10 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		// local for a queue that is not there.
 		queued = max(int(candidates[0].GetQueuedTokens()), s.pending.of(candidates[0].GetWorkerId()))
 	}
+	// The decision's span encloses the remote prefill's rungs; it ends when the
+	// path is known (the deferred End covers the early returns).
+	dctx, dspan := spans.Start(ctx, "decode.decide")
+	defer dspan.End()
 	pol := newPolicy(p)
 	sit := s.situation(pol, p, st, len(ereq.Prompt), cached, queued)
 	c := decide(p, sit)
@@ -196,7 +201,7 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	var stream engine.Stream
 	if c.remote {
 		var err error
-		stream, err = s.tryRemote(ctx, ereq, candidates, cached/bs, estimate.RemoteDeadline(sit.est, s.cfg.MinRemoteDeadline, s.cfg.MaxRemoteDeadline), decision)
+		stream, err = s.tryRemote(dctx, ereq, candidates, cached/bs, estimate.RemoteDeadline(sit.est, s.cfg.MinRemoteDeadline, s.cfg.MaxRemoteDeadline), decision)
 		if err != nil {
 			return err
 		}
@@ -216,6 +221,8 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	}
 	lv, gone := s.live.Add(start, maxTokens)
 	defer gone()
+	traceDecision(dspan, decision)
+	dspan.End()
 	path := decision.Path.Name()
 	s.metrics.decisions.WithLabelValues(path, decision.Reason).Inc()
 	s.log.InfoContext(ctx, "prefill decision", "request_id", ereq.ID, "path", path, "reason", decision.Reason,
@@ -295,7 +302,7 @@ func (s *Service) tryRemote(ctx context.Context, req engine.Request, candidates 
 		}
 		tried++
 		queued := max(int(candidates[i].GetQueuedTokens()), s.pending.of(id))
-		stream, ho, err := s.remotePrefill(ctx, client, id, req, skip, deadline)
+		stream, ho, err := s.remotePrefill(ctx, client, id, tried, req, skip, deadline)
 		if err == nil {
 			d.Path, d.PrefillWorkerId = decodev1.PrefillPath_PREFILL_PATH_REMOTE, id
 			if lastFailure != "" {

@@ -52,6 +52,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		if first {
 			ttft := now.Sub(start)
 			s.metrics.ttft.WithLabelValues(path).Observe(ttft.Seconds())
+			traceFirstToken(ctx, path, ttft)
 			if decision.Path != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
 				s.estimator.ObserveLocal(int(decision.EffectiveTokens), localQueued, now.Sub(start))
 			}
@@ -87,6 +88,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		final.Prefill, final.WorkerId, final.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
 	}
 	s.metrics.completed.WithLabelValues(stream.Finish().String()).Inc()
+	traceEnd(ctx, stream.Finish().String(), u.CompletionTokens)
 	if withText {
 		s.metrics.engineText.Inc()
 	}

@@ -18,7 +18,7 @@ import (
 func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1.GenerateRequest],
 	stream *connect.ServerStream[frontendv1.GenerateResponse]) (err error) {
 	const endpoint = "connect_generate"
-	rc := f.connectCtx(req.Header().Get(requestid.Header), endpoint)
+	rc := f.connectCtx(ctx, req.Header().Get(requestid.Header), endpoint)
 	stream.ResponseHeader().Set(requestid.Header, rc.id)
 	defer func() { f.countConnect(rc, err) }()
 
@@ -26,7 +26,7 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 	if err != nil {
 		return f.connectError(rc, err)
 	}
-	p, err := f.prepare(g)
+	p, err := f.prepareTraced(ctx, g)
 	if err != nil {
 		return f.connectError(rc, err)
 	}
@@ -59,8 +59,9 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 }
 
 // ListModels implements frontendv1connect.FrontendServiceHandler.
-func (f *Frontend) ListModels(_ context.Context, req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
-	rc := f.connectCtx(req.Header().Get(requestid.Header), "connect_list_models")
+func (f *Frontend) ListModels(ctx context.Context,
+	req *connect.Request[frontendv1.ListModelsRequest]) (*connect.Response[frontendv1.ListModelsResponse], error) {
+	rc := f.connectCtx(ctx, req.Header().Get(requestid.Header), "connect_list_models")
 	f.countConnect(rc, nil)
 	var list []*frontendv1.Model
 	if m := f.Model(); m != nil {
@@ -71,9 +72,9 @@ func (f *Frontend) ListModels(_ context.Context, req *connect.Request[frontendv1
 	return resp, nil
 }
 
-func (f *Frontend) connectCtx(givenID, endpoint string) *reqCtx {
+func (f *Frontend) connectCtx(ctx context.Context, givenID, endpoint string) *reqCtx {
 	id := requestid.Keep(givenID)
-	return &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", endpoint), start: time.Now(), endpoint: endpoint}
+	return &reqCtx{id: id, log: withTrace(ctx, f.log.With("request_id", id, "endpoint", endpoint)), start: time.Now(), endpoint: endpoint}
 }
 
 func (f *Frontend) fromProto(m *frontendv1.GenerateRequest, id string) (*genRequest, error) {

@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
+	"github.com/tandem-serve/tandem/internal/spans"
 )
 
 // HTTPHandler serves the OpenAI-compatible API: POST /v1/chat/completions,
@@ -60,7 +61,7 @@ func (f *Frontend) endpoint(name string, methods []string, h handlerFunc) http.H
 		id := requestid.Keep(r.Header.Get(requestid.Header))
 		w.Header().Set(requestid.Header, id)
 		sw := &statusWriter{ResponseWriter: w}
-		rc := &reqCtx{id: id, log: f.log.With("request_id", id, "endpoint", name), start: time.Now(), endpoint: name}
+		rc := &reqCtx{id: id, log: withTrace(r.Context(), f.log.With("request_id", id, "endpoint", name)), start: time.Now(), endpoint: name}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -147,6 +148,8 @@ func (f *Frontend) writeError(w http.ResponseWriter, rc *reqCtx, err error) {
 // readJSON reads a body of at most MaxBodyBytes and decodes it into v, turning
 // every failure into a 4xx that says what was wrong.
 func (f *Frontend) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	_, span := spans.Start(r.Context(), "frontend.parse")
+	defer span.End()
 	timed := f.limitBodyTime(w, r)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes))
 	if timed != nil {
@@ -320,7 +323,7 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 
 // serveGeneration runs g and writes the answer whole or as server-sent events.
 func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *reqCtx, g *genRequest, s *samplingFields, out responseFormat) {
-	p, err := f.prepare(g)
+	p, err := f.prepareTraced(r.Context(), g)
 	if err != nil {
 		f.writeError(w, rc, err)
 		return

@@ -12,7 +12,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
 
+	"github.com/tandem-serve/tandem/internal/spans"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
 
@@ -79,8 +81,10 @@ func (t *tally) among(need candFlags) (n int, lo float64) {
 // falls back to every worker. A worker without free blocks for the request is
 // skipped unless none has them. The pick is the argmin at temperature 0 (ties at
 // random), else a softmax over normalised costs.
-func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteRequest]) (*connect.Response[routerv1.RouteResponse], error) {
+func (r *Router) Route(ctx context.Context, req *connect.Request[routerv1.RouteRequest]) (*connect.Response[routerv1.RouteResponse], error) {
 	start := time.Now()
+	_, span := spans.Start(ctx, "router.decide")
+	defer span.End()
 	m := req.Msg
 	if m.GetPromptTokens() == 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("prompt_tokens: must be positive"))
@@ -157,6 +161,7 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 		ch, prefillers, pass, err = r.decideByPass(p, m.GetRequestId(), cached, gateClass, want, fp, model, promptBlocks, bs, effective)
 	}
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		return nil, err
 	}
 	win := &ch.win
@@ -172,6 +177,9 @@ func (r *Router) Route(_ context.Context, req *connect.Request[routerv1.RouteReq
 	if m.GetExplain() {
 		// Before the winner's pending blocks grow: the terms shown are those it won with.
 		resp.Explanation = r.explain(p, effective, gateClass, ch.class, pass.need, pass.decoders, pass.chosen, promptBlocks, bs)
+	}
+	if span.IsRecording() {
+		traceDecision(span, resp, win.cost, ch.scored, classNames[ch.class], effective)
 	}
 	win.st.pendingBlocks += promptBlocks - int(win.cached)
 	r.reindex(win.st)

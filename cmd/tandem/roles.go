@@ -21,6 +21,7 @@ func role(target, synopsis string) func(ctx context.Context, args []string, gete
 		for _, c := range []*consul.Config{&cfg.Frontend.Consul, &cfg.Router.Consul, &cfg.Worker.Consul} {
 			consulFromEnv(c, getenv)
 		}
+		cfg.Tracing.TracingFromEnv(getenv)
 		return app.Run(ctx, cfg, target, stdout, stderr)
 	}
 }

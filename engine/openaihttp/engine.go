@@ -126,10 +126,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, errors.New("openaihttp: block size must be positive")
 	}
 	if cfg.HTTP == nil {
-		// No overall timeout: a stream lasts as long as its request; each call
-		// has its context.
-		cfg.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
-			ResponseHeaderTimeout: 10 * time.Minute}}
+		cfg.HTTP = DefaultHTTPClient()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -379,4 +376,12 @@ func (e *Engine) wrap(ctx context.Context, err error) error {
 	}
 	e.health.poke() // the engine may be gone: find out now rather than at the next probe
 	return fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.where(), err)
+}
+
+// DefaultHTTPClient is the client New uses when Config.HTTP is nil, for a caller
+// that wraps its transport (to trace it). It has no overall timeout: a stream
+// lasts as long as its request; each call has its context.
+func DefaultHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Minute}}
 }

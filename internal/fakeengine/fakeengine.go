@@ -97,7 +97,10 @@ type Server struct {
 type Request struct {
 	Path      string
 	RequestID string // X-Request-Id
-	Body      json.RawMessage
+	// Traceparent is the W3C trace context the request carried, which a real
+	// engine server's own spans would join.
+	Traceparent string
+	Body        json.RawMessage
 }
 
 // Start serves on a loopback port until the test's cleanup.
@@ -200,7 +203,8 @@ func (s *Server) cancel(r *http.Request) {
 func (s *Server) record(r *http.Request, body []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.requests = append(s.requests, Request{Path: r.URL.Path, RequestID: r.Header.Get("X-Request-Id"), Body: body})
+	s.requests = append(s.requests, Request{Path: r.URL.Path, RequestID: r.Header.Get("X-Request-Id"),
+		Traceparent: r.Header.Get("Traceparent"), Body: body})
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {

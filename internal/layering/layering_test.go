@@ -104,6 +104,13 @@ func TestLayering(t *testing.T) {
 			}
 		}
 		// Nor do they import the flag package or Consul's client themselves.
+		if !wiring(name) {
+			// Tracing's API (otel, otel/trace, otel/attribute) is a context lookup
+			// when off; what makes and exports spans is wired by services/.
+			if bad := violations(p.deps, func(d string) bool { return !tracingSDK(d) }); len(bad) > 0 {
+				t.Errorf("%s links %v: only services/ sets up tracing; others use the OpenTelemetry API (internal/spans)", name, bad)
+			}
+		}
 		if slices.ContainsFunc([]string{"frontend", "router", "prefill", "decode", "engine"}, func(d string) bool { return under(name, d) }) {
 			if bad := violations(p.imports, func(d string) bool { return d != "flag" && !under(d, "github.com/hashicorp/consul") }); len(bad) > 0 {
 				t.Errorf("%s imports %v: a domain package registers no flags and talks to no Consul (services/ wires them)", name, bad)
@@ -164,4 +171,11 @@ func TestLayering(t *testing.T) {
 	if bad := violations(pkgs["decode"].imports, func(d string) bool { return !under(d, "google.golang.org/grpc") }); len(bad) > 0 {
 		t.Errorf("decode imports %v: it imports no transport (handoff owns it)", bad)
 	}
+}
+
+// tracingSDK reports whether d is OpenTelemetry's SDK, an exporter or an
+// instrumentation library, rather than its API.
+func tracingSDK(d string) bool {
+	return under(d, "go.opentelemetry.io/otel/sdk") || under(d, "go.opentelemetry.io/otel/exporters") ||
+		under(d, "go.opentelemetry.io/contrib") || under(d, "connectrpc.com/otelconnect")
 }

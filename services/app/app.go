@@ -47,6 +47,8 @@ type Config struct {
 	// Worker is every worker's; tandem up gives each its mode, id and address.
 	Worker   workersvc.Config
 	LogLevel string
+	// Tracing says where the process's traces go (off by default).
+	Tracing telemetry.Tracing
 	// PprofAddr, when set, serves the runtime profiles there (servePprof).
 	PprofAddr string
 
@@ -76,6 +78,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, target string) {
 		c.Frontend.RegisterRoleFlags(fs)
 		c.Router.RegisterRoleFlags(fs)
 	}
+	c.Tracing.RegisterFlags(fs)
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs are JSON on stderr)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) on this address, "+
 		"e.g. 127.0.0.1:6060; off when empty. For diagnosis only: keep it on loopback")
@@ -91,6 +94,8 @@ type app struct {
 	// peers is the one cache of connections to peers of the process's services.
 	peers    *rpc.Conns
 	peerInfo *discovery.InfoCache
+	// tracer gives each service its tracer provider; nil when tracing is off.
+	tracer *telemetry.Tracer
 
 	prefillAddrs, decodeAddrs []string
 	router                    *routersvc.Service
@@ -108,6 +113,19 @@ func Run(ctx context.Context, cfg Config, target string, stdout, stderr io.Write
 	if _, err := telemetry.NewLogger(io.Discard, cfg.LogLevel, ""); err != nil {
 		return err
 	}
+	tracer, err := telemetry.StartTracing(ctx, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	a.tracer = tracer
+	defer func() {
+		// Flush the last spans, with a bound: a collector gone away must not hold up exit.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(fctx); err != nil {
+			a.logger(target).Warn("tracing: flushing spans at exit", "error", err)
+		}
+	}()
 	if cfg.PprofAddr != "" {
 		if _, err := servePprof(ctx, cfg.PprofAddr, a.logger(target)); err != nil {
 			return err
@@ -146,7 +164,7 @@ func (a *app) env(service string, t tlsconf.Config) (*process.Env, error) {
 	if a.up {
 		t = tlsconf.Config{}
 	}
-	env, err := process.NewEnv(a.logger(service), t)
+	env, err := process.NewEnv(a.logger(service), t, a.tracer.Provider(service))
 	if err != nil {
 		return nil, err
 	}

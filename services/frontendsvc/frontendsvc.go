@@ -26,6 +26,7 @@ import (
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
+	"github.com/tandem-serve/tandem/services/telemetry"
 )
 
 // Config is the frontend's flags.
@@ -163,8 +164,11 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		con = newConsole(cfg, f, env)
 		api = con.Handler(api)
 	}
+	if env.Tracer != nil {
+		api = telemetry.TraceHTTP(api, env.Tracer)
+	}
 	srv, err := env.NewServer(cfg.Serve, []server.Handler{
-		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.HandlerOptions()...)),
+		server.Mount(frontendv1connect.FrontendServiceName)(f.ConnectHandler(env.PublicHandlerOptions()...)),
 	}, api)
 	if err != nil {
 		rc.Close()

@@ -13,7 +13,7 @@ import (
 // into firewall rules ahead; a free port when the main one is picked freely; none
 // when turned off.
 func TestKVPortDefault(t *testing.T) {
-	env, err := NewEnv(slog.New(slog.DiscardHandler), Serve{}.TLS)
+	env, err := NewEnv(slog.New(slog.DiscardHandler), Serve{}.TLS, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

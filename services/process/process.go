@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/services/discovery"
@@ -81,7 +82,11 @@ type Env struct {
 	// PeerInfo asks peers who they are over Peers, sharing answers among the
 	// services of the process (discovery.InfoCache).
 	PeerInfo *discovery.InfoCache
-	metrics  *rpc.ServerMetrics
+	// Tracer is the service's tracer provider, nil when the process exports no
+	// traces (telemetry.StartTracing): only then do servers and clients carry
+	// spans and W3C traceparent.
+	Tracer  trace.TracerProvider
+	metrics *rpc.ServerMetrics
 }
 
 // PeerIdle is how long a connection to a peer may carry no call before its socket
@@ -91,8 +96,9 @@ type Env struct {
 const PeerIdle = time.Minute
 
 // NewEnv makes a fresh registry (with Go and process collectors) and a client
-// dialer that uses t for every connection to another service.
-func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
+// dialer that uses t for every connection to another service; tracer, when not nil,
+// traces its servers and clients (Env.Tracer).
+func NewEnv(logger *slog.Logger, t tlsconf.Config, tracer trace.TracerProvider) (*Env, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -102,7 +108,7 @@ func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	clients := rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS}, reg)
+	clients := rpc.NewClients(rpc.ClientConfig{UnaryTimeout: 10 * time.Second, Retries: 3, Logger: logger, TLS: clientTLS, Tracer: tracer}, reg)
 	peers := rpc.NewPeerConns(clients.DialWith, PeerIdle)
 	return &Env{
 		Logger:   logger,
@@ -110,6 +116,7 @@ func NewEnv(logger *slog.Logger, t tlsconf.Config) (*Env, error) {
 		Clients:  clients,
 		Peers:    peers,
 		PeerInfo: discovery.NewInfoCache(discovery.InfoVia(peers.Get), time.Second),
+		Tracer:   tracer,
 		metrics:  rpc.NewServerMetrics(reg),
 	}, nil
 }
@@ -125,8 +132,21 @@ func (e *Env) NewServer(s Serve, handlers []server.Handler, extra http.Handler) 
 }
 
 // HandlerOptions are the options for every Connect handler of this service.
-func (e *Env) HandlerOptions() []connect.HandlerOption {
-	return server.HandlerOptions(e.Logger, &rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics})
+// With tracing, a span per call (a child of the caller's traceparent) encloses the
+// rest, so that the rpc log line carries its trace id.
+func (e *Env) HandlerOptions() []connect.HandlerOption { return e.handlerOptions(false) }
+
+// PublicHandlerOptions are HandlerOptions for the services users call (the
+// frontend's): with tracing, a call without a traceparent starts a trace, where
+// elsewhere it is a background call and is not traced.
+func (e *Env) PublicHandlerOptions() []connect.HandlerOption { return e.handlerOptions(true) }
+
+func (e *Env) handlerOptions(public bool) []connect.HandlerOption {
+	i := []connect.Interceptor{&rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}}
+	if e.Tracer != nil {
+		i = append([]connect.Interceptor{rpc.TraceInterceptor(e.Tracer, public)}, i...)
+	}
+	return server.HandlerOptions(e.Logger, i...)
 }
 
 // KVListenOff turns a prefill worker's KV transfer port off.
@@ -158,5 +178,9 @@ func (e *Env) NewKVPort(s Serve, listen string, register func(grpc.ServiceRegist
 		return nil, err
 	}
 	i := &rpc.ServerInterceptor{Logger: e.Logger, Metrics: e.metrics}
-	return kvport.New(kvport.Config{Addr: listen, Grace: s.Grace, Logger: e.Logger, TLS: serverTLS, Options: i.GRPCServerOptions()}, register)
+	opts := i.GRPCServerOptions()
+	if e.Tracer != nil {
+		opts = append(opts, rpc.TraceGRPCServer(e.Tracer))
+	}
+	return kvport.New(kvport.Config{Addr: listen, Grace: s.Grace, Logger: e.Logger, TLS: serverTLS, Options: opts}, register)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -38,6 +39,9 @@ type ClientConfig struct {
 	// TLS, when set, is used for every connection (mutual TLS when it carries a
 	// certificate); nil means cleartext HTTP/2.
 	TLS *tls.Config
+	// Tracer, when set, makes a client span of every call (with the calling
+	// service's provider) and sends its W3C traceparent.
+	Tracer trace.TracerProvider
 }
 
 // Clients dials service-to-service connections that share one set of interceptors
@@ -110,6 +114,9 @@ func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientC
 			selector.StreamClientInterceptor(retry.StreamClientInterceptor(retryOpts...), idempotent),
 		),
 	}, extra...)
+	if c.cfg.Tracer != nil {
+		opts = append(opts, traceClient(c.cfg.Tracer))
+	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

@@ -44,6 +44,7 @@ func (i *ServerInterceptor) grpcBegin(ctx context.Context) (context.Context, str
 	md, _ := metadata.FromIncomingContext(ctx)
 	ctx, id := i.begin(ctx, mdGetter(md))
 	_ = grpc.SetHeader(ctx, metadata.Pairs(requestid.Header, id))
+	setTraceHeader(ctx)
 	return ctx, id
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
+	"github.com/tandem-serve/tandem/services/telemetry"
 )
 
 // ServerMetrics counts and times every Connect call a service handles.
@@ -48,7 +49,8 @@ func (m *ServerMetrics) observe(procedure string, start time.Time, err error) {
 }
 
 // ServerInterceptor takes the request id from the x-request-id header (making one if
-// absent), puts it in the context and the response header, logs each call's end
+// absent), puts it in the context and the response header (with the trace id, when
+// the call is traced), logs each call's end
 // with it, and records metrics.
 type ServerInterceptor struct {
 	Logger  *slog.Logger
@@ -116,6 +118,9 @@ func (i *ServerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		resp, err := next(ctx, req)
 		if resp != nil {
 			resp.Header().Set(requestid.Header, id)
+			if t := traceID(ctx); t != "" {
+				resp.Header().Set(telemetry.TraceHeader, t)
+			}
 		}
 		i.end(ctx, req.Spec().Procedure, id, start, coded(err))
 		return resp, err
@@ -131,6 +136,9 @@ func (i *ServerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 		start := time.Now()
 		ctx, id := i.begin(ctx, conn.RequestHeader())
 		conn.ResponseHeader().Set(requestid.Header, id)
+		if t := traceID(ctx); t != "" {
+			conn.ResponseHeader().Set(telemetry.TraceHeader, t)
+		}
 		err := next(ctx, conn)
 		i.end(ctx, conn.Spec().Procedure, id, start, coded(err))
 		return err

@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
@@ -68,6 +70,9 @@ type Config struct {
 	// onEngineWait hears why each attempt to reach a starting GPU engine server
 	// failed, for the worker's /readyz.
 	onEngineWait func(error)
+	// tracer, when set, makes a span of every request to a GPU engine server and
+	// sends it the W3C traceparent (the process exports traces).
+	tracer trace.TracerProvider
 
 	Consul consul.Config
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/trtllm"
 	"github.com/tandem-serve/tandem/engine/vllm"
 	"github.com/tandem-serve/tandem/gguf"
+	"github.com/tandem-serve/tandem/services/telemetry"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -193,6 +194,12 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 		}
 		hc = &http.Client{Transport: rec}
 		log.Info("recording the exchanges with the engine", "file", rec.Path())
+	}
+	if c.tracer != nil {
+		if hc == nil {
+			hc = openaihttp.DefaultHTTPClient()
+		}
+		hc.Transport = telemetry.TraceTransport(hc.Transport, c.tracer)
 	}
 	eng, err := openaihttp.New(ctx, openaihttp.Config{
 		URL: c.GPU.URL, Dialect: d, Tokenizer: tok, Model: c.EngineModel(), ContextLength: c.ContextLength, BlockSize: c.BlockSize,

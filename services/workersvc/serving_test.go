@@ -26,7 +26,7 @@ func startTestWorker(t *testing.T, mode string, args ...string) *Service {
 	if err := fs.Parse(append([]string{"--engine", "sim", "--sim-time-scale", "0", "--drain-timeout", "100ms"}, args...)); err != nil {
 		t.Fatal(err)
 	}
-	env, err := process.NewEnv(slog.New(slog.DiscardHandler), tlsconf.Config{})
+	env, err := process.NewEnv(slog.New(slog.DiscardHandler), tlsconf.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

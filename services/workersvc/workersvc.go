@@ -87,6 +87,7 @@ func Start(ctx context.Context, env *process.Env, cfg Config) (_ *Service, err e
 			})
 		}
 	}
+	cfg.tracer = env.Tracer
 	eng, err := cfg.NewEngine(ctx, env.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
