@@ -181,18 +181,44 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	return results, nil
 }
 
-// describe names the model as llama-bench does: its name and main tensor type, the
-// bytes of its tensors and its parameter count.
+// describe names the model as llama-bench does: its name and file type, the bytes
+// of its tensors and its parameter count.
 func describe(f *gguf.File, name string) (label, size, params string) {
 	if f == nil {
 		return name, "-", "-"
 	}
 	var bytes, elems uint64
-	byType := map[gguf.Type]uint64{}
 	for _, t := range f.Tensors() {
 		bytes += uint64(len(t.Data))
 		elems += t.Elems()
-		byType[t.Type] += t.Elems()
+	}
+	return name + " " + typeLabel(f), fmt.Sprintf("%.2f MiB", float64(bytes)/(1<<20)), fmt.Sprintf("%.2f M", float64(elems)/1e6)
+}
+
+// ftypeNames are llama.cpp's names of its general.file_type values (LLAMA_FTYPE_*),
+// which llama-bench prints.
+var ftypeNames = map[uint64]string{
+	0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
+	11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M",
+	18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S",
+	25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M",
+	32: "BF16", 36: "TQ1_0", 37: "TQ2_0",
+}
+
+// typeLabel is the type a file was quantized to, as its general.file_type says:
+// counting tensors misnames a file whose rows are too short for its type's blocks
+// (SmolLM2's 576-wide rows make most of a Q6_K file Q8_0, quantize's fallback). A
+// file without the key (or with an unknown value) is named by the type holding
+// most of its bytes.
+func typeLabel(f *gguf.File) string {
+	if ft, err := f.Uint("general.file_type"); err == nil {
+		if n, ok := ftypeNames[ft]; ok {
+			return n
+		}
+	}
+	byType := map[gguf.Type]int{}
+	for _, t := range f.Tensors() {
+		byType[t.Type] += len(t.Data)
 	}
 	var main gguf.Type
 	for t, n := range byType {
@@ -200,12 +226,7 @@ func describe(f *gguf.File, name string) (label, size, params string) {
 			main = t
 		}
 	}
-	if ft, err := f.Uint("general.file_type"); err == nil && ft == uint64(fileTypeCodes["q4_k_m"]) {
-		label = name + " Q4_K_M"
-	} else {
-		label = fmt.Sprintf("%s %s", name, main)
-	}
-	return label, fmt.Sprintf("%.2f MiB", float64(bytes)/(1<<20)), fmt.Sprintf("%.2f M", float64(elems)/1e6)
+	return main.String()
 }
 
 func meanStd(v []float64) (mean, std float64) {

@@ -48,7 +48,7 @@ type Engine struct {
 	mc    ModelConfig
 	info  engine.Info
 	model *model
-	file  *gguf.File // the model file the engine opened, closed with it
+	ld    *loaded    // the weights, shared with other engines of this process serving the same model
 	src   *gguf.File // the model file served, opened here or by the caller; nil for a random shape
 	pool  *kvcache.Pool
 	log   *slog.Logger
@@ -79,15 +79,14 @@ type cancelReq struct {
 // New generates the model's weights and starts the scheduler.
 func New(cfg Config) (*Engine, error) {
 	start := time.Now()
-	mc, w, file, err := loadModel(cfg)
+	ld, err := acquireModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	c, mc, err := cfg.withDefaults(mc)
+	w, file := ld.w, ld.file
+	c, mc, err := cfg.withDefaults(ld.mc)
 	if err != nil {
-		if file != nil {
-			_ = file.Close()
-		}
+		_ = releaseModel(ld)
 		return nil, err
 	}
 	m := newModel(mc, w, c.NumBlocks, c.BlockSize)
@@ -95,7 +94,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg:   c,
 		mc:    mc,
 		model: m,
-		file:  file,
+		ld:    ld,
 		src:   cmpOr(cfg.File, file),
 		pool:  kvcache.NewPool(c.NumBlocks, kvcache.NewEventLog(c.EventLogSize)),
 		log:   c.Logger,
@@ -122,7 +121,7 @@ func New(cfg Config) (*Engine, error) {
 	go e.loop()
 	e.log.Info("native engine ready", "model", mc.Name, "arch", mc.Arch, "family", mc.arch, "head_dim", mc.HeadDim,
 		"fingerprint", w.fingerprint, "blocks", c.NumBlocks, "block_size", c.BlockSize, "asm", haveAsm,
-		"load_seconds", time.Since(start).Seconds())
+		"load_seconds", time.Since(start).Seconds(), "engines_sharing_weights", ld.sharers())
 	return e, nil
 }
 
@@ -302,9 +301,9 @@ func (e *Engine) Close() error {
 		e.kick()
 	}
 	<-e.done
-	if already || e.file == nil {
+	if already {
 		return nil
 	}
-	// The scheduler has exited, so no forward pass reads the mapping any more.
-	return e.file.Close()
+	// The scheduler has exited, so no forward pass of this engine reads the weights.
+	return releaseModel(e.ld)
 }

@@ -285,6 +285,21 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 	d := mc.DModel
 	w := &weights{}
 	var err error
+	// The f32 kernels read packed copies of the F32, F16 and BF16 matrices (all but a
+	// separate token embedding, which is read in place): the file's pages of those
+	// would only double an unquantized model's resident memory, so each leaves as
+	// soon as it is copied (and hashed), not after the whole model.
+	_, separate := f.Tensor("output.weight")
+	packedCopy := func(t gguf.TensorInfo) bool {
+		return len(t.Dims) == 2 && isFloat(t.Type) && !(separate && t.Name == "token_embd.weight")
+	}
+	drop := func(prefix string) {
+		for _, t := range f.Tensors() {
+			if strings.HasPrefix(t.Name, prefix) && packedCopy(t) {
+				f.DontNeed(t)
+			}
+		}
+	}
 	if w.finalNorm, err = tensorFloats(f, "output_norm.weight", d); err != nil {
 		return nil, err
 	}
@@ -316,29 +331,29 @@ func loadWeights(f *gguf.File, mc ModelConfig) (*weights, error) {
 			w.embed = quantRows{o.m}
 		}
 	}
+	drop("output.")
+	drop("token_embd.")
 	for l := range mc.Layers {
 		lw, err := loadLayer(f, mc, l)
 		if err != nil {
 			return nil, err
 		}
 		w.layers = append(w.layers, lw)
+		drop(fmt.Sprintf("blk.%d.", l))
 	}
-	w.fingerprint = fileFingerprint(f, mc)
-	// The f32 kernels read packed copies of the F32, F16 and BF16 matrices (all but a
-	// separate token embedding, which is read in place): the file's pages of those
-	// would only double an unquantized model's resident memory.
-	_, separate := f.Tensor("output.weight")
-	for _, t := range f.Tensors() {
-		if len(t.Dims) == 2 && isFloat(t.Type) && !(separate && t.Name == "token_embd.weight") {
+	drop("")
+	w.fingerprint = fileFingerprint(f, mc, func(t gguf.TensorInfo) {
+		if packedCopy(t) {
 			f.DontNeed(t)
 		}
-	}
+	})
 	return w, nil
 }
 
 // fileFingerprint hashes the shape and every tensor's bytes, so two workers agree
 // on it exactly when they serve the same weights, whatever the file is called.
-func fileFingerprint(f *gguf.File, mc ModelConfig) string {
+// hashed is called after each tensor's bytes are hashed.
+func fileFingerprint(f *gguf.File, mc ModelConfig, hashed func(gguf.TensorInfo)) string {
 	h := xxh3.New()
 	fmt.Fprintf(h, "%s/%d/%d/%d/%d/%d/%d/%d/%v/%v/%v/%d;", mc.Arch, mc.Layers, mc.DModel, mc.Heads,
 		mc.KVHeads, mc.HeadDim, mc.FFN, mc.VocabSize, mc.RopeTheta, mc.RopeScale, mc.NormEps, mc.ropeDims())
@@ -349,6 +364,7 @@ func fileFingerprint(f *gguf.File, mc ModelConfig) string {
 	for _, t := range f.Tensors() {
 		fmt.Fprintf(h, "%s/%d/%v;", t.Name, t.Type, t.Dims)
 		h.Write(t.Data)
+		hashed(t)
 	}
 	return fmt.Sprintf("gguf-%s-%016x", mc.Arch, h.Sum64())
 }
