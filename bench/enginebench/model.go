@@ -186,7 +186,7 @@ func writeTokenizer(f *gguf.Writer, vocab int) error {
 			spec.Types = append(spec.Types, tokenizer.TokenUnused)
 		}
 	}
-	var tmp ggufwrite.File
+	var tmp gguf.Writer
 	spec.WriteGGUF(&tmp)
 	b, err := tmp.Bytes()
 	if err != nil {
@@ -199,7 +199,7 @@ func writeTokenizer(f *gguf.Writer, vocab int) error {
 // writing special token ids as uint32, the type llama.cpp requires of them (it
 // refuses to load a file whose ids are int32; 2^32-1 is its "none"), so that
 // llama-bench runs on the files make-model writes.
-func copyTokenizerKeys(f *ggufwrite.File, b []byte) error {
+func copyTokenizerKeys(f *gguf.Writer, b []byte) error {
 	src, err := gguf.Parse(b)
 	if err != nil {
 		return err
