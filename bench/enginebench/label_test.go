@@ -7,7 +7,6 @@ import (
 
 	"github.com/tandem-serve/tandem/engine/quant"
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/ggufwrite"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -17,7 +16,7 @@ import (
 func TestTypeLabelIsTheFileType(t *testing.T) {
 	build := func(fileType int) *gguf.File {
 		t.Helper()
-		var w ggufwrite.File
+		var w gguf.Writer
 		w.Set("general.architecture", "llama")
 		if fileType >= 0 {
 			w.Set("general.file_type", uint32(fileType))
