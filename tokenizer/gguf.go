@@ -240,8 +240,9 @@ func (s Spec) WriteGGUF(w *gguf.Writer) {
 		w.Set(keyMerges, s.Merges)
 	}
 	for _, k := range specialKeys {
-		// Written even when absent (as -1), so that llama.cpp's defaults do not fill in.
-		w.Set(k.key, *k.id(&s))
+		// Written even when absent (2^32-1, llama.cpp's "none"), so that its defaults
+		// do not fill in; as uint32, the only type llama.cpp loads these keys as.
+		w.Set(k.key, uint32(*k.id(&s)))
 	}
 	w.Set(keyAddBOS, s.AddBOS)
 	w.Set(keyAddEOS, s.AddEOS)

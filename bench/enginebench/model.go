@@ -186,52 +186,7 @@ func writeTokenizer(f *gguf.Writer, vocab int) error {
 			spec.Types = append(spec.Types, tokenizer.TokenUnused)
 		}
 	}
-	var tmp gguf.Writer
-	spec.WriteGGUF(&tmp)
-	b, err := tmp.Bytes()
-	if err != nil {
-		return err
-	}
-	return copyTokenizerKeys(f, b)
-}
-
-// copyTokenizerKeys copies a tokenizer's metadata from the GGUF file b into f,
-// writing special token ids as uint32, the type llama.cpp requires of them (it
-// refuses to load a file whose ids are int32; 2^32-1 is its "none"), so that
-// llama-bench runs on the files make-model writes.
-func copyTokenizerKeys(f *gguf.Writer, b []byte) error {
-	src, err := gguf.Parse(b)
-	if err != nil {
-		return err
-	}
-	for _, key := range src.Keys() {
-		if key == "general.alignment" {
-			continue
-		}
-		v, _ := src.Value(key)
-		var val any
-		switch {
-		case strings.HasSuffix(key, "_token_id") && v.Type == gguf.ValueInt32:
-			i, _ := src.Int(key)
-			val = uint32(int32(i))
-		case v.Type == gguf.ValueString:
-			val, err = src.String(key)
-		case v.Type == gguf.ValueBool:
-			val, err = src.Bool(key)
-		case v.Type == gguf.ValueArray && v.Elem == gguf.ValueString:
-			val, err = src.Strings(key)
-		case v.Type == gguf.ValueArray && v.Elem == gguf.ValueFloat32:
-			val, err = src.Float32s(key)
-		case v.Type == gguf.ValueArray && v.Elem == gguf.ValueInt32:
-			val, err = src.Int32s(key)
-		default:
-			return fmt.Errorf("enginebench: tokenizer key %s has type %s, which make-model does not copy", key, v)
-		}
-		if err != nil {
-			return err
-		}
-		f.Set(key, val)
-	}
+	spec.WriteGGUF(f)
 	return nil
 }
 
