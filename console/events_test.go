@@ -15,7 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tandem-serve/tandem/frontend"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -149,7 +150,7 @@ func TestEventsFollowTheRouterAndTheRequests(t *testing.T) {
 
 	// Everything running before the page connects (the fleet subscription among
 	// it) is allowed to outlive it.
-	waitFor(t, "the fleet subscription", func() bool {
+	testutil.WaitFor(t, "the fleet subscription", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.fleet.Connected
@@ -215,19 +216,8 @@ func TestEventsFollowTheRouterAndTheRequests(t *testing.T) {
 	}
 	late.close()
 	page.close()
-	waitFor(t, "both pages unsubscribed", func() bool { return c.Subscribers() == 0 })
+	testutil.WaitFor(t, "both pages unsubscribed", func() bool { return c.Subscribers() == 0 })
 	goleak.VerifyNone(t, before)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // While the router's fleet stream is down the pages are told so, with the last

@@ -19,7 +19,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/handoff"
-	"github.com/tandem-serve/tandem/internal/testmodel"
+	"github.com/tandem-serve/tandem/internal/testutil/testmodel"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"

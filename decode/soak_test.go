@@ -22,8 +22,8 @@ import (
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/handoff"
-	"github.com/tandem-serve/tandem/internal/rpctest"
-	"github.com/tandem-serve/tandem/internal/soaktest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/soaktest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 )

@@ -18,7 +18,7 @@ import (
 	"github.com/tandem-serve/tandem/decode"
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/handoff"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/testutil"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )
@@ -47,10 +48,10 @@ func TestAdmissionControl(t *testing.T) {
 	}
 	first := make(chan *http.Response, 1)
 	go func() { first <- post() }() // takes the slot, blocks in the backend
-	waitFor(t, func() bool { return len(f.backend.(admittedBackend).a.slots) == 1 })
+	testutil.WaitFor(t, "the condition", func() bool { return len(f.backend.(admittedBackend).a.slots) == 1 })
 	second := make(chan *http.Response, 1)
 	go func() { second <- post() }() // queues
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the condition", func() bool {
 		f.backend.(admittedBackend).a.mu.Lock()
 		defer f.backend.(admittedBackend).a.mu.Unlock()
 		return f.backend.(admittedBackend).a.queue == 1
@@ -72,16 +73,5 @@ func TestAdmissionControl(t *testing.T) {
 	go func() { b.gate <- struct{}{} }()
 	if r := post(); r.StatusCode != http.StatusOK {
 		t.Fatalf("after the slot came back: %d", r.StatusCode)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition never held")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tandem-serve/tandem/internal/slogtest"
+	"github.com/tandem-serve/tandem/internal/testutil/slogtest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 )

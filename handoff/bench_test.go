@@ -10,7 +10,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/native"
-	"github.com/tandem-serve/tandem/internal/poolengine"
+	"github.com/tandem-serve/tandem/internal/testutil/poolengine"
 )
 
 // BenchmarkPipe is the protocol's own cost, both halves together with no network:

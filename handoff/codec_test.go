@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/testutil"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 )
 
@@ -45,13 +46,13 @@ func TestCodecMixedChunks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := drain(t, ctx, st)
+			want := testutil.Drain(t, ctx, st)
 			remote, _ := receiver(t, hc)
 			out := fetch(t, ctx, p, remote, req, 0, 10*time.Second)
 			if out.err != nil {
 				t.Fatalf("Fetch through the codec: %v", out.err)
 			}
-			if got := drain(t, ctx, out.st); !slices.Equal(got, want) || len(want) == 0 {
+			if got := testutil.Drain(t, ctx, out.st); !slices.Equal(got, want) || len(want) == 0 {
 				t.Errorf("imported KV decodes to %v, local prefill to %v", got, want)
 			}
 		})

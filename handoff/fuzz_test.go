@@ -3,7 +3,6 @@ package handoff
 import (
 	"context"
 	"errors"
-	"io"
 	"runtime"
 	"slices"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 // FuzzHandoff drives Fetch, the receiving half of a handoff, with a fake prefill
@@ -169,23 +169,6 @@ func fetch(t *testing.T, ctx context.Context, client Client, eng *sim.Engine, re
 	return handoffOutcome{}
 }
 
-// drain reads st to the end and closes it.
-func drain(t *testing.T, ctx context.Context, st engine.Stream) []uint32 {
-	t.Helper()
-	defer st.Close()
-	var toks []uint32
-	for {
-		tok, err := st.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return toks
-		}
-		if err != nil {
-			t.Fatalf("stream after a successful import: %v", err)
-		}
-		toks = append(toks, tok)
-	}
-}
-
 // checkFailure checks that a failed fetch says why in a way the fallback ladder
 // reads, and returned nothing else.
 func checkFailure(t *testing.T, out handoffOutcome, cancelled bool) {
@@ -248,7 +231,7 @@ func runHandoffCase(t *testing.T, pe *sim.Engine, promptLen, cached, poolBlocks 
 		if r := out.res; r.Blocks != n-r.Skipped || r.Bytes != r.Blocks*info.Layout.BlockBytes || r.Skipped > hc.skip {
 			t.Errorf("handoff of %d blocks, %d bytes, %d skipped; prompt has %d blocks, caller held %d", r.Blocks, r.Bytes, r.Skipped, n, hc.skip)
 		}
-		toks := drain(t, reqCtx, out.st)
+		toks := testutil.Drain(t, reqCtx, out.st)
 		first := hc.steps[0].msg.GetHeader().GetFirstToken()
 		if len(toks) != req.MaxTokens || toks[0] != first {
 			t.Errorf("imported stream yields %v; want %d tokens starting with the header's %d", toks, req.MaxTokens, first)
@@ -293,7 +276,7 @@ func runPair(t *testing.T, pe *sim.Engine, promptLen, cached, poolBlocks uint8, 
 			t.Errorf("moved %d blocks (%d bytes) skipping %d; want %d skipping %d", r.Blocks, r.Bytes, r.Skipped, n-skipped, skipped)
 		}
 		first := hc.sent[0].GetHeader().GetFirstToken()
-		if toks := drain(t, ctx, out.st); len(toks) != req.MaxTokens || toks[0] != first {
+		if toks := testutil.Drain(t, ctx, out.st); len(toks) != req.MaxTokens || toks[0] != first {
 			t.Errorf("imported stream yields %v; want %d tokens starting with the Sender's %d", toks, req.MaxTokens, first)
 		}
 	}

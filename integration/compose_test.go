@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 // composeProject is the compose project the smoke test runs as; a run first removes
@@ -67,7 +69,7 @@ func TestComposeSmoke(t *testing.T) {
 	// A prompt longer than the decode worker's threshold crosses containers: the
 	// prefill worker computes its KV cache and ships it to the decode worker.
 	long := strings.Repeat("The prefill container ships the KV cache to the decode container. ", 20)
-	eventually(t, time.Minute, "a long prompt is prefilled remotely", func() bool {
+	testutil.WaitForWithin(t, time.Minute, "a long prompt is prefilled remotely", func() bool {
 		_, path, _ := c.streamChat(t, long, 4)
 		return path == "remote"
 	})
@@ -86,7 +88,7 @@ func TestComposeSmoke(t *testing.T) {
 		}
 	}
 	var entries []*api.ServiceEntry
-	eventually(t, time.Minute, "both decode replicas are passing in Consul", func() bool {
+	testutil.WaitForWithin(t, time.Minute, "both decode replicas are passing in Consul", func() bool {
 		var err error
 		entries, _, err = c.consul.Health().Service("tandem-decode", "", true, nil)
 		return err == nil && len(entries) == 2
@@ -107,7 +109,7 @@ func TestComposeSmoke(t *testing.T) {
 	// Both replicas receive traffic.
 	seen := map[string]int{}
 	attempt := 0
-	eventually(t, time.Minute, fmt.Sprintf("both decode replicas %v serve requests", ids), func() bool {
+	testutil.WaitForWithin(t, time.Minute, fmt.Sprintf("both decode replicas %v serve requests", ids), func() bool {
 		attempt++
 		w, _ := chat(t, c.frontend, fmt.Sprintf("Request %d: which replica answers?", attempt))
 		seen[w]++

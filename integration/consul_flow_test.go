@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/console"
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 // The suite registers itself in a real Consul agent, finds its members there, and
@@ -26,7 +27,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 
 	// Registration is visible in the catalog, with passing checks and the metadata.
 	for _, name := range []string{"tandem-prefill", "tandem-decode", "tandem-router", "tandem-frontend"} {
-		eventually(t, 30*time.Second, name+" passing in Consul", func() bool { return len(passing(t, a, name)) == 1 })
+		testutil.WaitForWithin(t, 30*time.Second, name+" passing in Consul", func() bool { return len(passing(t, a, name)) == 1 })
 	}
 	d := passing(t, a, "tandem-decode")[0].Service
 	if d.ID != "decode-c1" || d.Meta["mode"] != "decode" || d.Meta["engine"] != "native" || d.Meta["model"] != "tandem-tiny" ||
@@ -46,7 +47,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	}
 	waitHealthy(t, fe.addr)
 	long := strings.Repeat("Disaggregation ships the KV cache between workers. ", 10)
-	eventually(t, 30*time.Second, "a long prompt is prefilled remotely", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "a long prompt is prefilled remotely", func() bool {
 		_, path := chat(t, fe.addr, long)
 		return path == "remote"
 	})
@@ -61,7 +62,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	// threshold says.
 	fresh := 0
 	freshLong := func() string { fresh++; return fmt.Sprintf("Fresh prompt %d. %s", fresh, long) }
-	eventually(t, 10*time.Second, "the raised threshold makes a long prompt local", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "the raised threshold makes a long prompt local", func() bool {
 		_, path := chat(t, fe.addr, freshLong())
 		return path == "local"
 	})
@@ -110,7 +111,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	// (A fresh prompt: the earlier one is now cached on the decode worker, so its
 	// effective length is short.)
 	attempt := 0
-	eventually(t, 10*time.Second, "the lowered threshold makes a long prompt remote again", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "the lowered threshold makes a long prompt remote again", func() bool {
 		attempt++
 		_, path := chat(t, fe.addr, fmt.Sprintf("Attempt %d. %s", attempt, strings.Repeat("A prompt the decode worker has never seen. ", 10)))
 		return path == "remote"
@@ -119,7 +120,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	// A new worker receives traffic.
 	d2 := runService(t, with("decode", "--listen", "127.0.0.1:0", "--id", "decode-c2")...)
 	seen := map[string]bool{}
-	eventually(t, 30*time.Second, "both decode workers get requests", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "both decode workers get requests", func() bool {
 		w, _ := chat(t, fe.addr, "hello")
 		seen[w] = true
 		return seen["decode-c1"] && seen["decode-c2"]
@@ -129,12 +130,12 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	if out, err := exec.Command(tandemBin, "drain", d2.addr).CombinedOutput(); err != nil {
 		t.Fatalf("tandem drain: %v %s", err, out)
 	}
-	eventually(t, 15*time.Second, "the drained worker leaves Consul's passing set", func() bool { return len(passing(t, a, "tandem-decode")) == 1 })
+	testutil.WaitForWithin(t, 15*time.Second, "the drained worker leaves Consul's passing set", func() bool { return len(passing(t, a, "tandem-decode")) == 1 })
 	onlyFirst(t, fe.addr, 20*time.Second, "after draining decode-c2")
 	if out, err := exec.Command(tandemBin, "drain", d2.addr, "--undo").CombinedOutput(); err != nil {
 		t.Fatalf("tandem drain --undo: %v %s", err, out)
 	}
-	eventually(t, 15*time.Second, "the undrained worker is passing again", func() bool { return len(passing(t, a, "tandem-decode")) == 2 })
+	testutil.WaitForWithin(t, 15*time.Second, "the undrained worker is passing again", func() bool { return len(passing(t, a, "tandem-decode")) == 2 })
 
 	// A stopped worker is removed from routing. It deregisters itself as its drain
 	// begins: by the time the process has exited it is gone from the catalog, not
@@ -149,7 +150,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 			t.Errorf("decode-c2 exited after SIGTERM but is still in Consul's catalog (checks %v)", e.Checks.AggregatedStatus())
 		}
 	}
-	eventually(t, 15*time.Second, "the stopped worker leaves Consul", func() bool { return len(passing(t, a, "tandem-decode")) == 1 })
+	testutil.WaitForWithin(t, 15*time.Second, "the stopped worker leaves Consul", func() bool { return len(passing(t, a, "tandem-decode")) == 1 })
 	onlyFirst(t, fe.addr, 20*time.Second, "after stopping decode-c2")
 
 	// With Consul stopped, requests are still served from the last membership;
@@ -162,7 +163,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 	}
 	a.start()
 	for _, name := range []string{"tandem-prefill", "tandem-decode", "tandem-router", "tandem-frontend"} {
-		eventually(t, 30*time.Second, name+" registered again after the restart", func() bool { return len(passing(t, a, name)) == 1 })
+		testutil.WaitForWithin(t, 30*time.Second, name+" registered again after the restart", func() bool { return len(passing(t, a, name)) == 1 })
 	}
 	if w, _ := chat(t, fe.addr, "after the restart"); w != "decode-c1" {
 		t.Fatalf("after Consul restarted, served by %q", w)
@@ -173,7 +174,7 @@ func TestConsulDiscoveryAndPolicy(t *testing.T) {
 // that ten in a row do.
 func onlyFirst(t *testing.T, fe string, limit time.Duration, when string) {
 	t.Helper()
-	eventually(t, limit, "routing settles "+when, func() bool {
+	testutil.WaitForWithin(t, limit, "routing settles "+when, func() bool {
 		for range 10 {
 			if w, _ := chat(t, fe, "who serves this?"); w != "decode-c1" {
 				return false

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 var (
@@ -108,7 +110,7 @@ func (a *consulAgent) start() {
 	}
 	a.done = make(chan struct{})
 	go func() { _ = a.cmd.Wait(); logf.Close(); close(a.done) }()
-	eventually(t, 30*time.Second, "consul has a leader", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "consul has a leader", func() bool {
 		leader, err := a.API.Status().Leader()
 		return err == nil && leader != ""
 	})
@@ -126,18 +128,6 @@ func (a *consulAgent) stop() {
 		<-a.done
 	}
 	a.cmd = nil
-}
-
-// eventually polls cond until it holds, failing after limit.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", limit, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func passing(t *testing.T, a *consulAgent, service string) []*api.ServiceEntry {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 // TestConsulCheckVerifiesTLS: with --check-tls-verify, Consul's health check of a
@@ -24,7 +26,7 @@ func TestConsulCheckVerifiesTLS(t *testing.T) {
 	runService(t, flags("decode-verified")...)
 	runService(t, flags("decode-misnamed", "--check-tls-server-name", "someone-else.example")...)
 
-	eventually(t, 30*time.Second, "the verified worker passes its TLS check", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "the verified worker passes its TLS check", func() bool {
 		for _, e := range passing(t, a, "tandem-decode") {
 			if e.Service.ID == "decode-verified" {
 				return true

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 // chatResult is what a client of /v1/chat/completions saw.
@@ -140,7 +142,7 @@ func kvBehindProxy(t *testing.T, args ...string) (*service, *faultProxy) {
 func warmKVPort(t *testing.T, fe string, pre *service, tokens int) {
 	t.Helper()
 	try := 0
-	eventually(t, 45*time.Second, "a remote prefill goes through the KV transfer port", func() bool {
+	testutil.WaitForWithin(t, 45*time.Second, "a remote prefill goes through the KV transfer port", func() bool {
 		try++
 		r := chatFull(context.Background(), fe, longPrompt(1000+try, tokens), 2)
 		v, _ := metricValue(pre.addr, `tandem_prefill_sent_bytes_total{port="kv"}`)
@@ -324,7 +326,7 @@ func TestSlowAndPartitionedPrefillLink(t *testing.T) {
 	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
 	waitHealthy(t, fe)
 	ctx := context.Background()
-	eventually(t, 30*time.Second, "a long prompt goes remote over the healthy link", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "a long prompt goes remote over the healthy link", func() bool {
 		return chatFull(ctx, fe, longPrompt(int(time.Now().UnixNano()%1e6), 300), 4).path == "remote"
 	})
 
@@ -410,7 +412,7 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 	bothFree := func(what string) {
 		t.Helper()
 		for _, w := range []*service{dec, pre} {
-			eventually(t, 20*time.Second, fmt.Sprintf("%s: %s holds no active blocks", what, w.addr), func() bool {
+			testutil.WaitForWithin(t, 20*time.Second, fmt.Sprintf("%s: %s holds no active blocks", what, w.addr), func() bool {
 				m := scrape(w.addr)
 				return strings.Contains(string(m), activeBlocks) && m.sum(activeBlocks) == 0
 			})
@@ -518,7 +520,7 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 				r.done, r.text, r.err)
 		}
 		bothFree(tc.name)
-		eventually(t, 10*time.Second, tc.name+": the prefill worker ends the abandoned prefill", func() bool {
+		testutil.WaitForWithin(t, 10*time.Second, tc.name+": the prefill worker ends the abandoned prefill", func() bool {
 			return scrape(pre.addr).sum("tandem_num_requests_running") == 0
 		})
 		kvProxy.release()

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 // The GPU engine adapters, driven through the whole suite with no GPU: each
 // engine server is a fake built from its documented protocol
-// (internal/fakeengine), and every request goes client -> frontend -> router ->
+// (internal/testutil/fakeengine), and every request goes client -> frontend -> router ->
 // tandem decode worker -> fake engine, with a tandem prefill worker in front of
 // another fake for the remote path.
 

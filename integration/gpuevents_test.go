@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 

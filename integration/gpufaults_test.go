@@ -13,7 +13,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 )
@@ -152,11 +153,11 @@ func TestGPUEngineDownAndBack(t *testing.T) {
 		t.Fatalf("with the engine up: %+v", out.Tandem)
 	}
 	c.p.Kill()
-	eventually(t, 10*time.Second, "the prefill worker NOT_SERVING", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "the prefill worker NOT_SERVING", func() bool {
 		_, err := runTandem("health", pre)
 		return err != nil
 	})
-	eventually(t, 10*time.Second, "tandem workers naming the dead engine", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "tandem workers naming the dead engine", func() bool {
 		out, _ := runTandem("workers", "--router", c.rtr)
 		return strings.Contains(out, "unavailable: vllm at "+c.p.URL())
 	})
@@ -169,7 +170,7 @@ func TestGPUEngineDownAndBack(t *testing.T) {
 	}
 	// At most one request per decode worker pays for a failed attempt (the router
 	// already offers the worker to none); after it, none do.
-	eventually(t, 10*time.Second, "long prompts no longer tried on the dead engine", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "long prompts no longer tried on the dead engine", func() bool {
 		out, _ := complete(t, c.fe, gpuLongPrompt+" again "+time.Now().String())
 		return out.Tandem.PrefillReason == "no_prefill_worker"
 	})
@@ -179,11 +180,11 @@ func TestGPUEngineDownAndBack(t *testing.T) {
 		}
 	}
 	c.p.Revive(t)
-	eventually(t, 10*time.Second, "the prefill worker SERVING again", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "the prefill worker SERVING again", func() bool {
 		_, err := runTandem("health", pre)
 		return err == nil
 	})
-	eventually(t, 10*time.Second, "long prompts remote again", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "long prompts remote again", func() bool {
 		out, _ := complete(t, c.fe, gpuLongPrompt+" once more "+time.Now().String())
 		return out.Tandem.PrefillPath == "remote"
 	})
@@ -211,12 +212,12 @@ func TestGPUWorkerWaitsForEngineServing(t *testing.T) {
 	if out, err := runTandem("health", w); err == nil {
 		t.Errorf("tandem health said SERVING with no engine server: %s", out)
 	}
-	eventually(t, 10*time.Second, "/readyz naming the engine server it waits for", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "/readyz naming the engine server it waits for", func() bool {
 		r := readyz(t, w)
 		return strings.HasPrefix(r, "503") && strings.Contains(r, "waiting for the vllm engine server at http://"+addr)
 	})
 	f.StartOn(t, addr)
-	eventually(t, 30*time.Second, "the worker SERVING once its engine server answers", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "the worker SERVING once its engine server answers", func() bool {
 		_, err := runTandem("health", w)
 		return err == nil
 	})

@@ -9,7 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	frontendv1 "github.com/tandem-serve/tandem/proto/tandem/frontend/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 	"github.com/tandem-serve/tandem/tokenizer"

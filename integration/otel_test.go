@@ -19,7 +19,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 // span is what the tests read of an exported span.
@@ -175,7 +176,7 @@ func TestTracingRemotePrefill(t *testing.T) {
 		"tandem.prefill.v1.PrefillService/Prefill", "frontend.parse", "frontend.prepare", "router.decide", "decode.decide",
 		"decode.remote_prefill"}
 	var spans []span
-	eventually(t, 30*time.Second, "every hop's span is exported", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "every hop's span is exported", func() bool {
 		spans = rcv.trace(traceID)
 		for _, n := range want {
 			if named(spans, n) == nil {
@@ -228,7 +229,7 @@ func TestTracingRemotePrefill(t *testing.T) {
 	if resp, err := http.Get(url + "/health"); err == nil {
 		resp.Body.Close()
 	}
-	eventually(t, 30*time.Second, "the second request's spans are exported", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "the second request's spans are exported", func() bool {
 		return named(rcv.trace(newTrace), "decode.decide") != nil
 	})
 	rcv.mu.Lock()
@@ -330,7 +331,7 @@ func TestTracingGPUEngineAndFallback(t *testing.T) {
 		t.Fatalf("prefill path %s (%s), want fallback for remote_error_before_kv", path, reason)
 	}
 	var spans []span
-	eventually(t, 30*time.Second, "the fallback's spans are exported", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "the fallback's spans are exported", func() bool {
 		spans = rcv.trace(fallbackTrace)
 		return named(spans, "decode.decide") != nil && named(spans, "decode.remote_prefill") != nil
 	})

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tandem-serve/tandem/bench"
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 

@@ -18,7 +18,8 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 )
 
 // fixtureModel is the workers' model unless a test names one (a flag wins over the
@@ -257,7 +258,7 @@ func TestDrainWithStaticDiscovery(t *testing.T) {
 	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
 	waitHealthy(t, fe)
 	seen := map[string]bool{}
-	eventually(t, 30*time.Second, "both decode workers get requests", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "both decode workers get requests", func() bool {
 		w, _ := chat(t, fe, fmt.Sprintf("hello %d", len(seen)))
 		seen[w] = true
 		return seen["decode-s1"] && seen["decode-s2"]
@@ -265,7 +266,7 @@ func TestDrainWithStaticDiscovery(t *testing.T) {
 	if out, err := exec.Command(tandemBin, "drain", db).CombinedOutput(); err != nil {
 		t.Fatalf("tandem drain: %v %s", err, out)
 	}
-	eventually(t, 10*time.Second, "tandem workers shows the worker draining", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "tandem workers shows the worker draining", func() bool {
 		out, err := exec.Command(tandemBin, "workers", "--router", rtr).CombinedOutput()
 		for _, line := range strings.Split(string(out), "\n") {
 			if f := strings.Fields(line); err == nil && len(f) == 4 && f[0] == "decode-s2" {
@@ -274,7 +275,7 @@ func TestDrainWithStaticDiscovery(t *testing.T) {
 		}
 		return false
 	})
-	eventually(t, 10*time.Second, "requests stop reaching the drained worker", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "requests stop reaching the drained worker", func() bool {
 		for i := range 10 {
 			if w, _ := chat(t, fe, fmt.Sprintf("who serves %d?", i)); w != "decode-s1" {
 				return false
@@ -286,7 +287,7 @@ func TestDrainWithStaticDiscovery(t *testing.T) {
 		t.Fatalf("tandem drain --undo: %v %s", err, out)
 	}
 	clear(seen)
-	eventually(t, 30*time.Second, "the undrained worker gets requests again", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "the undrained worker gets requests again", func() bool {
 		w, _ := chat(t, fe, fmt.Sprintf("back %d", len(seen)))
 		seen[w] = true
 		return seen["decode-s2"]

@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/soaktest"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/soaktest"
 )
 
 // TestSoakThroughUp is issue 9's bounded soak through the real binary: concurrent
@@ -66,7 +67,7 @@ func TestSoakThroughUp(t *testing.T) {
 	client := &http.Client{Transport: transport}
 
 	// Warm up every connection between the services, then take the baselines.
-	eventually(t, 30*time.Second, "a long prompt goes remote through tandem up", func() bool {
+	testutil.WaitForWithin(t, 30*time.Second, "a long prompt goes remote through tandem up", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		r := soakStream(ctx, client, url, soakBody(longPrompt(-100, 240), 4, 0, 1), -1, cancel)
@@ -78,7 +79,7 @@ func TestSoakThroughUp(t *testing.T) {
 	transport.CloseIdleConnections()
 	baseBlocks := map[string]poolState{}
 	for _, w := range []string{dec, pre} {
-		eventually(t, 30*time.Second, w+" holds no active blocks after the warm-up", func() bool {
+		testutil.WaitForWithin(t, 30*time.Second, w+" holds no active blocks after the warm-up", func() bool {
 			st, ok := readPool(w)
 			baseBlocks[w] = st
 			return ok && st.active == 0 && st.running == 0 && st.waiting == 0
@@ -295,7 +296,7 @@ type upServices struct {
 func upAddresses(t *testing.T, p *proc) upServices {
 	t.Helper()
 	var s upServices
-	eventually(t, 10*time.Second, "tandem up logs its services' addresses", func() bool {
+	testutil.WaitForWithin(t, 10*time.Second, "tandem up logs its services' addresses", func() bool {
 		for _, line := range strings.Split(p.logs(), "\n") {
 			var rec struct {
 				Msg string `json:"msg"`

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/tandem-serve/tandem/internal/soaktest"
+	"github.com/tandem-serve/tandem/internal/testutil/soaktest"
 )
 
 func soakBody(content string, maxTokens int, temperature float64, seed uint64) string {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	"github.com/tandem-serve/tandem/prefill"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/prefill/v1/prefillv1connect"
 )

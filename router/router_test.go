@@ -12,7 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"

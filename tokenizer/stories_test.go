@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tandem-serve/tandem/internal/testmodel"
+	"github.com/tandem-serve/tandem/internal/testutil/testmodel"
 )
 
 // storiesReference is the start of llama2.c's greedy generation from BOS with
-// stories260K, and the text it begins (internal/testmodel/stories260K-greedy.txt,
+// stories260K, and the text it begins (internal/testutil/testmodel/stories260K-greedy.txt,
 // with its source and licence).
 var storiesReference, storiesText = testmodel.Stories260KGreedy()
 

@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
 	"github.com/tandem-serve/tandem/worker"

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/worker"
 )

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	"github.com/tandem-serve/tandem/kvcache"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"

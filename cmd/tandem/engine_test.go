@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 // 'tandem engine check' exits 0 for a good engine, prints the table or the

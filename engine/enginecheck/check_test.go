@@ -16,7 +16,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/sglang"
 	"github.com/tandem-serve/tandem/engine/trtllm"
 	"github.com/tandem-serve/tandem/engine/vllm"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 func dialect(k fakeengine.Kind) openaihttp.Dialect {

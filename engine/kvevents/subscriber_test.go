@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/engine/kvevents"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 func waitFor(t *testing.T, what string, cond func() bool, poke func()) {

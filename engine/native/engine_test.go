@@ -3,11 +3,11 @@ package native
 import (
 	"context"
 	"errors"
-	"io"
 	"slices"
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 func newTestEngine(t *testing.T, cfg Config) *Engine {
@@ -23,29 +23,13 @@ func newTestEngine(t *testing.T, cfg Config) *Engine {
 	return e
 }
 
-// drain reads a stream to its end.
-func drain(t *testing.T, st engine.Stream) []uint32 {
-	t.Helper()
-	var out []uint32
-	for {
-		tok, err := st.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("Next: %v", err)
-		}
-		out = append(out, tok)
-	}
-}
-
 func generate(t *testing.T, e engine.Engine, req engine.Request) ([]uint32, engine.Stream) {
 	t.Helper()
 	st, err := e.Generate(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return drain(t, st), st
+	return testutil.Drain(t, context.Background(), st), st
 }
 
 func sampled(seed uint64) engine.Sampling {
@@ -164,7 +148,7 @@ func TestBatchedDecodeMatchesUnbatched(t *testing.T) {
 		}
 	}
 	for i, st := range streams {
-		if got := drain(t, st); !slices.Equal(got, alone[i]) {
+		if got := testutil.Drain(t, context.Background(), st); !slices.Equal(got, alone[i]) {
 			t.Errorf("%s: batched %v, alone %v", reqs[i].ID, got, alone[i])
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/testmodel"
+	"github.com/tandem-serve/tandem/internal/testutil/testmodel"
 	"github.com/tandem-serve/tandem/kvcache"
 )
 

@@ -5,11 +5,11 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/internal/testmodel"
+	"github.com/tandem-serve/tandem/internal/testutil/testmodel"
 )
 
 // The first tokens llama2.c's own test draws greedily from BOS with stories260K
-// (internal/testmodel/stories260K-greedy.txt, with its source and licence).
+// (internal/testutil/testmodel/stories260K-greedy.txt, with its source and licence).
 func TestStories260KGreedyMatchesReference(t *testing.T) {
 	stories260KReference, _ := testmodel.Stories260KGreedy()
 	e := newTestEngine(t, Config{Model: "stories260K"})

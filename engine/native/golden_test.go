@@ -14,7 +14,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/testmodel"
+	"github.com/tandem-serve/tandem/internal/testutil/testmodel"
 )
 
 // -update-arch-models rewrites testdata/arch/*.gguf from their seeds, and the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/testutil"
 	"github.com/tandem-serve/tandem/kvcache"
 	"github.com/tandem-serve/tandem/kvcache/blockhash"
 )
@@ -54,7 +55,7 @@ func TestExportImportContinuesExactly(t *testing.T) {
 
 		src, dst := newTestEngine(t, Config{}), newTestEngine(t, Config{})
 		st := transfer(t, src, dst, req, 0)
-		got := drain(t, st)
+		got := testutil.Drain(t, context.Background(), st)
 		if !slices.Equal(got, want) {
 			t.Fatalf("%+v: imported %v, local %v", sp, got, want)
 		}
@@ -87,7 +88,7 @@ func TestImportWithSkippedBlocks(t *testing.T) {
 		t.Fatalf("dst caches %d blocks of the prefix, want 2", skip)
 	}
 	st := transfer(t, src, dst, req, skip)
-	if got := drain(t, st); !slices.Equal(got, want) {
+	if got := testutil.Drain(t, context.Background(), st); !slices.Equal(got, want) {
 		t.Fatalf("imported with skip %d: %v, local %v", skip, got, want)
 	}
 	if st.Usage().CachedTokens != 32 {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/tandem-serve/tandem/internal/testmodel"
+	"github.com/tandem-serve/tandem/internal/testutil/testmodel"
 )
 
 // refFamily is what the reference knows of each architecture, written from each

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
+	"github.com/tandem-serve/tandem/internal/testutil"
 	"github.com/tandem-serve/tandem/models"
 )
 
@@ -49,7 +51,7 @@ func TestEnginesShareLoadedWeights(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			outs[i] = drain(t, st)
+			outs[i] = testutil.Drain(t, context.Background(), st)
 		})
 	}
 	wg.Wait()

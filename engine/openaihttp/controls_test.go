@@ -7,7 +7,8 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/openaihttp"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 // Penalties, logit bias and min_p reach every GPU engine under the names they take.
@@ -22,7 +23,7 @@ func TestSamplingControlsBody(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			drain(t, s)
+			testutil.Drain(t, t.Context(), s)
 			reqs := f.Completions()
 			if len(reqs) != 1 {
 				t.Fatalf("%d requests", len(reqs))

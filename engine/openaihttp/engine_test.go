@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +14,8 @@ import (
 	"github.com/tandem-serve/tandem/engine/sglang"
 	"github.com/tandem-serve/tandem/engine/trtllm"
 	"github.com/tandem-serve/tandem/engine/vllm"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -51,22 +51,6 @@ func connect(t *testing.T, f *fakeengine.Server, mode openaihttp.TokenMode) *ope
 	return e
 }
 
-func drain(t *testing.T, s engine.Stream) []uint32 {
-	t.Helper()
-	defer s.Close()
-	var out []uint32
-	for {
-		tok, err := s.Next(t.Context())
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, tok)
-	}
-}
-
 // The local path sends exactly the documented body (token ids in, token ids
 // asked back) and streams the engine's token ids; the served model id and the
 // context length come from /v1/models.
@@ -96,7 +80,7 @@ func TestGenerateBody(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := drain(t, s); !slices.Equal(got, []uint32{11, 12, 13, 14}) {
+			if got := testutil.Drain(t, t.Context(), s); !slices.Equal(got, []uint32{11, 12, 13, 14}) {
 				t.Errorf("tokens %v", got)
 			}
 			if s.Finish() != engine.FinishLength || s.Usage().CompletionTokens != 4 || s.Usage().PromptTokens != 3 {
@@ -144,7 +128,7 @@ func TestTokenModes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := drain(t, s); !slices.Equal(got, words) {
+			if got := testutil.Drain(t, t.Context(), s); !slices.Equal(got, words) {
 				t.Errorf("tokens %v, want %v", got, words)
 			}
 		})
@@ -160,7 +144,7 @@ func TestStopToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := drain(t, s); !slices.Equal(got, []uint32{11, 12}) || s.Finish() != engine.FinishStop {
+	if got := testutil.Drain(t, t.Context(), s); !slices.Equal(got, []uint32{11, 12}) || s.Finish() != engine.FinishStop {
 		t.Errorf("tokens %v finish %v", got, s.Finish())
 	}
 }
@@ -336,7 +320,7 @@ func TestNoStopTokensIgnoresEOS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drain(t, s)
+		testutil.Drain(t, t.Context(), s)
 	}
 	reqs := f.Completions()
 	if len(reqs) != 2 {

@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 // jsonEqual reports whether a and b are the same JSON value.
@@ -85,7 +86,7 @@ func TestDisaggLegs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := drain(t, s); !slices.Equal(got, []uint32{11, 12, 13}) {
+			if got := testutil.Drain(t, t.Context(), s); !slices.Equal(got, []uint32{11, 12, 13}) {
 				t.Errorf("tokens %v", got)
 			}
 			if err := exp.Wait(t.Context()); err != nil {

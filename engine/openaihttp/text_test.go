@@ -11,7 +11,7 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/openaihttp"
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 

@@ -10,7 +10,8 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/engine/sim/simtest"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 )
 
 // salted is a prompt of n tokens sharing no block with prompt(n) or another salt.
@@ -69,11 +70,11 @@ func TestShortPoolQueues(t *testing.T) {
 		t.Errorf("13 blocks from a pool of 10: %v, want ErrNoBlocks at once", err)
 	}
 	want, _ := generate(t, simtest.New(t, nil), engine.Request{Prompt: salted(100, 2), MaxTokens: 20})
-	drain(t, first) // its blocks free: both waiting get theirs, in order
-	if got := drain(t, big); !slices.Equal(got, want) {
+	testutil.Drain(t, rpctest.Context(t), first) // its blocks free: both waiting get theirs, in order
+	if got := testutil.Drain(t, rpctest.Context(t), big); !slices.Equal(got, want) {
 		t.Errorf("the queued request decoded %v, want %v", got, want)
 	}
-	if n := len(drain(t, small)); n != 4 {
+	if n := len(testutil.Drain(t, rpctest.Context(t), small)); n != 4 {
 		t.Errorf("the small request drew %d tokens, want 4", n)
 	}
 	if st := e.Stats(); st.Waiting != 0 || st.ActiveBlocks != 0 || st.PrefixQueryTokens != 160 {
@@ -112,7 +113,7 @@ func TestQueuedCancelAndClose(t *testing.T) {
 		t.Errorf("usage of a request never admitted: %+v", u)
 	}
 	// The head left: the small one behind it fits beside the holder.
-	if n := len(drain(t, small)); n != 4 {
+	if n := len(testutil.Drain(t, rpctest.Context(t), small)); n != 4 {
 		t.Errorf("the request behind the cancelled one drew %d tokens, want 4", n)
 	}
 	last, err := e.Generate(rpctest.Context(t), engine.Request{Prompt: salted(100, 4), MaxTokens: 20})
@@ -144,23 +145,13 @@ func TestPrefillQueues(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitFor(t, func() bool { return e.Stats().Waiting == 1 })
+	testutil.WaitFor(t, "the condition", func() bool { return e.Stats().Waiting == 1 })
 	if st := e.Stats(); st.WaitingTokens != 30 {
 		t.Errorf("one 30-token prompt waiting for blocks: %+v", st)
 	}
 	a.Release()
 	if err := <-done; err != nil {
 		t.Errorf("queued prefill: %v", err)
-	}
-}
-
-// waitFor polls cond (something another goroutine brings about) for up to 10 s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10 s")
-		}
 	}
 }
 
@@ -215,8 +206,8 @@ func TestImportWaitsForBlocks(t *testing.T) {
 		imp, err := dst.Import(rpctest.Context(t), req, long)
 		out <- res{imp, err}
 	}()
-	waitFor(t, func() bool { return dst.Stats().Waiting == 1 })
-	drain(t, holder)
+	testutil.WaitFor(t, "the condition", func() bool { return dst.Stats().Waiting == 1 })
+	testutil.Drain(t, rpctest.Context(t), holder)
 	r := <-out
 	if r.err != nil {
 		t.Fatalf("import once blocks came free: %v", r.err)
@@ -233,7 +224,7 @@ func TestImportWaitsForBlocks(t *testing.T) {
 	}
 	t.Cleanup(s.Close)
 	want, _ := generate(t, simtest.New(t, nil), req)
-	if got := drain(t, s); !slices.Equal(got, want) {
+	if got := testutil.Drain(t, rpctest.Context(t), s); !slices.Equal(got, want) {
 		t.Errorf("imported after waiting: %v, want %v", got, want)
 	}
 
@@ -251,7 +242,7 @@ func TestImportWaitsForBlocks(t *testing.T) {
 		_, err := dst.Import(rpctest.Context(t), req, long)
 		errc <- err
 	}()
-	waitFor(t, func() bool { return dst.Stats().Waiting == 1 })
+	testutil.WaitFor(t, "the condition", func() bool { return dst.Stats().Waiting == 1 })
 	_ = dst.Close()
 	if err := <-errc; !errors.Is(err, engine.ErrClosed) {
 		t.Errorf("import waiting at close: %v, want ErrClosed", err)

@@ -10,7 +10,8 @@ import (
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/sim"
 	"github.com/tandem-serve/tandem/engine/sim/simtest"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 )
 
 func prompt(n int) []uint32 {
@@ -21,22 +22,6 @@ func prompt(n int) []uint32 {
 	return p
 }
 
-// drain reads a stream to its end.
-func drain(t *testing.T, s engine.Stream) []uint32 {
-	t.Helper()
-	var out []uint32
-	for {
-		tok, err := s.Next(rpctest.Context(t))
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("Next after %d tokens: %v", len(out), err)
-		}
-		out = append(out, tok)
-	}
-}
-
 func generate(t *testing.T, e *sim.Engine, req engine.Request) ([]uint32, engine.Stream) {
 	t.Helper()
 	s, err := e.Generate(rpctest.Context(t), req)
@@ -44,7 +29,7 @@ func generate(t *testing.T, e *sim.Engine, req engine.Request) ([]uint32, engine
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return drain(t, s), s
+	return testutil.Drain(t, rpctest.Context(t), s), s
 }
 
 func TestGenerateLengthAndUsage(t *testing.T) {
@@ -166,7 +151,7 @@ func TestPrefillImportMatchesGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	if got := drain(t, s); !slices.Equal(got, local) {
+	if got := testutil.Drain(t, rpctest.Context(t), s); !slices.Equal(got, local) {
 		t.Fatalf("imported sequence decodes %v, local Generate %v", got, local)
 	}
 	if _, err := exp.AppendBlock(nil, exp.NumBlocks()); err == nil {

@@ -135,7 +135,7 @@ func TestLayering(t *testing.T) {
 		}
 		// A fake engine server stands for software outside tandem, built from the
 		// engines' documented protocols: it shares no code with what it tests.
-		if name == "internal/fakeengine" {
+		if name == "internal/testutil/fakeengine" {
 			if bad := violations(p.deps, func(d string) bool { _, ours := pkgs[d]; return !ours }); len(bad) > 0 {
 				t.Errorf("%s links %v: a fake engine server imports no tandem package", name, bad)
 			}

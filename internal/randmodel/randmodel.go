@@ -1,6 +1,6 @@
 // Package randmodel is what every random-weight model in tandem shares: the
 // tensors of a llama-family decoder with the spread of their random values, and
-// the random source. internal/testmodel builds test models from it and
+// the random source. internal/testutil/testmodel builds test models from it and
 // bench/enginebench the benchmark models; each draws its own values, so their
 // files stay what they were.
 package randmodel

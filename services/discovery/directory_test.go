@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-serve/tandem/internal/testutil"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services/discovery"
@@ -63,8 +64,8 @@ func TestDirectoryStatic(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	d.SetStatic(ctx, []string{"10.0.0.1:9000", "10.0.0.2:9000"})
-	eventually(t, "p1 known", func() bool { _, ok := d.ByID("p1"); return ok })
-	eventually(t, "the silent address asked again", func() bool { return f.times("10.0.0.2:9000") >= 2 })
+	testutil.WaitFor(t, "p1 known", func() bool { _, ok := d.ByID("p1"); return ok })
+	testutil.WaitFor(t, "the silent address asked again", func() bool { return f.times("10.0.0.2:9000") >= 2 })
 	if isReady(d) {
 		t.Fatal("Ready while one static address has not answered")
 	}
@@ -88,7 +89,7 @@ func TestDirectoryStatic(t *testing.T) {
 	// p2 restarts under a new id: a lookup of the new id (the router suggests it)
 	// misses once, and has the address asked again.
 	f.set("10.0.0.2:9000", prefillInfo("p2b", 0))
-	eventually(t, "p2b found after a miss", func() bool { _, ok := d.ByID("p2b"); return ok })
+	testutil.WaitFor(t, "p2b found after a miss", func() bool { _, ok := d.ByID("p2b"); return ok })
 	if _, ok := d.ByID("p2"); ok {
 		t.Error("the old id p2 is still known")
 	}
@@ -109,7 +110,7 @@ func TestDirectoryCatalog(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	d.SetStatic(ctx, []string{"10.0.0.1:9000"})
-	eventually(t, "p1 known", func() bool { _, ok := d.ByID("p1"); return ok })
+	testutil.WaitFor(t, "p1 known", func() bool { _, ok := d.ByID("p1"); return ok })
 	if isReady(d) {
 		t.Fatal("Ready before Consul answered")
 	}
@@ -175,7 +176,7 @@ func TestInfoCacheShares(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "the first question is out", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 })
+	testutil.WaitFor(t, "the first question is out", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 })
 	time.Sleep(50 * time.Millisecond) // the others queue behind it
 	close(release)
 	wg.Wait()
@@ -220,7 +221,7 @@ func TestInfoCacheAskerGivesUp(t *testing.T) {
 	first, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := c.Info(first, "a"); done <- err }()
-	eventually(t, "the first question is out", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 })
+	testutil.WaitFor(t, "the first question is out", func() bool { mu.Lock(); defer mu.Unlock(); return calls == 1 })
 	waiter := make(chan *workerv1.WorkerInfo, 1)
 	go func() {
 		info, err := c.Info(context.Background(), "a")

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tandem-serve/tandem/engine/sim"
+	"github.com/tandem-serve/tandem/internal/testutil"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/worker/v1/workerv1connect"
 	"github.com/tandem-serve/tandem/router"
@@ -111,18 +112,6 @@ func dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
-// eventually polls cond until it holds or a bounded deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestTrackerMembership(t *testing.T) {
 	dec := startWorker(t, "decode-1", workerv1.WorkerMode_WORKER_MODE_DECODE)
 	pre := startWorker(t, "prefill-1", workerv1.WorkerMode_WORKER_MODE_PREFILL)
@@ -159,7 +148,7 @@ func TestTrackerMembership(t *testing.T) {
 		t.Error("ByID found a worker that does not exist")
 	}
 	// The observer hears each worker's stream, heartbeats included.
-	eventually(t, "both workers sent a few updates", func() bool {
+	testutil.WaitFor(t, "both workers sent a few updates", func() bool {
 		u, _ := obs.snapshot()
 		return u["decode-1"] >= 2 && u["prefill-1"] >= 2
 	})
@@ -171,7 +160,7 @@ func TestTrackerMembership(t *testing.T) {
 
 	// A worker whose server stops leaves; the other stays.
 	pre.stop()
-	eventually(t, "prefill-1 left", func() bool {
+	testutil.WaitFor(t, "prefill-1 left", func() bool {
 		ws := tr.Workers()
 		return len(ws) == 1 && ws[0] == want[0]
 	})
@@ -184,7 +173,7 @@ func TestTrackerMembership(t *testing.T) {
 
 	// Removing an address from the set drops its member too.
 	tr.Set(ctx, []string{pre.addr})
-	eventually(t, "decode-1 dropped", func() bool { return len(tr.Workers()) == 0 })
+	testutil.WaitFor(t, "decode-1 dropped", func() bool { return len(tr.Workers()) == 0 })
 }
 
 func TestTrackerSet(t *testing.T) {
@@ -211,7 +200,7 @@ func TestTrackerSet(t *testing.T) {
 		t.Fatal("a tracker with no addresses is not ready")
 	}
 	tr.Set(ctx, nil)
-	eventually(t, "the membership emptied", func() bool { return len(tr.Workers()) == 0 })
+	testutil.WaitFor(t, "the membership emptied", func() bool { return len(tr.Workers()) == 0 })
 }
 
 // A drained worker stays a member, marked draining, until it is undrained: static
@@ -222,12 +211,12 @@ func TestTrackerDraining(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	tr.Set(ctx, []string{pre.addr})
-	eventually(t, "prefill-d joined", func() bool { return len(tr.Workers()) == 1 })
+	testutil.WaitFor(t, "prefill-d joined", func() bool { return len(tr.Workers()) == 1 })
 	for _, serving := range []bool{false, true} {
 		if _, err := pre.worker.Drain(ctx, connect.NewRequest(&workerv1.DrainRequest{Serving: serving})); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, fmt.Sprintf("draining=%v seen", !serving), func() bool {
+		testutil.WaitFor(t, fmt.Sprintf("draining=%v seen", !serving), func() bool {
 			w, ok := tr.ByID("prefill-d")
 			return ok && w.Draining == !serving
 		})
@@ -249,14 +238,14 @@ func TestTrackerFollowsPrefillPolicy(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	tr.Set(ctx, []string{dec.addr})
-	eventually(t, "decode-p joined with policy threshold", func() bool {
+	testutil.WaitFor(t, "decode-p joined with policy threshold", func() bool {
 		w, ok := tr.ByID("decode-p")
 		return ok && w.Policy == "threshold"
 	})
 	mu.Lock()
 	policy = "always-remote"
 	mu.Unlock()
-	eventually(t, "the new policy seen", func() bool {
+	testutil.WaitFor(t, "the new policy seen", func() bool {
 		w, ok := tr.ByID("decode-p")
 		return ok && w.Policy == "always-remote" && !w.PrefillsLocally()
 	})

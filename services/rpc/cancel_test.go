@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tandem-serve/tandem/internal/slogtest"
+	"github.com/tandem-serve/tandem/internal/testutil/slogtest"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tandem-serve/tandem/internal/testutil"
 	"github.com/tandem-serve/tandem/services/rpc"
 )
 
@@ -26,17 +27,6 @@ func healthServer(t *testing.T) string {
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return ln.Addr().String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // Peer connections hold a socket only while they are used: after the idle time
@@ -66,13 +56,13 @@ func TestPeerConnsCloseWhenIdle(t *testing.T) {
 	if n := c.Open(); n != 1 {
 		t.Fatalf("%d connections open after a call, want 1", n)
 	}
-	waitFor(t, "the idle connection closed its socket", func() bool { return cc.GetState() == connectivity.Idle && c.Open() == 0 })
+	testutil.WaitFor(t, "the idle connection closed its socket", func() bool { return cc.GetState() == connectivity.Idle && c.Open() == 0 })
 	if again := call(a); again != cc {
 		t.Error("a second Get dialled again instead of reusing the cached connection")
 	}
 	// Unused for ten idle periods, a is forgotten the next time another address is
 	// dialled.
-	waitFor(t, "a idle again", func() bool { return cc.GetState() == connectivity.Idle })
+	testutil.WaitFor(t, "a idle again", func() bool { return cc.GetState() == connectivity.Idle })
 	time.Sleep(time.Second + 100*time.Millisecond)
 	call(b)
 	if addrs := c.Addrs(); len(addrs) != 1 || addrs[0] != b {

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/internal/requestid"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/decode/v1/decodev1connect"
 	_ "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-serve/tandem/engine/sim"
-	"github.com/tandem-serve/tandem/internal/rpctest"
+	"github.com/tandem-serve/tandem/internal/testutil/rpctest"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	"github.com/tandem-serve/tandem/proto/tandem/router/v1/routerv1connect"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 )
 
 // gpuConfig is a worker fronting engine kind at url, with flags' defaults and a

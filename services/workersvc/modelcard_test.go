@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/gguf"
-	"github.com/tandem-serve/tandem/internal/testmodel"
+	"github.com/tandem-serve/tandem/internal/testutil/testmodel"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/engine/kvevents"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	"github.com/tandem-serve/tandem/services"
 )
 

@@ -1,9 +1,7 @@
 package enginereplay_test
 
 import (
-	"errors"
 	"flag"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,8 +15,9 @@ import (
 	"github.com/tandem-serve/tandem/engine/sglang"
 	"github.com/tandem-serve/tandem/engine/trtllm"
 	"github.com/tandem-serve/tandem/engine/vllm"
-	"github.com/tandem-serve/tandem/internal/enginereplay"
-	"github.com/tandem-serve/tandem/internal/fakeengine"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/enginereplay"
+	"github.com/tandem-serve/tandem/internal/testutil/fakeengine"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -48,37 +47,6 @@ func dialect(k fakeengine.Kind) openaihttp.Dialect {
 	return vllm.Dialect()
 }
 
-func drain(t *testing.T, s engine.Stream) []uint32 {
-	t.Helper()
-	out, _ := drainText(t, s)
-	return out
-}
-
-// drainText reads s to its end: the token ids, and the text the client is sent
-// (a text-streaming engine's own, else "").
-func drainText(t *testing.T, s engine.Stream) ([]uint32, string) {
-	t.Helper()
-	defer s.Close()
-	ts, _ := s.(engine.TextStream)
-	var out []uint32
-	var text strings.Builder
-	for {
-		tok, err := s.Next(t.Context())
-		if errors.Is(err, io.EOF) {
-			return out, text.String()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, tok)
-		if ts != nil {
-			if piece, ok := ts.Text(); ok {
-				text.WriteString(piece)
-			}
-		}
-	}
-}
-
 // scenario starts the adapter against url, as a worker does, generates once,
 // and runs both legs of the engine's disaggregation.
 func scenario(t *testing.T, url string, d openaihttp.Dialect, hc *http.Client) seen {
@@ -106,7 +74,7 @@ func scenario(t *testing.T, url string, d openaihttp.Dialect, hc *http.Client) s
 	if err != nil {
 		t.Fatal(err)
 	}
-	out.Tokens = drain(t, s)
+	out.Tokens = testutil.Drain(t, t.Context(), s)
 	out.Finish, out.Usage = s.Finish(), s.Usage()
 
 	req := engine.Request{ID: "req-remote", Prompt: prompt, MaxTokens: 3}
@@ -124,7 +92,7 @@ func scenario(t *testing.T, url string, d openaihttp.Dialect, hc *http.Client) s
 	if err != nil {
 		t.Fatal(err)
 	}
-	out.DecodeTokens = drain(t, ds)
+	out.DecodeTokens = testutil.Drain(t, t.Context(), ds)
 	if err := x.Wait(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,8 @@ import (
 	"github.com/tandem-serve/tandem/engine/sglang"
 	"github.com/tandem-serve/tandem/engine/trtllm"
 	"github.com/tandem-serve/tandem/engine/vllm"
-	"github.com/tandem-serve/tandem/internal/enginereplay"
+	"github.com/tandem-serve/tandem/internal/testutil"
+	"github.com/tandem-serve/tandem/internal/testutil/enginereplay"
 	"github.com/tandem-serve/tandem/models"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
@@ -120,7 +121,7 @@ func TestCaptures(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s %s: %v", c.Req.ID, c.Leg, err)
 				}
-				got, text := drainText(t, s)
+				got, text := testutil.DrainText(t, t.Context(), s)
 				said, err := enginereplay.Answer(c.Exchange)
 				if err != nil {
 					t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine/kvevents"
-	"github.com/tandem-serve/tandem/internal/enginereplay"
+	"github.com/tandem-serve/tandem/internal/testutil/enginereplay"
 )
 
 // The KV event messages a worker recorded from llm-d's simulator decode as the
