@@ -240,7 +240,8 @@ type PrefillCandidate struct {
 	// Leading prompt blocks already in its cache.
 	CachedBlocks uint32 `protobuf:"varint,3,opt,name=cached_blocks,json=cachedBlocks,proto3" json:"cached_blocks,omitempty"`
 	// The router's cost for it (lower is better) and what each more queued token
-	// adds to that cost; 0 and 0 when the router did not rank it.
+	// adds to that cost, for explanations (the order is the router's); 0 and 0 when
+	// the router did not rank it.
 	Cost              float64 `protobuf:"fixed64,4,opt,name=cost,proto3" json:"cost,omitempty"`
 	QueueCostPerToken float64 `protobuf:"fixed64,5,opt,name=queue_cost_per_token,json=queueCostPerToken,proto3" json:"queue_cost_per_token,omitempty"`
 	unknownFields     protoimpl.UnknownFields

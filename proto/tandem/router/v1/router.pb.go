@@ -222,9 +222,9 @@ type RankedWorker struct {
 	// Prompt tokens queued on it.
 	QueuedTokens uint64  `protobuf:"varint,3,opt,name=queued_tokens,json=queuedTokens,proto3" json:"queued_tokens,omitempty"`
 	Cost         float64 `protobuf:"fixed64,4,opt,name=cost,proto3" json:"cost,omitempty"`
-	// What each more queued token would add to cost (queue_weight / block size), so
-	// that a decode worker that knows of work the router has not heard of yet can
-	// re-rank on the router's own terms.
+	// What each more queued token would add to cost (queue_weight / block size):
+	// how much a rank rests on the queue, for explanations and tools. The decode
+	// worker takes the router's order as it is.
 	QueueCostPerToken float64 `protobuf:"fixed64,5,opt,name=queue_cost_per_token,json=queueCostPerToken,proto3" json:"queue_cost_per_token,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
