@@ -253,7 +253,7 @@ func TestRoutedAllFullIsA429(t *testing.T) {
 }
 
 // TestRoutedPassesPrefillRanking: the decode worker gets the router's prefill
-// ranking with the terms it needs to re-rank on the router's weights.
+// ranking in order, with the costs that explain it.
 func TestRoutedPassesPrefillRanking(t *testing.T) {
 	d := &fakeDecode{id: "ok"}
 	r := &fakeRouter{workers: []*routerv1.Worker{serveDecode(t, d)}, prefill: []*routerv1.RankedWorker{
