@@ -84,21 +84,25 @@ func FuzzCompletionRequest(f *testing.F) {
 			return
 		}
 
-		if len(reqs) != 1 {
-			t.Fatalf("200 after %d backend requests, want 1", len(reqs))
+		// One backend request per choice (n, or a batch of prompts).
+		if len(reqs) == 0 {
+			t.Fatalf("200 after no backend request")
 		}
-		g := reqs[0]
-		ids := g.GetPromptTokenIds()
-		if len(ids) == 0 {
-			t.Fatalf("empty prompt sent to the backend for %q", body)
-		}
-		for i, id := range ids {
-			if int(id) >= tok.VocabSize() {
-				t.Fatalf("prompt token %d at %d is outside the vocabulary of %d", id, i, tok.VocabSize())
+		promptLen := 0
+		for _, g := range reqs {
+			ids := g.GetPromptTokenIds()
+			if len(ids) == 0 {
+				t.Fatalf("empty prompt sent to the backend for %q", body)
 			}
-		}
-		if mt := int(g.GetMaxTokens()); mt < 1 || len(ids)+mt > testContextLength {
-			t.Fatalf("backend asked for %d tokens after a %d-token prompt; context is %d", mt, len(ids), testContextLength)
+			for i, id := range ids {
+				if int(id) >= tok.VocabSize() {
+					t.Fatalf("prompt token %d at %d is outside the vocabulary of %d", id, i, tok.VocabSize())
+				}
+			}
+			if mt := int(g.GetMaxTokens()); mt < 1 || len(ids)+mt > testContextLength {
+				t.Fatalf("backend asked for %d tokens after a %d-token prompt; context is %d", mt, len(ids), testContextLength)
+			}
+			promptLen = len(ids)
 		}
 
 		var stream struct {
@@ -110,7 +114,11 @@ func FuzzCompletionRequest(f *testing.F) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil {
 				t.Fatalf("200 body is not a completion: %v: %s", err, rec.Body.String())
 			}
-			checkCompletion(t, c, len(ids))
+			if len(reqs) == 1 {
+				checkCompletion(t, c, promptLen)
+			} else if len(c.Choices) != len(reqs) {
+				t.Fatalf("%d choices for %d backend requests", len(c.Choices), len(reqs))
+			}
 			return
 		}
 		if ct := rec.Header().Get("Content-Type"); ct != "text/event-stream" {
@@ -132,8 +140,8 @@ func FuzzCompletionRequest(f *testing.F) {
 				}
 			}
 		}
-		if finishes != 1 {
-			t.Fatalf("%d chunks carry a finish reason, want 1: %q", finishes, ev)
+		if finishes != len(reqs) {
+			t.Fatalf("%d chunks carry a finish reason, want %d: %q", finishes, len(reqs), ev)
 		}
 	})
 }

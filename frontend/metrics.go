@@ -24,6 +24,10 @@ type metrics struct {
 	queued           prometheus.Gauge
 	chatPrompts      *prometheus.CounterVec
 	bodyTimeouts     prometheus.Counter
+	// choiceRequests counts requests asking for several choices (n > 1 or a batch
+	// of prompts), and choices the generations they fanned out to.
+	choiceRequests *prometheus.CounterVec
+	choices        *prometheus.CounterVec
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -78,5 +82,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_frontend_body_timeouts_total",
 			Help: "Requests whose body did not arrive within --body-read-timeout plus its length at --body-min-rate (408, connection closed).",
 		}),
+		choiceRequests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_multi_choice_requests_total",
+			Help: "Requests asking for several choices (n > 1 or a batch of prompts), by endpoint.",
+		}, []string{"endpoint"}),
+		choices: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_choices_total",
+			Help: "Choices (one generation each) requested by requests asking for several, by endpoint.",
+		}, []string{"endpoint"}),
 	}
 }

@@ -149,7 +149,7 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		{"/v1/chat/completions", `"repetition_penalty":0`, "repetition_penalty"},
 		{"/v1/completions", `"min_p":1.5`, "min_p"},
 		{"/v1/completions", `"stop_token_ids":[999999]`, "stop_token_ids"},
-		{"/v1/chat/completions", `"n":2`, "n"},
+		{"/v1/chat/completions", `"n":17`, "n"},
 		{"/v1/completions", `"echo":true`, "echo"},
 		{"/v1/completions", `"best_of":3`, "best_of"},
 		{"/v1/completions", `"suffix":"end"`, "suffix"},

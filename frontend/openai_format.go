@@ -53,7 +53,8 @@ func (c *chatFormat) usage(u usage) any {
 type completionFormat struct {
 	id, model string
 	created   int64
-	offset    int // text streamed so far, for logprobs' text_offset
+	offset    int   // text streamed so far, for logprobs' text_offset
+	offsets   []int // the same per choice, when there are several
 }
 
 func (c *completionFormat) chunk(choices []completionChoice) *completion {

@@ -215,8 +215,8 @@ func jsonTypeName(t reflect.Type) string {
 
 // toGen copies the fields chat and completions share.
 func (s *samplingFields) toGen(g *genRequest) error {
-	if s.N != nil && *s.N != 1 {
-		return invalidField("n", "n=%d is not supported; only n=1", *s.N)
+	if s.N != nil && (*s.N < 1 || *s.N > maxN) {
+		return invalidField("n", "n=%d is out of range; it must be between 1 and %d", *s.N, maxN)
 	}
 	if err := s.unsupportedFields.check(); err != nil {
 		return err
@@ -277,6 +277,10 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		return
 	}
 	out := &chatFormat{id: "chatcmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
+	if n := req.choices(); n > 1 {
+		f.serveChoices(w, r, rc, []*genRequest{g}, n, &req.samplingFields, out)
+		return
+	}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
 }
 
@@ -306,8 +310,12 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 	case !p.Present:
 		f.writeError(w, rc, invalidField("prompt", "prompt is required"))
 		return
-	case p.Count > 1:
-		f.writeError(w, rc, invalidField("prompt", "%d prompts given; only one prompt per request is supported", p.Count))
+	case p.Count > maxPrompts:
+		f.writeError(w, rc, invalidField("prompt", "%d prompts given; at most %d are allowed in one request", p.Count, maxPrompts))
+		return
+	case p.Count*req.choices() > maxChoices:
+		f.writeError(w, rc, invalidField("n", "%d prompts with n=%d ask for %d choices; at most %d are allowed in one request",
+			p.Count, req.choices(), p.Count*req.choices(), maxChoices))
 		return
 	case p.IsIDs:
 		g.promptIDs = p.IDs
@@ -318,6 +326,10 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 		g.prompt = p.Text
 	}
 	out := &completionFormat{id: "cmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
+	if n := req.choices(); n > 1 || req.Prompt.Count > 1 {
+		f.serveChoices(w, r, rc, batch(g, &req.Prompt), n, &req.samplingFields, out)
+		return
+	}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
 }
 

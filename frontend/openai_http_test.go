@@ -91,9 +91,9 @@ func TestHTTPBadRequests(t *testing.T) {
 		{"bad stop", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"stop":5}`, 400, "stop", "stop"},
 		{"negative max", "/v1/completions", `{"prompt":"a","max_tokens":-3}`, 400, "max_tokens", "at least 1"},
 		{"no prompt", "/v1/completions", `{"model":"tandem-test"}`, 400, "prompt", "required"},
-		{"two prompts", "/v1/completions", `{"prompt":["a","b"]}`, 400, "prompt", "2 prompts"},
+		{"65 prompts", "/v1/completions", `{"prompt":[` + strings.Repeat(`"a",`, 64) + `"b"]}`, 400, "prompt", "65 prompts"},
 		{"token out of vocab", "/v1/completions", `{"prompt":[1,2,999999]}`, 400, "prompt", "vocabulary"},
-		{"n=3", "/v1/completions", `{"prompt":"a","n":3}`, 400, "n", "n=3"},
+		{"n=17", "/v1/completions", `{"prompt":"a","n":17}`, 400, "n", "n=17"},
 	} {
 		r := do(t, h, "POST", tc.path, tc.body)
 		if r.status != tc.status {

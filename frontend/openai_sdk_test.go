@@ -270,7 +270,7 @@ func TestSDKErrors(t *testing.T) {
 		{"max_tokens", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, MaxTokens: openai.Int(0)}, 400, "max_tokens", ""},
 		{"max_completion_tokens", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, MaxCompletionTokens: openai.Int(100000)}, 400,
 			"max_completion_tokens", ""},
-		{"n", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, N: openai.Int(2)}, 400, "n", ""},
+		{"n", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: user, N: openai.Int(17)}, 400, "n", ""},
 		{"empty messages", openai.ChatCompletionNewParams{Model: "tandem-test"}, 400, "messages", ""},
 		{"unknown model", openai.ChatCompletionNewParams{Model: "gpt-9", Messages: user}, 404, "model", "model_not_found"},
 		{"oversize", openai.ChatCompletionNewParams{Model: "tandem-test", Messages: []openai.ChatCompletionMessageParamUnion{

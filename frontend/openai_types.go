@@ -132,14 +132,15 @@ func (s *stopField) UnmarshalJSON(b []byte) error {
 }
 
 // promptField is what /v1/completions accepts as a prompt: a string, token ids, or
-// a batch of one of either. Batches of several are refused later, with the field
-// named, since n and batching are not supported.
+// a batch of either; Text and IDs are the first prompt, Texts and IDSets all of a batch.
 type promptField struct {
 	Text    string
 	IDs     []uint32
 	IsIDs   bool
 	Count   int
 	Present bool
+	Texts   []string
+	IDSets  [][]uint32
 }
 
 func (p *promptField) UnmarshalJSON(b []byte) error {
@@ -169,13 +170,13 @@ func (p *promptField) UnmarshalJSON(b []byte) error {
 			return err
 		}
 		p.Count = len(many)
-		p.Text = many[0]
+		p.Text, p.Texts = many[0], many
 	case '[':
 		var many [][]uint32
 		if err := json.Unmarshal(b, &many); err != nil {
 			return err
 		}
-		p.Count, p.IsIDs, p.IDs = len(many), true, many[0]
+		p.Count, p.IsIDs, p.IDs, p.IDSets = len(many), true, many[0], many
 	default:
 		if err := json.Unmarshal(b, &p.IDs); err != nil {
 			return err
