@@ -3,6 +3,7 @@ package frontend
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -292,5 +293,36 @@ func TestChoicesBeyondAdmission(t *testing.T) {
 	}
 	if r := do(t, f.HTTPHandler(), "POST", "/v1/completions", `{"model":"tandem-test","prompt":"hi","n":2}`); r.status != 200 {
 		t.Errorf("n=2 with 2 slots: %d %s", r.status, r.body)
+	}
+}
+
+// TestChoicesStreamLogprobOffsets: each streamed choice's text_offset counts its
+// own text, from 0, not the text of every choice before it.
+func TestChoicesStreamLogprobOffsets(t *testing.T) {
+	f, _ := newTestFrontend(t, testConfig(), &fakeBackend{output: testTokenizer(t).Encode(answer), perMsg: 1})
+	r := do(t, f.HTTPHandler(), "POST", "/v1/completions", `{"model":"tandem-test","prompt":"hi","n":2,"logprobs":1,"stream":true}`)
+	next := map[int]int{}
+	for _, e := range sseEvents(t, r.body) {
+		if e == "[DONE]" {
+			continue
+		}
+		var c completion
+		if err := json.Unmarshal([]byte(e), &c); err != nil {
+			t.Fatalf("event %q: %v", e, err)
+		}
+		for _, ch := range c.Choices {
+			if ch.Logprobs == nil {
+				continue
+			}
+			for k, off := range ch.Logprobs.TextOffset {
+				if off != next[ch.Index] {
+					t.Fatalf("choice %d: text_offset %d, want %d", ch.Index, off, next[ch.Index])
+				}
+				next[ch.Index] += len(ch.Logprobs.Tokens[k])
+			}
+		}
+	}
+	if next[0] == 0 || next[0] != next[1] {
+		t.Errorf("offsets reached %v, want the same for both choices", next)
 	}
 }
