@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +144,41 @@ func TestChoicesClientCancel(t *testing.T) {
 	}
 	if n := ended(); n != 3 {
 		t.Fatalf("%d of 3 choices logged as ended after the client left\n%s", n, p.logs())
+	}
+}
+
+// The n choices of one prompt share its prefill: the first runs alone, the rest
+// start once its first token is back and find the prompt's blocks in the prefix
+// cache, so the worker's cache hits grow by the prompt's full blocks for each.
+func TestChoicesSharePrefill(t *testing.T) {
+	dec := startService(t, "decode", "--listen", "127.0.0.1:0", "--id", "agg-n", "--mode", "aggregated")
+	rtr := startService(t, "router", "--listen", "127.0.0.1:0", "--decode-workers", dec)
+	fe := startService(t, "frontend", "--listen", "127.0.0.1:0", "--router", rtr)
+	waitHealthy(t, fe)
+	before, _ := metricValue(dec, "tandem_prefix_cache_hits_total")
+	prompt := strings.Repeat("The little dog ran to the park and played with a red ball all day long. ", 6)
+	body := `{"prompt":` + strconv.Quote(prompt) + `,"n":3,"max_tokens":4,"temperature":0}`
+	resp, err := http.Post("http://"+fe+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || len(out.Choices) != 3 {
+		t.Fatalf("status %d, %d choices: %v", resp.StatusCode, len(out.Choices), err)
+	}
+	resp.Body.Close()
+	after, _ := metricValue(dec, "tandem_prefix_cache_hits_total")
+	// Every full block but the one holding the last prompt token can be reused.
+	want := float64(2 * ((out.Usage.PromptTokens - 1) / 16 * 16))
+	if out.Usage.PromptTokens < 64 || after-before < want {
+		t.Errorf("prompt of %d tokens, n=3: the worker's prefix cache hits grew by %g tokens, want at least %g (two choices reusing the first's prefill)",
+			out.Usage.PromptTokens, after-before, want)
 	}
 }
