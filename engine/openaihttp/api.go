@@ -32,8 +32,9 @@ type CompletionRequest struct {
 	Stream        bool           `json:"stream"`
 	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
 	StopTokenIDs  []uint32       `json:"stop_token_ids,omitempty"`
-	// IgnoreEOS is set when the request has no stop tokens: tandem lists every
-	// token that ends a generation, and an engine server left to itself would
+	// IgnoreEOS is set when the request's stop tokens leave out the model's EOS
+	// (none at all, or a client's own stop_token_ids with ignore_eos): tandem lists
+	// every token that ends a generation, and an engine server left to itself would
 	// still stop at its model's EOS (vLLM, SGLang and TensorRT-LLM all take it).
 	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 	Logprobs  *int `json:"logprobs,omitempty"`

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -271,7 +272,7 @@ func (e *Engine) Body(req engine.Request, stream bool) CompletionRequest {
 	seed := int64(req.Sampling.Seed & (1<<63 - 1))
 	b := CompletionRequest{
 		Model: e.model, Prompt: req.Prompt, MaxTokens: maxTokens, Temperature: req.Sampling.Temperature, Seed: &seed,
-		Stream: stream, StopTokenIDs: req.StopTokens, IgnoreEOS: len(req.StopTokens) == 0,
+		Stream: stream, StopTokenIDs: req.StopTokens, IgnoreEOS: !slices.Contains(req.StopTokens, e.cfg.Tokenizer.EOS()),
 	}
 	if stream {
 		b.StreamOptions = &StreamOptions{IncludeUsage: true}

@@ -60,11 +60,11 @@ func TestGenerateBody(t *testing.T) {
 		body string
 	}{
 		{fakeengine.VLLM, `{"model":"fake-model","prompt":[1,2,3],"max_tokens":4,"temperature":0.5,"top_p":0.9,"top_k":40,"seed":7,"stream":true,` +
-			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"return_token_ids":true}`},
+			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"ignore_eos":true,"return_token_ids":true}`},
 		{fakeengine.SGLang, `{"model":"fake-model","prompt":[1,2,3],"max_tokens":4,"temperature":0.5,"top_p":0.9,"top_k":40,"seed":7,"stream":true,` +
-			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"return_token_ids":true}`},
+			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"ignore_eos":true,"return_token_ids":true}`},
 		{fakeengine.TRTLLM, `{"model":"fake-model","prompt":[1,2,3],"max_tokens":4,"temperature":0.5,"top_p":0.9,"top_k":40,"seed":7,"stream":true,` +
-			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"detokenize":false}`},
+			`"stream_options":{"include_usage":true},"stop_token_ids":[99],"ignore_eos":true,"detokenize":false}`},
 	} {
 		t.Run(string(c.kind), func(t *testing.T) {
 			f := (&fakeengine.Server{Kind: c.kind, TokenIDs: true}).Start(t)
@@ -310,12 +310,14 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// A request with no stop tokens (the frontend's ignore_eos) tells the engine
+// A request whose stop tokens leave out the model's EOS (the frontend's
+// ignore_eos, with or without a client's own stop_token_ids) tells the engine
 // server so; otherwise it would stop at its model's EOS by itself.
 func TestNoStopTokensIgnoresEOS(t *testing.T) {
 	f := (&fakeengine.Server{Kind: fakeengine.VLLM, TokenIDs: true}).Start(t)
 	e := connect(t, f, openaihttp.TokenAuto)
-	for _, stops := range [][]uint32{nil, {99}} {
+	eos := cl100k(t).EOS()
+	for _, stops := range [][]uint32{nil, {99}, {99, eos}} {
 		s, err := e.Generate(t.Context(), engine.Request{ID: "r", Prompt: []uint32{1, 2}, MaxTokens: 2, StopTokens: stops})
 		if err != nil {
 			t.Fatal(err)
@@ -323,13 +325,16 @@ func TestNoStopTokensIgnoresEOS(t *testing.T) {
 		testutil.Drain(t, t.Context(), s)
 	}
 	reqs := f.Completions()
-	if len(reqs) != 2 {
-		t.Fatalf("%d requests sent, want 2", len(reqs))
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests sent, want 3", len(reqs))
 	}
 	if b := string(reqs[0].Body); !strings.Contains(b, `"ignore_eos":true`) || strings.Contains(b, "stop_token_ids") {
 		t.Errorf("no stop tokens sent %s; want ignore_eos", b)
 	}
-	if b := string(reqs[1].Body); strings.Contains(b, "ignore_eos") || !strings.Contains(b, `"stop_token_ids":[99]`) {
-		t.Errorf("stop tokens sent %s; want them and no ignore_eos", b)
+	if b := string(reqs[1].Body); !strings.Contains(b, `"ignore_eos":true`) || !strings.Contains(b, `"stop_token_ids":[99]`) {
+		t.Errorf("a client's stop token without EOS sent %s; want it and ignore_eos", b)
+	}
+	if b := string(reqs[2].Body); strings.Contains(b, "ignore_eos") || !strings.Contains(b, `"stop_token_ids":[99,`) {
+		t.Errorf("stop tokens with EOS sent %s; want them and no ignore_eos", b)
 	}
 }

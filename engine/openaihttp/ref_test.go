@@ -44,7 +44,7 @@ func TestDisaggLegs(t *testing.T) {
 		prefill string // the prefill leg's body
 		check   func(t *testing.T, prefillResp, params, decodeBody []byte)
 	}{
-		{fakeengine.VLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"stop_token_ids":[99],"return_token_ids":true,` +
+		{fakeengine.VLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"stop_token_ids":[99],"ignore_eos":true,"return_token_ids":true,` +
 			`"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,` +
 			`"remote_host":null,"remote_port":null}}`,
 			func(t *testing.T, _, params, decode []byte) {
@@ -52,7 +52,7 @@ func TestDisaggLegs(t *testing.T) {
 					t.Errorf("decode leg's kv_transfer_params %s, want the prefill leg's %s verbatim", field(t, decode, "kv_transfer_params"), params)
 				}
 			}},
-		{fakeengine.TRTLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"stop_token_ids":[99],"detokenize":false,` +
+		{fakeengine.TRTLLM, `{"model":"fake-model","prompt":[5,6,7],"max_tokens":1,"temperature":0,"seed":0,"stream":false,"stop_token_ids":[99],"ignore_eos":true,"detokenize":false,` +
 			`"disaggregated_params":{"request_type":"context_only"}}`,
 			func(t *testing.T, _, params, decode []byte) {
 				var want map[string]any
