@@ -26,8 +26,10 @@ import (
 // span is what the tests read of an exported span.
 type span struct {
 	trace, id, parent, name, service string
-	failed, client                   bool // status Error; kind Client
+	failed, client                   bool   // status Error; kind Client
+	status                           string // the status code's name, e.g. STATUS_CODE_OK
 	attrs                            map[string]string
+	events                           map[string]map[string]string // by name: the event's attributes
 }
 
 // otlpReceiver is an OTLP/gRPC trace collector on loopback that keeps every span.
@@ -83,6 +85,13 @@ func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTrace
 					failed: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR, client: s.GetKind() == tracepb.Span_SPAN_KIND_CLIENT}
 				for _, a := range s.GetAttributes() {
 					sp.attrs[a.GetKey()] = attrString(a.GetValue())
+				}
+				sp.status, sp.events = s.GetStatus().GetCode().String(), map[string]map[string]string{}
+				for _, e := range s.GetEvents() {
+					sp.events[e.GetName()] = map[string]string{}
+					for _, a := range e.GetAttributes() {
+						sp.events[e.GetName()][a.GetKey()] = attrString(a.GetValue())
+					}
 				}
 				r.spans = append(r.spans, sp)
 			}
@@ -174,7 +183,7 @@ func TestTracingRemotePrefill(t *testing.T) {
 	}
 	want := []string{"POST /v1/chat/completions", "tandem.router.v1.RouterService/Route", "tandem.decode.v1.DecodeService/Generate",
 		"tandem.prefill.v1.PrefillService/Prefill", "frontend.parse", "frontend.prepare", "router.decide", "decode.decide",
-		"decode.remote_prefill"}
+		"decode.remote_prefill", "frontend.template", "frontend.tokenize"}
 	var spans []span
 	testutil.WaitForWithin(t, 30*time.Second, "every hop's span is exported", func() bool {
 		spans = rcv.trace(traceID)
@@ -205,6 +214,22 @@ func TestTracingRemotePrefill(t *testing.T) {
 	wantAttrs(t, spans, "router.decide", map[string]string{"tandem.route.decode_worker": "decode-0", "tandem.route.decode_cost": "",
 		"tandem.route.prefill_candidates": ""})
 	wantAttrs(t, spans, "frontend.prepare", map[string]string{"tandem.frontend.prompt_tokens": ""})
+	// The chat template and the tokenizer are steps of their own under prepare,
+	// so that a slow template is told from a slow tokenizer.
+	prep := named(spans, "frontend.prepare")
+	for _, n := range []string{"frontend.template", "frontend.tokenize"} {
+		if s := named(spans, n); s.parent != prep.id {
+			t.Errorf("%s is not a child of frontend.prepare%s", n, dumpSpans(spans))
+		}
+	}
+	wantAttrs(t, spans, "frontend.template", map[string]string{"tandem.frontend.prompt_cut": "split"})
+	wantAttrs(t, spans, "frontend.tokenize", map[string]string{"tandem.frontend.prompt_tokens": prep.attrs["tandem.frontend.prompt_tokens"]})
+	// The request's own span says how its stream ended, as the client saw it.
+	end := root.events["tandem.frontend.stream_end"]
+	if end == nil || end["tandem.frontend.finish_reason"] == "" || end["tandem.frontend.finish_reason"] == "none" ||
+		end["tandem.frontend.completion_tokens"] == "" || end["tandem.frontend.completion_tokens"] == "0" || end["tandem.frontend.ttft_ms"] == "" {
+		t.Errorf("the request's span has stream end %v, want its finish reason, completion tokens and TTFT", end)
+	}
 	if rung.failed || named(spans, "decode.remote_prefill").attrs["tandem.kv.blocks"] == "0" {
 		t.Errorf("the remote prefill's rung failed or moved no KV%s", dumpSpans(spans))
 	}
