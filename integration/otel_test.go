@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +65,12 @@ func attrString(v *commonpb.AnyValue) string {
 		return fmt.Sprint(x.DoubleValue)
 	case *commonpb.AnyValue_BoolValue:
 		return fmt.Sprint(x.BoolValue)
+	case *commonpb.AnyValue_ArrayValue:
+		var vs []string
+		for _, e := range x.ArrayValue.GetValues() {
+			vs = append(vs, attrString(e))
+		}
+		return strings.Join(vs, "|")
 	}
 	return v.String()
 }
@@ -378,5 +385,38 @@ func TestTracingGPUEngineAndFallback(t *testing.T) {
 	}
 	if engineSpan == nil || !ancestor(spans, named(spans, "tandem.decode.v1.DecodeService/Generate"), engineSpan) {
 		t.Errorf("no span of the decode engine's request under the decode worker's%s", dumpSpans(spans))
+	}
+}
+
+// The router's decision span lists every decode candidate with its cost, least
+// first, so that a trace says what the winner beat.
+func TestTracingRouterCandidates(t *testing.T) {
+	rcv := startReceiver(t)
+	_, url := startUpWith(t, []string{fixtureModel}, "--otlp-endpoint", rcv.addr, "--decode", "3", "--prefill", "0")
+	id := postTraced(t, url, "", "hello").Get("x-trace-id")
+	var spans []span
+	testutil.WaitForWithin(t, 30*time.Second, "the router's span is exported", func() bool {
+		spans = rcv.trace(id)
+		return named(spans, "router.decide") != nil
+	})
+	d := named(spans, "router.decide")
+	cands := strings.Split(d.attrs["tandem.route.decode_candidates"], "|")
+	if len(cands) != 3 || d.attrs["tandem.route.decode_candidates_left_off"] != "0" {
+		t.Fatalf("router.decide lists candidates %q (%s left off), want the 3 decode workers%s",
+			cands, d.attrs["tandem.route.decode_candidates_left_off"], dumpSpans(spans))
+	}
+	seen := map[string]bool{}
+	for _, c := range cands {
+		w, rest, _ := strings.Cut(c, " ")
+		seen[w] = strings.HasPrefix(rest, "cost=") && strings.Contains(rest, "cached_blocks=")
+	}
+	for _, w := range []string{"decode-0", "decode-1", "decode-2"} {
+		if !seen[w] {
+			t.Errorf("candidate %s missing or without its cost in %q", w, cands)
+		}
+	}
+	winCost := strings.TrimPrefix(strings.Fields(cands[0])[1], "cost=")
+	if cost, err := strconv.ParseFloat(winCost, 64); err != nil || fmt.Sprintf("%.3g", cost) != winCost {
+		t.Errorf("first candidate's cost %q is not a number", winCost)
 	}
 }
