@@ -237,6 +237,14 @@ func TestTracingRemotePrefill(t *testing.T) {
 		end["tandem.frontend.completion_tokens"] == "" || end["tandem.frontend.completion_tokens"] == "0" || end["tandem.frontend.ttft_ms"] == "" {
 		t.Errorf("the request's span has stream end %v, want its finish reason, completion tokens and TTFT", end)
 	}
+	// A stream read to its end is a success on the caller's side too, though the
+	// caller cancels its context once it has the stream's last message.
+	for _, s := range spans {
+		if s.client && (strings.HasPrefix(s.name, "tandem.decode.v1") || strings.HasPrefix(s.name, "tandem.prefill.v1")) &&
+			(s.failed || s.attrs["rpc.response.status_code"] != "OK") {
+			t.Errorf("client span %s ended with status %s, gRPC code %s, want OK: %v", s.name, s.status, s.attrs["rpc.response.status_code"], s.attrs)
+		}
+	}
 	if rung.failed || named(spans, "decode.remote_prefill").attrs["tandem.kv.blocks"] == "0" {
 		t.Errorf("the remote prefill's rung failed or moved no KV%s", dumpSpans(spans))
 	}
