@@ -1,12 +1,14 @@
 package frontend
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/tandem-serve/tandem/internal/spans"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -38,8 +40,10 @@ const placeholderTag = "<tandem-content "
 
 // chatPromptIDs renders msgs with m's chat template and tokenizes the result with
 // BOS as the model wants it, counting how the prompt was cut.
-func (f *Frontend) chatPromptIDs(m *Model, msgs []Message) ([]uint32, error) {
+func (f *Frontend) chatPromptIDs(ctx context.Context, m *Model, msgs []Message) ([]uint32, error) {
+	_, span := spans.Start(ctx, "frontend.template")
 	segs, how, err := chatSegments(m.Template, m.Tokenizer, msgs)
+	endTemplate(span, how, err)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +51,10 @@ func (f *Frontend) chatPromptIDs(m *Model, msgs []Message) ([]uint32, error) {
 	if how == promptRefused {
 		return nil, errContentSpecial()
 	}
-	return withBOS(m.Tokenizer, tokenizer.EncodeSegments(m.Tokenizer, segs)), nil
+	_, span = spans.Start(ctx, "frontend.tokenize")
+	ids := withBOS(m.Tokenizer, tokenizer.EncodeSegments(m.Tokenizer, segs))
+	endTokenize(span, ids)
+	return ids, nil
 }
 
 // chatSegments renders msgs into template text (special tokens matched) and

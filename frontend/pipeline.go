@@ -13,7 +13,9 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tandem-serve/tandem/internal/spans"
 	decodev1 "github.com/tandem-serve/tandem/proto/tandem/decode/v1"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -70,7 +72,7 @@ type prepared struct {
 }
 
 // prepare validates r against the model and turns it into a decode request.
-func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
+func (f *Frontend) prepare(ctx context.Context, r *genRequest) (*prepared, error) {
 	m := r.served
 	if m == nil {
 		var err error
@@ -112,7 +114,7 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 		// The template's own markers (<|im_start|>, [INST], ...) become the model's
 		// special tokens; the messages' contents are plain text.
 		var err error
-		if ids, err = f.chatPromptIDs(m, r.messages); err != nil {
+		if ids, err = f.chatPromptIDs(ctx, m, r.messages); err != nil {
 			return nil, err
 		}
 		for _, s := range m.Template.StopStrings() {
@@ -121,7 +123,9 @@ func (f *Frontend) prepare(r *genRequest) (*prepared, error) {
 			}
 		}
 	case ids == nil:
+		_, span := spans.Start(ctx, "frontend.tokenize")
 		ids = withBOS(tok, tok.Encode(r.prompt))
+		endTokenize(span, ids)
 	default:
 		// Token ids are taken as given, BOS or not, as vLLM does.
 		for i, id := range ids {
@@ -239,6 +243,8 @@ type generation struct {
 	lastToken    time.Time
 	finish       string
 	released     bool
+	// span is the request's span (the HTTP or Connect server's), which hears how the stream ended.
+	span trace.Span
 	// lps are the logprobs of tokens consumed since the last takeLogprobs, when
 	// the request asked (wantLP).
 	wantLP bool
@@ -294,6 +300,7 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 		wantLP:  p.req.GetSampling().GetLogprobs(),
 		stops:   stopMatcher{stops: p.stops},
 		pending: first,
+		span:    trace.SpanFromContext(ctx),
 	}
 	g.info = describe(first, route)
 	if d := first.GetPrefill(); d != nil {
@@ -475,6 +482,7 @@ func (g *generation) close(endpoint string) {
 	if fn := g.f.outcomes.Load(); fn != nil {
 		(*fn)(o)
 	}
+	streamEnded(g.span, o)
 	g.log.Info("generation ended", "finish_reason", g.finish, "prompt_tokens", u.prompt,
 		"completion_tokens", u.completion, "cached_tokens", u.cached, "duration", time.Since(g.started))
 }

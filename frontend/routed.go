@@ -273,7 +273,7 @@ func (b *Routed) start(ctx context.Context, route *routerv1.RouteResponse, req *
 		cancel()
 		return nil, err
 	}
-	return &tokenStream{stream: stream, first: first, cancel: cancel}, nil
+	return &tokenStream{stream: stream, first: first, cancel: cancel, maxTokens: int(r.GetMaxTokens())}, nil
 }
 
 // tokenStream is a started request: its first message, already read, then the rest.
@@ -281,17 +281,47 @@ type tokenStream struct {
 	stream grpc.ServerStreamingClient[decodev1.GenerateResponse]
 	first  *decodev1.GenerateResponse
 	cancel context.CancelFunc
+	// finished is set once a message with a finish reason is read, or the
+	// request's every token: the worker ends the stream next, after its final
+	// message in the second case.
+	finished          bool
+	tokens, maxTokens int
 }
 
 func (t *tokenStream) Recv() (*decodev1.GenerateResponse, error) {
-	if f := t.first; f != nil {
+	m := t.first
+	if m != nil {
 		t.first = nil
-		return f, nil
+	} else {
+		var err error
+		if m, err = t.stream.Recv(); err != nil {
+			return nil, err
+		}
 	}
-	return t.stream.Recv()
+	t.tokens += len(m.GetTokenIds())
+	t.finished = t.finished || m.GetFinishReason() != decodev1.FinishReason_FINISH_REASON_UNSPECIFIED ||
+		(t.maxTokens > 0 && t.tokens >= t.maxTokens)
+	return m, nil
 }
 
+// streamEndWait bounds how long Close waits for a finished stream's end.
+const streamEndWait = time.Second
+
+// Close cancels the call. A stream whose last message was read is first read to
+// its end, so that it finishes OK, as it did, rather than cancelled (which its
+// client span and metrics would report).
 func (t *tokenStream) Close() error {
+	if t.finished {
+		// A worker that sent its last message but never ends the stream holds
+		// the request no longer than this.
+		stop := time.AfterFunc(streamEndWait, t.cancel)
+		for range 2 {
+			if _, err := t.stream.Recv(); err != nil {
+				break
+			}
+		}
+		stop.Stop()
+	}
 	t.cancel()
 	return nil
 }

@@ -14,9 +14,9 @@ import (
 // prepareTraced is prepare (validation, chat template, tokenization) as a span of
 // the request's trace, with the prompt's length in tokens.
 func (f *Frontend) prepareTraced(ctx context.Context, g *genRequest) (*prepared, error) {
-	_, span := spans.Start(ctx, "frontend.prepare")
+	ctx, span := spans.Start(ctx, "frontend.prepare")
 	defer span.End()
-	p, err := f.prepare(g)
+	p, err := f.prepare(ctx, g)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Bool("tandem.frontend.chat_template", g.isChat))
 		if err != nil {
@@ -26,6 +26,42 @@ func (f *Frontend) prepareTraced(ctx context.Context, g *genRequest) (*prepared,
 		}
 	}
 	return p, err
+}
+
+// endTemplate ends the chat template's span, saying how the prompt was cut
+// (split, whole or refused).
+func endTemplate(span trace.Span, how string, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("tandem.frontend.prompt_cut", how))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+// endTokenize ends the tokenizer's span with the prompt's length in tokens.
+func endTokenize(span trace.Span, ids []uint32) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("tandem.frontend.prompt_tokens", len(ids)))
+	}
+	span.End()
+}
+
+// streamEnded puts the stream's end on the request's span as an event: why it
+// finished, how many tokens it made and how soon the first came, which the
+// decode worker's spans alone cannot say as the client saw it.
+func streamEnded(span trace.Span, o Outcome) {
+	if span == nil || !span.IsRecording() {
+		return
+	}
+	finish := o.Finish
+	if finish == "" {
+		finish = "none"
+	}
+	span.AddEvent("tandem.frontend.stream_end", trace.WithAttributes(attribute.String("tandem.frontend.finish_reason", finish),
+		attribute.Int("tandem.frontend.completion_tokens", o.CompletionTokens),
+		attribute.Float64("tandem.frontend.ttft_ms", float64(o.TTFT.Microseconds())/1000)))
 }
 
 // withTrace adds the request's trace id to its logger, whose lines are logged

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,8 +27,10 @@ import (
 // span is what the tests read of an exported span.
 type span struct {
 	trace, id, parent, name, service string
-	failed, client                   bool // status Error; kind Client
+	failed, client                   bool   // status Error; kind Client
+	status                           string // the status code's name, e.g. STATUS_CODE_OK
 	attrs                            map[string]string
+	events                           map[string]map[string]string // by name: the event's attributes
 }
 
 // otlpReceiver is an OTLP/gRPC trace collector on loopback that keeps every span.
@@ -62,6 +65,12 @@ func attrString(v *commonpb.AnyValue) string {
 		return fmt.Sprint(x.DoubleValue)
 	case *commonpb.AnyValue_BoolValue:
 		return fmt.Sprint(x.BoolValue)
+	case *commonpb.AnyValue_ArrayValue:
+		var vs []string
+		for _, e := range x.ArrayValue.GetValues() {
+			vs = append(vs, attrString(e))
+		}
+		return strings.Join(vs, "|")
 	}
 	return v.String()
 }
@@ -83,6 +92,13 @@ func (r *otlpReceiver) Export(_ context.Context, req *collectortrace.ExportTrace
 					failed: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR, client: s.GetKind() == tracepb.Span_SPAN_KIND_CLIENT}
 				for _, a := range s.GetAttributes() {
 					sp.attrs[a.GetKey()] = attrString(a.GetValue())
+				}
+				sp.status, sp.events = s.GetStatus().GetCode().String(), map[string]map[string]string{}
+				for _, e := range s.GetEvents() {
+					sp.events[e.GetName()] = map[string]string{}
+					for _, a := range e.GetAttributes() {
+						sp.events[e.GetName()][a.GetKey()] = attrString(a.GetValue())
+					}
 				}
 				r.spans = append(r.spans, sp)
 			}
@@ -174,7 +190,7 @@ func TestTracingRemotePrefill(t *testing.T) {
 	}
 	want := []string{"POST /v1/chat/completions", "tandem.router.v1.RouterService/Route", "tandem.decode.v1.DecodeService/Generate",
 		"tandem.prefill.v1.PrefillService/Prefill", "frontend.parse", "frontend.prepare", "router.decide", "decode.decide",
-		"decode.remote_prefill"}
+		"decode.remote_prefill", "frontend.template", "frontend.tokenize"}
 	var spans []span
 	testutil.WaitForWithin(t, 30*time.Second, "every hop's span is exported", func() bool {
 		spans = rcv.trace(traceID)
@@ -205,6 +221,30 @@ func TestTracingRemotePrefill(t *testing.T) {
 	wantAttrs(t, spans, "router.decide", map[string]string{"tandem.route.decode_worker": "decode-0", "tandem.route.decode_cost": "",
 		"tandem.route.prefill_candidates": ""})
 	wantAttrs(t, spans, "frontend.prepare", map[string]string{"tandem.frontend.prompt_tokens": ""})
+	// The chat template and the tokenizer are steps of their own under prepare,
+	// so that a slow template is told from a slow tokenizer.
+	prep := named(spans, "frontend.prepare")
+	for _, n := range []string{"frontend.template", "frontend.tokenize"} {
+		if s := named(spans, n); s.parent != prep.id {
+			t.Errorf("%s is not a child of frontend.prepare%s", n, dumpSpans(spans))
+		}
+	}
+	wantAttrs(t, spans, "frontend.template", map[string]string{"tandem.frontend.prompt_cut": "split"})
+	wantAttrs(t, spans, "frontend.tokenize", map[string]string{"tandem.frontend.prompt_tokens": prep.attrs["tandem.frontend.prompt_tokens"]})
+	// The request's own span says how its stream ended, as the client saw it.
+	end := root.events["tandem.frontend.stream_end"]
+	if end == nil || end["tandem.frontend.finish_reason"] == "" || end["tandem.frontend.finish_reason"] == "none" ||
+		end["tandem.frontend.completion_tokens"] == "" || end["tandem.frontend.completion_tokens"] == "0" || end["tandem.frontend.ttft_ms"] == "" {
+		t.Errorf("the request's span has stream end %v, want its finish reason, completion tokens and TTFT", end)
+	}
+	// A stream read to its end is a success on the caller's side too, though the
+	// caller cancels its context once it has the stream's last message.
+	for _, s := range spans {
+		if s.client && (strings.HasPrefix(s.name, "tandem.decode.v1") || strings.HasPrefix(s.name, "tandem.prefill.v1")) &&
+			(s.failed || s.attrs["rpc.response.status_code"] != "OK") {
+			t.Errorf("client span %s ended with status %s, gRPC code %s, want OK: %v", s.name, s.status, s.attrs["rpc.response.status_code"], s.attrs)
+		}
+	}
 	if rung.failed || named(spans, "decode.remote_prefill").attrs["tandem.kv.blocks"] == "0" {
 		t.Errorf("the remote prefill's rung failed or moved no KV%s", dumpSpans(spans))
 	}
@@ -353,5 +393,38 @@ func TestTracingGPUEngineAndFallback(t *testing.T) {
 	}
 	if engineSpan == nil || !ancestor(spans, named(spans, "tandem.decode.v1.DecodeService/Generate"), engineSpan) {
 		t.Errorf("no span of the decode engine's request under the decode worker's%s", dumpSpans(spans))
+	}
+}
+
+// The router's decision span lists every decode candidate with its cost, least
+// first, so that a trace says what the winner beat.
+func TestTracingRouterCandidates(t *testing.T) {
+	rcv := startReceiver(t)
+	_, url := startUpWith(t, []string{fixtureModel}, "--otlp-endpoint", rcv.addr, "--decode", "3", "--prefill", "0")
+	id := postTraced(t, url, "", "hello").Get("x-trace-id")
+	var spans []span
+	testutil.WaitForWithin(t, 30*time.Second, "the router's span is exported", func() bool {
+		spans = rcv.trace(id)
+		return named(spans, "router.decide") != nil
+	})
+	d := named(spans, "router.decide")
+	cands := strings.Split(d.attrs["tandem.route.decode_candidates"], "|")
+	if len(cands) != 3 || d.attrs["tandem.route.decode_candidates_left_off"] != "0" {
+		t.Fatalf("router.decide lists candidates %q (%s left off), want the 3 decode workers%s",
+			cands, d.attrs["tandem.route.decode_candidates_left_off"], dumpSpans(spans))
+	}
+	seen := map[string]bool{}
+	for _, c := range cands {
+		w, rest, _ := strings.Cut(c, " ")
+		seen[w] = strings.HasPrefix(rest, "cost=") && strings.Contains(rest, "cached_blocks=")
+	}
+	for _, w := range []string{"decode-0", "decode-1", "decode-2"} {
+		if !seen[w] {
+			t.Errorf("candidate %s missing or without its cost in %q", w, cands)
+		}
+	}
+	winCost := strings.TrimPrefix(strings.Fields(cands[0])[1], "cost=")
+	if cost, err := strconv.ParseFloat(winCost, 64); err != nil || fmt.Sprintf("%.3g", cost) != winCost {
+		t.Errorf("first candidate's cost %q is not a number", winCost)
 	}
 }

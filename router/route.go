@@ -150,7 +150,9 @@ func (r *Router) Route(ctx context.Context, req *connect.Request[routerv1.RouteR
 	// workers. That test is per worker, so a prompt as long as the threshold
 	// takes the full pass while any lender is a decode candidate.
 	lenderRule := p.LendersPrefillFirst && r.decLend > 0 && promptBlocks*bs >= r.threshold
-	if !lenderRule && r.byLoad(p, m.GetExplain(), fp, model) {
+	// A recording span wants every candidate's cost, which only the full pass
+	// works out; it decides as the load order would.
+	if !lenderRule && r.byLoad(p, m.GetExplain() || span.IsRecording(), fp, model) {
 		var ok bool
 		r.metrics.path[0].Inc()
 		if ch, prefillers, ok = r.decideByLoad(p, m.GetRequestId(), cached, excluded, gateClass, want, promptBlocks, bs, effective); !ok {
@@ -180,6 +182,7 @@ func (r *Router) Route(ctx context.Context, req *connect.Request[routerv1.RouteR
 	}
 	if span.IsRecording() {
 		traceDecision(span, resp, win.cost, ch.scored, classNames[ch.class], effective)
+		traceCandidates(span, pass.decoders, pass.need)
 	}
 	win.st.pendingBlocks += promptBlocks - int(win.cached)
 	r.reindex(win.st)
