@@ -179,9 +179,5 @@ func Receive(ctx context.Context, s Stream, h Header, imp engine.Importer) (Stat
 		st.Bytes += len(c.GetData())
 	}
 	st.Transfer = time.Since(start)
-	// The sender ends the stream after its trailer: reading that end lets the
-	// call finish as a success rather than be cancelled when the caller's
-	// context ends. Whatever it reads does not undo a complete handoff.
-	_, _ = s.Recv()
 	return st, nil
 }

@@ -238,9 +238,12 @@ func TestTracingRemotePrefill(t *testing.T) {
 		t.Errorf("the request's span has stream end %v, want its finish reason, completion tokens and TTFT", end)
 	}
 	// A stream read to its end is a success on the caller's side too, though the
-	// caller cancels its context once it has the stream's last message.
+	// caller cancels its context once it has the stream's last message. (The
+	// decode worker's Prefill call still ends cancelled: it stops at the KV
+	// trailer, and waiting there for the sender's end of stream would hold a
+	// finished handoff on a sender that never ends it.)
 	for _, s := range spans {
-		if s.client && (strings.HasPrefix(s.name, "tandem.decode.v1") || strings.HasPrefix(s.name, "tandem.prefill.v1")) &&
+		if s.client && strings.HasPrefix(s.name, "tandem.decode.v1") &&
 			(s.failed || s.attrs["rpc.response.status_code"] != "OK") {
 			t.Errorf("client span %s ended with status %s, gRPC code %s, want OK: %v", s.name, s.status, s.attrs["rpc.response.status_code"], s.attrs)
 		}
