@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandem-serve/tandem/internal/testutil"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
@@ -26,7 +27,7 @@ func TestRouteAllocations(t *testing.T) {
 			t.Fatal(err)
 		}
 		rng := rand.New(rand.NewPCG(3, 4))
-		prompts := chains(rng, 16, 32)
+		prompts := testutil.Chains(rng, 16, 32)
 		for i := range 60 {
 			w := Worker{ID: fmt.Sprintf("w%02d", i), Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Policy: "threshold", TotalBlocks: 1 << 12, Fingerprint: "m"}
 			if i%4 == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tandem-serve/tandem/internal/testutil"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
@@ -63,7 +64,7 @@ func TestRouteByLoadEqualsFullPass(t *testing.T) {
 				f(r)
 			}
 		}
-		prompts := chains(rng, 12, 8)
+		prompts := testutil.Chains(rng, 12, 8)
 		mixedModels := rng.IntN(4) == 0
 		newWorker := func(i int) Worker {
 			w := Worker{
@@ -227,7 +228,7 @@ func TestRouteByLoadReachesEveryIdleWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt := chains(rand.New(rand.NewPCG(3, 4)), 1, 4)[0]
+	prompt := testutil.Chains(rand.New(rand.NewPCG(3, 4)), 1, 4)[0]
 	const idle, busy = 300, 20
 	for i := range idle + busy {
 		w := Worker{ID: fmt.Sprintf("w%03d", i), Mode: workerv1.WorkerMode_WORKER_MODE_DECODE, Policy: "threshold", TotalBlocks: 1 << 10}

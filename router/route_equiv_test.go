@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tandem-serve/tandem/internal/testutil"
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
@@ -52,7 +53,7 @@ func TestRouteEqualsReference(t *testing.T) {
 				f(r)
 			}
 		}
-		prompts := chains(rng, 12, 8)
+		prompts := testutil.Chains(rng, 12, 8)
 		var workers []Worker
 		for i := range 3 + rng.IntN(12) {
 			w := Worker{

@@ -308,8 +308,8 @@ func (e *Engine) Body(req engine.Request, stream bool) CompletionRequest {
 // StallError.
 func (e *Engine) Start(ctx context.Context, req engine.Request, body CompletionRequest) (engine.Stream, error) {
 	rctx, cancel := context.WithCancelCause(ctx)
-	dog := newWatchdog(cancel, e.where())
-	dog.arm("response headers", e.timeouts.Header, flagHeader)
+	dog := newWatchdog(cancel, e.where(), e.timeouts)
+	dog.arm("response headers", boundHeader)
 	resp, err := e.c.post(rctx, "/v1/completions", req.ID, &body)
 	if err == nil && !isEventStream(resp.Header.Get("Content-Type")) {
 		err = notAStream(resp)
@@ -323,7 +323,7 @@ func (e *Engine) Start(ctx context.Context, req engine.Request, body CompletionR
 		}
 		return nil, e.count(e.wrap(ctx, err))
 	}
-	dog.arm("first token", e.timeouts.FirstToken, flagFirstToken)
+	dog.arm("first token", boundFirstToken)
 	return newStream(e, req, rctx, cancel, dog, resp.Body), nil
 }
 
@@ -332,8 +332,8 @@ func (e *Engine) Start(ctx context.Context, req engine.Request, body CompletionR
 func (e *Engine) Complete(ctx context.Context, reqID string, body CompletionRequest) (*CompletionResponse, error) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	dog := newWatchdog(cancel, e.where())
-	dog.arm("answer", e.timeouts.FirstToken, flagFirstToken)
+	dog := newWatchdog(cancel, e.where(), e.timeouts)
+	dog.arm("answer", boundFirstToken)
 	defer dog.stop()
 	resp, err := e.c.complete(rctx, reqID, &body)
 	if err != nil {

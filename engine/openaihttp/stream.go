@@ -162,7 +162,7 @@ func (s *stream) read() error {
 	case err != nil:
 		return fmt.Errorf("reading the stream after %d tokens: %w", s.returned, err)
 	}
-	s.dog.arm("next token", s.e.timeouts.Token, flagToken)
+	s.dog.arm("next token", boundToken)
 	chunk, err := ParseCompletion(data)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package openaihttp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,9 @@ type Timeouts struct {
 	FirstToken time.Duration
 	// Token bounds the gap between streamed events after the first.
 	Token time.Duration
+	// Settings name, in a StallError, where an operator changes each bound (the
+	// worker gives its flags); empty: the field's name.
+	HeaderSetting, FirstTokenSetting, TokenSetting string
 }
 
 // DefaultTimeouts are generous enough for a loaded GPU engine's queue and short
@@ -42,33 +46,48 @@ func (t Timeouts) orDefaults() Timeouts {
 	if t.Token <= 0 {
 		t.Token = DefaultTimeouts.Token
 	}
+	t.HeaderSetting = cmp.Or(t.HeaderSetting, "Timeouts.Header")
+	t.FirstTokenSetting = cmp.Or(t.FirstTokenSetting, "Timeouts.FirstToken")
+	t.TokenSetting = cmp.Or(t.TokenSetting, "Timeouts.Token")
 	return t
+}
+
+// bound is one of the three waits Timeouts bounds.
+type bound int
+
+const (
+	boundHeader bound = iota
+	boundFirstToken
+	boundToken
+)
+
+// of is a bound's duration and the setting that changes it.
+func (t Timeouts) of(b bound) (time.Duration, string) {
+	switch b {
+	case boundHeader:
+		return t.Header, t.HeaderSetting
+	case boundFirstToken:
+		return t.FirstToken, t.FirstTokenSetting
+	}
+	return t.Token, t.TokenSetting
 }
 
 // StallError is a wait on the engine that outlived its bound. It is a
 // DeadlineExceeded to callers that classify errors (the client sees 504), and
-// names the engine, the wait and the flag that sets its bound.
+// names the engine, the wait and the setting of its bound.
 type StallError struct {
-	Where string // "vllm at http://host:port"
-	Wait  string // "response headers", "the first token", "the next token"
-	After time.Duration
-	Flag  string
+	Where   string // "vllm at http://host:port"
+	Wait    string // "response headers", "first token", "next token"
+	After   time.Duration
+	Setting string // what sets the bound, e.g. the worker's flag
+	bound   bound
 }
 
 func (e *StallError) Error() string {
-	return fmt.Sprintf("%s sent no %s within %s (%s)", e.Where, e.Wait, e.After, e.Flag)
+	return fmt.Sprintf("%s sent no %s within %s (%s)", e.Where, e.Wait, e.After, e.Setting)
 }
 
 func (e *StallError) Unwrap() error { return context.DeadlineExceeded }
-
-// The flags that set each bound, named in StallError so that an operator knows
-// what to raise. They are the worker's (services/workersvc); the names are
-// carried here as text only.
-const (
-	flagHeader     = "--engine-header-timeout"
-	flagFirstToken = "--engine-first-token-timeout"
-	flagToken      = "--engine-token-timeout"
-)
 
 // watchdog cancels a request whose engine falls silent for longer than the bound
 // of the wait it is in. Arming it again per token is a timer reset, which
@@ -78,22 +97,24 @@ type watchdog struct {
 	t      *time.Timer
 	cancel context.CancelCauseFunc
 	where  string
+	bounds Timeouts
 	err    *StallError // the wait now armed
 }
 
-func newWatchdog(cancel context.CancelCauseFunc, where string) *watchdog {
-	return &watchdog{cancel: cancel, where: where}
+func newWatchdog(cancel context.CancelCauseFunc, where string, bounds Timeouts) *watchdog {
+	return &watchdog{cancel: cancel, where: where, bounds: bounds}
 }
 
-// arm starts (or restarts) the bound of one wait.
-func (w *watchdog) arm(wait string, after time.Duration, flag string) {
+// arm starts (or restarts) the bound b of one wait.
+func (w *watchdog) arm(wait string, b bound) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	after, setting := w.bounds.of(b)
 	if w.err != nil && w.err.Wait == wait && w.t != nil {
 		w.t.Reset(after)
 		return
 	}
-	err := &StallError{Where: w.where, Wait: wait, After: after, Flag: flag}
+	err := &StallError{Where: w.where, Wait: wait, After: after, Setting: setting, bound: b}
 	w.err = err
 	if w.t != nil {
 		w.t.Stop()
@@ -127,13 +148,7 @@ func reasonOf(err error) int {
 	var pe *ProtocolError
 	switch {
 	case errors.As(err, &stall):
-		switch stall.Flag {
-		case flagHeader:
-			return 4
-		case flagFirstToken:
-			return 5
-		}
-		return 6
+		return 4 + int(stall.bound) // timeout_headers, timeout_first_token, timeout_token
 	case errors.Is(err, context.Canceled):
 		return -1
 	case errors.As(err, &pe):

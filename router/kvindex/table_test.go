@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 // The table agrees with a map of sets through adds and removes that keep it near
@@ -113,7 +115,7 @@ func TestHolderTableShrinks(t *testing.T) {
 // are partitioned against blocks that most of the fleet holds.
 func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 9))
-	all := chains(rng, 60, 40)
+	all := testutil.Chains(rng, 60, 40)
 	children := map[uint64][]uint64{}
 	for _, c := range all {
 		for i := 1; i < len(c); i++ {
@@ -226,7 +228,7 @@ func TestIndexMatchEqualsWalkUnderChurn(t *testing.T) {
 // other, and the walk's answer for those that keep the nesting.
 func TestMatchWithoutNesting(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
-	c := chains(rng, 1, 30)[0]
+	c := testutil.Chains(rng, 1, 30)[0]
 	ix := New()
 	var refs []Ref
 	for range 6 {

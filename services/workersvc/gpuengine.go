@@ -76,6 +76,13 @@ func (g *GPUEngine) RegisterFlags(fs *flag.FlagSet) {
 		"streamed bodies with their timing) to a JSON-lines file in this directory, for debugging and replay tests (docs/ENGINES.md)")
 }
 
+// timeouts are the bounds, named by the flags that set them.
+func (g GPUEngine) timeouts() openaihttp.Timeouts {
+	t := g.Timeouts
+	t.HeaderSetting, t.FirstTokenSetting, t.TokenSetting = "--engine-header-timeout", "--engine-first-token-timeout", "--engine-token-timeout"
+	return t
+}
+
 func isGPU(name string) bool { return slices.Contains(GPUEngines, name) }
 
 // validateGPU checks the flags of a worker fronting an engine server.
@@ -204,7 +211,7 @@ func (c *Config) gpuEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 	eng, err := openaihttp.New(ctx, openaihttp.Config{
 		URL: c.GPU.URL, Dialect: d, Tokenizer: tok, Model: c.EngineModel(), ContextLength: c.ContextLength, BlockSize: c.BlockSize,
 		TotalBlocks: c.NumBlocks, TokenMode: openaihttp.TokenMode(c.GPU.TokenMode), MetricsInterval: c.GPU.MetricsInterval,
-		Wait: c.GPU.Wait, Timeouts: c.GPU.Timeouts, Health: c.GPU.Health, Cache: mirror, HTTP: hc, Logger: log,
+		Wait: c.GPU.Wait, Timeouts: c.GPU.timeouts(), Health: c.GPU.Health, Cache: mirror, HTTP: hc, Logger: log,
 		Waiting: c.onEngineWait,
 	})
 	if err != nil && rec != nil {
