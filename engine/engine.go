@@ -87,6 +87,19 @@ type Sampling struct {
 	LogitBias map[uint32]float32
 	// MinP drops tokens less likely than MinP times the most likely (0 is off).
 	MinP float32
+	// Constraint restricts the output's text (structured outputs, enforced tool
+	// calls); nil is free text.
+	Constraint *Constraint
+}
+
+// Constraint is what a constrained sequence's text must be: Prefix, then one JSON
+// value valid against JSONSchema, then Suffix; with Repeat, one or more such parts
+// joined by Separator. After the last part only a stop token may follow.
+type Constraint struct {
+	JSONSchema     string
+	Prefix, Suffix string
+	Repeat         bool
+	Separator      string
 }
 
 // BanBias is the logit bias that bans a token, as OpenAI's -100 does.

@@ -101,14 +101,30 @@ func Logprobs(p *workerv1.TokenLogprobs) *engine.TokenLogprobs {
 func Sampling(p *workerv1.SamplingParams) engine.Sampling {
 	return engine.Sampling{Temperature: p.GetTemperature(), TopP: p.GetTopP(), TopK: int(p.GetTopK()), Seed: p.GetSeed(),
 		PresencePenalty: p.GetPresencePenalty(), FrequencyPenalty: p.GetFrequencyPenalty(), RepetitionPenalty: p.GetRepetitionPenalty(),
-		LogitBias: p.GetLogitBias(), MinP: p.GetMinP()}
+		LogitBias: p.GetLogitBias(), MinP: p.GetMinP(), Constraint: constraint(p.GetConstraint())}
+}
+
+func constraint(c *workerv1.Constraint) *engine.Constraint {
+	if c == nil {
+		return nil
+	}
+	return &engine.Constraint{JSONSchema: c.GetJsonSchema(), Prefix: c.GetPrefix(), Suffix: c.GetSuffix(),
+		Repeat: c.GetRepeat(), Separator: c.GetSeparator()}
+}
+
+func constraintProto(c *engine.Constraint) *workerv1.Constraint {
+	if c == nil {
+		return nil
+	}
+	return &workerv1.Constraint{JsonSchema: c.JSONSchema, Prefix: c.Prefix, Suffix: c.Suffix,
+		Repeat: c.Repeat, Separator: c.Separator}
 }
 
 // SamplingProto converts sampling parameters for the wire.
 func SamplingProto(s engine.Sampling) *workerv1.SamplingParams {
 	return &workerv1.SamplingParams{Temperature: s.Temperature, TopP: s.TopP, TopK: uint32(s.TopK), Seed: s.Seed,
 		PresencePenalty: s.PresencePenalty, FrequencyPenalty: s.FrequencyPenalty, RepetitionPenalty: s.RepetitionPenalty,
-		LogitBias: s.LogitBias, MinP: s.MinP}
+		LogitBias: s.LogitBias, MinP: s.MinP, Constraint: constraintProto(s.Constraint)}
 }
 
 var dtypes = map[string]workerv1.KVDtype{

@@ -159,7 +159,9 @@ type SamplingParams struct {
 	// Added to a token's logit; -100 bans the token.
 	LogitBias map[uint32]float32 `protobuf:"bytes,10,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
 	// Drop tokens whose probability is below min_p times the most likely one's. 0 is off.
-	MinP          float32 `protobuf:"fixed32,11,opt,name=min_p,json=minP,proto3" json:"min_p,omitempty"`
+	MinP float32 `protobuf:"fixed32,11,opt,name=min_p,json=minP,proto3" json:"min_p,omitempty"`
+	// Restricts what may be generated (structured outputs, enforced tool calls); unset is free text.
+	Constraint    *Constraint `protobuf:"bytes,12,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -271,6 +273,97 @@ func (x *SamplingParams) GetMinP() float32 {
 	return 0
 }
 
+func (x *SamplingParams) GetConstraint() *Constraint {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
+// Constraint is what a constrained sequence's text must be: prefix, then one JSON value
+// valid against json_schema, then suffix; with repeat, one or more such parts joined by
+// separator. After the last part only a stop token may follow. Each worker that draws
+// tokens compiles it against its own vocabulary (cached per constraint), so the prefill
+// worker's first token and the decode worker's later ones obey the same automaton.
+type Constraint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// JSON Schema text; "{}" allows any JSON value, {"type":"object"} any object.
+	JsonSchema string `protobuf:"bytes,1,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`
+	// Literal text before and after the JSON value, e.g. "<tool_call>\n" and "\n</tool_call>".
+	Prefix string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Suffix string `protobuf:"bytes,3,opt,name=suffix,proto3" json:"suffix,omitempty"`
+	// Allow the part to repeat (parallel tool calls), joined by separator.
+	Repeat        bool   `protobuf:"varint,4,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	Separator     string `protobuf:"bytes,5,opt,name=separator,proto3" json:"separator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Constraint) Reset() {
+	*x = Constraint{}
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Constraint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Constraint) ProtoMessage() {}
+
+func (x *Constraint) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Constraint.ProtoReflect.Descriptor instead.
+func (*Constraint) Descriptor() ([]byte, []int) {
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Constraint) GetJsonSchema() string {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return ""
+}
+
+func (x *Constraint) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *Constraint) GetSuffix() string {
+	if x != nil {
+		return x.Suffix
+	}
+	return ""
+}
+
+func (x *Constraint) GetRepeat() bool {
+	if x != nil {
+		return x.Repeat
+	}
+	return false
+}
+
+func (x *Constraint) GetSeparator() string {
+	if x != nil {
+		return x.Separator
+	}
+	return ""
+}
+
 // Logprob is a token and its log-probability.
 type Logprob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -282,7 +375,7 @@ type Logprob struct {
 
 func (x *Logprob) Reset() {
 	*x = Logprob{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +387,7 @@ func (x *Logprob) String() string {
 func (*Logprob) ProtoMessage() {}
 
 func (x *Logprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[1]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +400,7 @@ func (x *Logprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Logprob.ProtoReflect.Descriptor instead.
 func (*Logprob) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{1}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Logprob) GetTokenId() uint32 {
@@ -336,7 +429,7 @@ type TokenLogprobs struct {
 
 func (x *TokenLogprobs) Reset() {
 	*x = TokenLogprobs{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +441,7 @@ func (x *TokenLogprobs) String() string {
 func (*TokenLogprobs) ProtoMessage() {}
 
 func (x *TokenLogprobs) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[2]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +454,7 @@ func (x *TokenLogprobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprobs.ProtoReflect.Descriptor instead.
 func (*TokenLogprobs) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{2}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TokenLogprobs) GetLogprob() float32 {
@@ -397,7 +490,7 @@ type KVLayout struct {
 
 func (x *KVLayout) Reset() {
 	*x = KVLayout{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +502,7 @@ func (x *KVLayout) String() string {
 func (*KVLayout) ProtoMessage() {}
 
 func (x *KVLayout) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +515,7 @@ func (x *KVLayout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVLayout.ProtoReflect.Descriptor instead.
 func (*KVLayout) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KVLayout) GetLayers() uint32 {
@@ -510,7 +603,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +615,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +628,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WorkerInfo) GetId() string {
@@ -651,7 +744,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +756,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +769,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Load) GetRunningSequences() uint32 {
@@ -745,7 +838,7 @@ type PrefillPolicy struct {
 
 func (x *PrefillPolicy) Reset() {
 	*x = PrefillPolicy{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +850,7 @@ func (x *PrefillPolicy) String() string {
 func (*PrefillPolicy) ProtoMessage() {}
 
 func (x *PrefillPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +863,7 @@ func (x *PrefillPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillPolicy.ProtoReflect.Descriptor instead.
 func (*PrefillPolicy) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PrefillPolicy) GetPolicy() string {
@@ -820,7 +913,7 @@ type BlockStored struct {
 
 func (x *BlockStored) Reset() {
 	*x = BlockStored{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +925,7 @@ func (x *BlockStored) String() string {
 func (*BlockStored) ProtoMessage() {}
 
 func (x *BlockStored) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +938,7 @@ func (x *BlockStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStored.ProtoReflect.Descriptor instead.
 func (*BlockStored) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BlockStored) GetParentHash() uint64 {
@@ -872,7 +965,7 @@ type BlockRemoved struct {
 
 func (x *BlockRemoved) Reset() {
 	*x = BlockRemoved{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +977,7 @@ func (x *BlockRemoved) String() string {
 func (*BlockRemoved) ProtoMessage() {}
 
 func (x *BlockRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +990,7 @@ func (x *BlockRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRemoved.ProtoReflect.Descriptor instead.
 func (*BlockRemoved) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BlockRemoved) GetBlockHashes() []uint64 {
@@ -916,7 +1009,7 @@ type AllBlocksCleared struct {
 
 func (x *AllBlocksCleared) Reset() {
 	*x = AllBlocksCleared{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1021,7 @@ func (x *AllBlocksCleared) String() string {
 func (*AllBlocksCleared) ProtoMessage() {}
 
 func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1034,7 @@ func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllBlocksCleared.ProtoReflect.Descriptor instead.
 func (*AllBlocksCleared) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 // KVEvent is one change to a worker's prefix cache.
@@ -961,7 +1054,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1066,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1079,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KVEvent) GetId() uint64 {
@@ -1064,7 +1157,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1169,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1182,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Snapshot) GetLastEventId() uint64 {
@@ -1135,7 +1228,7 @@ type ModelCard struct {
 
 func (x *ModelCard) Reset() {
 	*x = ModelCard{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1240,7 @@ func (x *ModelCard) String() string {
 func (*ModelCard) ProtoMessage() {}
 
 func (x *ModelCard) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1253,7 @@ func (x *ModelCard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCard.ProtoReflect.Descriptor instead.
 func (*ModelCard) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ModelCard) GetModel() string {
@@ -1272,7 +1365,7 @@ type ModelCardRequest struct {
 
 func (x *ModelCardRequest) Reset() {
 	*x = ModelCardRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1377,7 @@ func (x *ModelCardRequest) String() string {
 func (*ModelCardRequest) ProtoMessage() {}
 
 func (x *ModelCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[13]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1390,7 @@ func (x *ModelCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCardRequest.ProtoReflect.Descriptor instead.
 func (*ModelCardRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{13}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 type ModelCardResponse struct {
@@ -1309,7 +1402,7 @@ type ModelCardResponse struct {
 
 func (x *ModelCardResponse) Reset() {
 	*x = ModelCardResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1414,7 @@ func (x *ModelCardResponse) String() string {
 func (*ModelCardResponse) ProtoMessage() {}
 
 func (x *ModelCardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[14]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1427,7 @@ func (x *ModelCardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCardResponse.ProtoReflect.Descriptor instead.
 func (*ModelCardResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{14}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ModelCardResponse) GetCard() *ModelCard {
@@ -1352,7 +1445,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1457,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[15]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1470,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{16}
 }
 
 type InfoResponse struct {
@@ -1390,7 +1483,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1495,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[16]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1508,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{16}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InfoResponse) GetInfo() *WorkerInfo {
@@ -1442,7 +1535,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1547,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[17]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1560,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{17}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchEventsRequest) GetAfterEventId() uint64 {
@@ -1499,7 +1592,7 @@ type WatchEventsResponse struct {
 
 func (x *WatchEventsResponse) Reset() {
 	*x = WatchEventsResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1604,7 @@ func (x *WatchEventsResponse) String() string {
 func (*WatchEventsResponse) ProtoMessage() {}
 
 func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[18]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1617,7 @@ func (x *WatchEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchEventsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{18}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchEventsResponse) GetIncarnation() string {
@@ -1587,7 +1680,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1692,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[19]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1705,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{19}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DrainRequest) GetServing() bool {
@@ -1630,7 +1723,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1735,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_worker_v1_worker_proto_msgTypes[20]
+	mi := &file_tandem_worker_v1_worker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,14 +1748,14 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{20}
+	return file_tandem_worker_v1_worker_proto_rawDescGZIP(), []int{21}
 }
 
 var File_tandem_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtandem/worker/v1/worker.proto\x12\x10tandem.worker.v1\"\xd9\x03\n" +
+	"\x1dtandem/worker/v1/worker.proto\x12\x10tandem.worker.v1\"\x97\x04\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -1676,10 +1769,21 @@ const file_tandem_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
 	"logit_bias\x18\n" +
 	" \x03(\v2/.tandem.worker.v1.SamplingParams.LogitBiasEntryR\tlogitBias\x12\x13\n" +
-	"\x05min_p\x18\v \x01(\x02R\x04minP\x1a<\n" +
+	"\x05min_p\x18\v \x01(\x02R\x04minP\x12<\n" +
+	"\n" +
+	"constraint\x18\f \x01(\v2\x1c.tandem.worker.v1.ConstraintR\n" +
+	"constraint\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\">\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\x93\x01\n" +
+	"\n" +
+	"Constraint\x12\x1f\n" +
+	"\vjson_schema\x18\x01 \x01(\tR\n" +
+	"jsonSchema\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x16\n" +
+	"\x06suffix\x18\x03 \x01(\tR\x06suffix\x12\x16\n" +
+	"\x06repeat\x18\x04 \x01(\bR\x06repeat\x12\x1c\n" +
+	"\tseparator\x18\x05 \x01(\tR\tseparator\">\n" +
 	"\aLogprob\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
 	"\alogprob\x18\x02 \x01(\x02R\alogprob\"V\n" +
@@ -1809,62 +1913,64 @@ func file_tandem_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tandem_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_tandem_worker_v1_worker_proto_goTypes = []any{
 	(WorkerMode)(0),             // 0: tandem.worker.v1.WorkerMode
 	(KVDtype)(0),                // 1: tandem.worker.v1.KVDtype
 	(*SamplingParams)(nil),      // 2: tandem.worker.v1.SamplingParams
-	(*Logprob)(nil),             // 3: tandem.worker.v1.Logprob
-	(*TokenLogprobs)(nil),       // 4: tandem.worker.v1.TokenLogprobs
-	(*KVLayout)(nil),            // 5: tandem.worker.v1.KVLayout
-	(*WorkerInfo)(nil),          // 6: tandem.worker.v1.WorkerInfo
-	(*Load)(nil),                // 7: tandem.worker.v1.Load
-	(*PrefillPolicy)(nil),       // 8: tandem.worker.v1.PrefillPolicy
-	(*BlockStored)(nil),         // 9: tandem.worker.v1.BlockStored
-	(*BlockRemoved)(nil),        // 10: tandem.worker.v1.BlockRemoved
-	(*AllBlocksCleared)(nil),    // 11: tandem.worker.v1.AllBlocksCleared
-	(*KVEvent)(nil),             // 12: tandem.worker.v1.KVEvent
-	(*Snapshot)(nil),            // 13: tandem.worker.v1.Snapshot
-	(*ModelCard)(nil),           // 14: tandem.worker.v1.ModelCard
-	(*ModelCardRequest)(nil),    // 15: tandem.worker.v1.ModelCardRequest
-	(*ModelCardResponse)(nil),   // 16: tandem.worker.v1.ModelCardResponse
-	(*InfoRequest)(nil),         // 17: tandem.worker.v1.InfoRequest
-	(*InfoResponse)(nil),        // 18: tandem.worker.v1.InfoResponse
-	(*WatchEventsRequest)(nil),  // 19: tandem.worker.v1.WatchEventsRequest
-	(*WatchEventsResponse)(nil), // 20: tandem.worker.v1.WatchEventsResponse
-	(*DrainRequest)(nil),        // 21: tandem.worker.v1.DrainRequest
-	(*DrainResponse)(nil),       // 22: tandem.worker.v1.DrainResponse
-	nil,                         // 23: tandem.worker.v1.SamplingParams.LogitBiasEntry
+	(*Constraint)(nil),          // 3: tandem.worker.v1.Constraint
+	(*Logprob)(nil),             // 4: tandem.worker.v1.Logprob
+	(*TokenLogprobs)(nil),       // 5: tandem.worker.v1.TokenLogprobs
+	(*KVLayout)(nil),            // 6: tandem.worker.v1.KVLayout
+	(*WorkerInfo)(nil),          // 7: tandem.worker.v1.WorkerInfo
+	(*Load)(nil),                // 8: tandem.worker.v1.Load
+	(*PrefillPolicy)(nil),       // 9: tandem.worker.v1.PrefillPolicy
+	(*BlockStored)(nil),         // 10: tandem.worker.v1.BlockStored
+	(*BlockRemoved)(nil),        // 11: tandem.worker.v1.BlockRemoved
+	(*AllBlocksCleared)(nil),    // 12: tandem.worker.v1.AllBlocksCleared
+	(*KVEvent)(nil),             // 13: tandem.worker.v1.KVEvent
+	(*Snapshot)(nil),            // 14: tandem.worker.v1.Snapshot
+	(*ModelCard)(nil),           // 15: tandem.worker.v1.ModelCard
+	(*ModelCardRequest)(nil),    // 16: tandem.worker.v1.ModelCardRequest
+	(*ModelCardResponse)(nil),   // 17: tandem.worker.v1.ModelCardResponse
+	(*InfoRequest)(nil),         // 18: tandem.worker.v1.InfoRequest
+	(*InfoResponse)(nil),        // 19: tandem.worker.v1.InfoResponse
+	(*WatchEventsRequest)(nil),  // 20: tandem.worker.v1.WatchEventsRequest
+	(*WatchEventsResponse)(nil), // 21: tandem.worker.v1.WatchEventsResponse
+	(*DrainRequest)(nil),        // 22: tandem.worker.v1.DrainRequest
+	(*DrainResponse)(nil),       // 23: tandem.worker.v1.DrainResponse
+	nil,                         // 24: tandem.worker.v1.SamplingParams.LogitBiasEntry
 }
 var file_tandem_worker_v1_worker_proto_depIdxs = []int32{
-	23, // 0: tandem.worker.v1.SamplingParams.logit_bias:type_name -> tandem.worker.v1.SamplingParams.LogitBiasEntry
-	3,  // 1: tandem.worker.v1.TokenLogprobs.top:type_name -> tandem.worker.v1.Logprob
-	1,  // 2: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
-	0,  // 3: tandem.worker.v1.WorkerInfo.mode:type_name -> tandem.worker.v1.WorkerMode
-	5,  // 4: tandem.worker.v1.WorkerInfo.layout:type_name -> tandem.worker.v1.KVLayout
-	9,  // 5: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
-	10, // 6: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
-	11, // 7: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
-	14, // 8: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
-	6,  // 9: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
-	7,  // 10: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
-	13, // 11: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
-	12, // 12: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
-	7,  // 13: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
-	8,  // 14: tandem.worker.v1.WatchEventsResponse.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
-	17, // 15: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
-	19, // 16: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
-	15, // 17: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
-	21, // 18: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
-	18, // 19: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
-	20, // 20: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
-	16, // 21: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
-	22, // 22: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	24, // 0: tandem.worker.v1.SamplingParams.logit_bias:type_name -> tandem.worker.v1.SamplingParams.LogitBiasEntry
+	3,  // 1: tandem.worker.v1.SamplingParams.constraint:type_name -> tandem.worker.v1.Constraint
+	4,  // 2: tandem.worker.v1.TokenLogprobs.top:type_name -> tandem.worker.v1.Logprob
+	1,  // 3: tandem.worker.v1.KVLayout.dtype:type_name -> tandem.worker.v1.KVDtype
+	0,  // 4: tandem.worker.v1.WorkerInfo.mode:type_name -> tandem.worker.v1.WorkerMode
+	6,  // 5: tandem.worker.v1.WorkerInfo.layout:type_name -> tandem.worker.v1.KVLayout
+	10, // 6: tandem.worker.v1.KVEvent.stored:type_name -> tandem.worker.v1.BlockStored
+	11, // 7: tandem.worker.v1.KVEvent.removed:type_name -> tandem.worker.v1.BlockRemoved
+	12, // 8: tandem.worker.v1.KVEvent.cleared:type_name -> tandem.worker.v1.AllBlocksCleared
+	15, // 9: tandem.worker.v1.ModelCardResponse.card:type_name -> tandem.worker.v1.ModelCard
+	7,  // 10: tandem.worker.v1.InfoResponse.info:type_name -> tandem.worker.v1.WorkerInfo
+	8,  // 11: tandem.worker.v1.InfoResponse.load:type_name -> tandem.worker.v1.Load
+	14, // 12: tandem.worker.v1.WatchEventsResponse.snapshot:type_name -> tandem.worker.v1.Snapshot
+	13, // 13: tandem.worker.v1.WatchEventsResponse.events:type_name -> tandem.worker.v1.KVEvent
+	8,  // 14: tandem.worker.v1.WatchEventsResponse.load:type_name -> tandem.worker.v1.Load
+	9,  // 15: tandem.worker.v1.WatchEventsResponse.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
+	18, // 16: tandem.worker.v1.WorkerService.Info:input_type -> tandem.worker.v1.InfoRequest
+	20, // 17: tandem.worker.v1.WorkerService.WatchEvents:input_type -> tandem.worker.v1.WatchEventsRequest
+	16, // 18: tandem.worker.v1.WorkerService.ModelCard:input_type -> tandem.worker.v1.ModelCardRequest
+	22, // 19: tandem.worker.v1.WorkerService.Drain:input_type -> tandem.worker.v1.DrainRequest
+	19, // 20: tandem.worker.v1.WorkerService.Info:output_type -> tandem.worker.v1.InfoResponse
+	21, // 21: tandem.worker.v1.WorkerService.WatchEvents:output_type -> tandem.worker.v1.WatchEventsResponse
+	17, // 22: tandem.worker.v1.WorkerService.ModelCard:output_type -> tandem.worker.v1.ModelCardResponse
+	23, // 23: tandem.worker.v1.WorkerService.Drain:output_type -> tandem.worker.v1.DrainResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_tandem_worker_v1_worker_proto_init() }
@@ -1872,12 +1978,12 @@ func file_tandem_worker_v1_worker_proto_init() {
 	if File_tandem_worker_v1_worker_proto != nil {
 		return
 	}
-	file_tandem_worker_v1_worker_proto_msgTypes[10].OneofWrappers = []any{
+	file_tandem_worker_v1_worker_proto_msgTypes[11].OneofWrappers = []any{
 		(*KVEvent_Stored)(nil),
 		(*KVEvent_Removed)(nil),
 		(*KVEvent_Cleared)(nil),
 	}
-	file_tandem_worker_v1_worker_proto_msgTypes[12].OneofWrappers = []any{
+	file_tandem_worker_v1_worker_proto_msgTypes[13].OneofWrappers = []any{
 		(*ModelCard_TokenizerName)(nil),
 		(*ModelCard_TokenizerGguf)(nil),
 		(*ModelCard_TokenizerJson)(nil),
@@ -1888,7 +1994,7 @@ func file_tandem_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_worker_v1_worker_proto_rawDesc), len(file_tandem_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
