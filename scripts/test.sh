@@ -57,6 +57,9 @@ else
 fi
 go test -race -count=1 -timeout 20m ./...
 
+step "the dashboard's and alert rules' PromQL, parsed by Prometheus (a module of its own)"
+(cd deploy/monitoring/promcheck && go vet ./... && go test -count=1 ./...)
+
 # go test above replays every fuzz target's seeds and committed corpus
 # (testdata/fuzz/); here each target also explores for a few seconds. -fuzz takes
 # one target per run. A failure writes its input under the package's testdata/fuzz/.
