@@ -33,7 +33,7 @@ type format struct {
 // Stream splits a reply into content and calls as its text arrives. Content that
 // may be the start of a call marker is held back until it is decided.
 type Stream struct {
-	f    format
+	f format
 	// buf is the text received and not yet sent as content: in mText what may
 	// start a marker, otherwise everything from the marker on; off is how much of
 	// it is read, start where the current call's object begins.
@@ -51,11 +51,11 @@ type Stream struct {
 }
 
 const (
-	mText    = iota // content, looking for a marker
-	mOpen           // after a marker: expect the call or the list
-	mCall           // inside a call object
-	mAfter          // after a call: close tag, separator, or the end
-	mPlain          // no more calls: everything is content
+	mText  = iota // content, looking for a marker
+	mOpen         // after a marker: expect the call or the list
+	mCall         // inside a call object
+	mAfter        // after a call: close tag, separator, or the end
+	mPlain        // no more calls: everything is content
 )
 
 func newStream(f format) *Stream { return &Stream{f: f} }
