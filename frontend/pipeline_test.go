@@ -87,7 +87,7 @@ func TestChatMLTemplate(t *testing.T) {
 	if got != want {
 		t.Errorf("got %q\nwant %q", got, want)
 	}
-	if _, err := (ChatML{}).Apply([]Message{{Role: "tool", Content: "x"}}); err == nil {
+	if _, err := (ChatML{}).Apply([]Message{{Role: "robot", Content: "x"}}); err == nil {
 		t.Error("tool role accepted")
 	}
 }
