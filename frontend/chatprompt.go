@@ -2,9 +2,9 @@ package frontend
 
 import (
 	"context"
-	"encoding/json"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tandem-serve/tandem/toolcall"
 	"github.com/tandem-serve/tandem/tokenizer"
+	"github.com/tandem-serve/tandem/toolcall"
 )
 
 // The request side of tool calls: the tools a chat request offers, its
