@@ -74,8 +74,9 @@ type chatMessage struct {
 // assistant turn that only called tools).
 type messageContent struct {
 	Text string
-	// badPart is the index of the first part that is not text, or -1.
+	// badPart is the index of the first part that is not text, when hasBad.
 	badPart  int
+	hasBad   bool
 	partType string
 }
 
@@ -85,7 +86,6 @@ type contentPart struct {
 }
 
 func (c *messageContent) UnmarshalJSON(b []byte) error {
-	c.badPart = -1
 	switch firstByte(b) {
 	case 'n':
 		return nil
@@ -99,8 +99,8 @@ func (c *messageContent) UnmarshalJSON(b []byte) error {
 		var buf bytes.Buffer
 		for i, p := range parts {
 			if p.Type != "text" {
-				if c.badPart < 0 {
-					c.badPart, c.partType = i, p.Type
+				if !c.hasBad {
+					c.badPart, c.partType, c.hasBad = i, p.Type, true
 				}
 				continue
 			}

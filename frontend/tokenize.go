@@ -142,7 +142,7 @@ func chatMessages(in []chatMessage) ([]Message, error) {
 	out := make([]Message, 0, len(in))
 	ids := map[string]bool{}
 	for i, m := range in {
-		if m.Content.badPart >= 0 {
+		if m.Content.hasBad {
 			return nil, invalidField(fmt.Sprintf("messages[%d].content[%d].type", i, m.Content.badPart),
 				"content part type %q is not supported; only text parts are", m.Content.partType)
 		}
