@@ -3,6 +3,8 @@ package frontend
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandem-serve/tandem/tokenizer"
 	"github.com/tandem-serve/tandem/toolcall"
 )
 
@@ -297,5 +300,37 @@ func TestToolReplyAsContent(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A call marker that is a control token in the model's vocabulary ([TOOL_CALLS]
+// in Mistral's), which the detokenizer renders as nothing, still reaches the parser.
+func TestControlTokenMarker(t *testing.T) {
+	spec := tokenizer.Spec{Model: tokenizer.ModelLlama, Tokens: []string{"<unk>", "<s>", "</s>", "[TOOL_CALLS]"},
+		Types: []int32{tokenizer.TokenUnknown, tokenizer.TokenControl, tokenizer.TokenControl, tokenizer.TokenControl},
+		UNK:   0, BOS: 1, EOS: 2, PAD: tokenizer.NoToken, EOT: tokenizer.NoToken, EOM: tokenizer.NoToken}
+	for b := range 256 {
+		spec.Tokens = append(spec.Tokens, fmt.Sprintf("<0x%02X>", b))
+		spec.Types = append(spec.Types, tokenizer.TokenByte)
+	}
+	tok, err := tokenizer.FromSpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append([]uint32{3}, tok.Encode(`[{"name":"get_weather","arguments":{"city":"Paris"}}]`)...)
+	cfg := testConfig()
+	cfg.ToolCallParser = "mistral"
+	f, err := New(cfg, &Model{ID: "m", ContextLength: 4096, Tokenizer: tok, Template: ChatML{}}, &fakeBackend{output: out, perMsg: 1},
+		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, f.HTTPHandler(), "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":200,"tools":[`+weatherTool+`]}`)
+	var resp chatCompletion
+	if err := json.Unmarshal([]byte(r.body), &resp); err != nil || len(resp.Choices) != 1 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if m := resp.Choices[0].Message; len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "get_weather" || resp.Choices[0].FinishReason != "tool_calls" {
+		t.Errorf("reply %s; want the call after the [TOOL_CALLS] token", r.body)
 	}
 }
