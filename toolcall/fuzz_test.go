@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -57,7 +56,6 @@ func FuzzParse(f *testing.F) {
 			if utf8.ValidString(text) && !utf8.ValidString(content) {
 				t.Fatalf("%s: content %q is not valid UTF-8", p.Name(), content)
 			}
-			_ = strings.TrimSpace
 		}
 	})
 }

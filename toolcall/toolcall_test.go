@@ -2,6 +2,8 @@ package toolcall
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -218,5 +220,54 @@ func TestByName(t *testing.T) {
 	}
 	if _, err := ByName("qwen"); err == nil || !strings.Contains(err.Error(), "hermes") {
 		t.Errorf("ByName(qwen) = %v; want an error listing the parsers", err)
+	}
+}
+
+// TestConstraintMatchesTemplates checks each family's constraint against what its
+// model's template writes for a call in the history (testdata of chattemplate,
+// rendered by Jinja2): the prefix starts the assistant's reply, and a call the
+// constraint allows is written between prefix and suffix as the template writes it.
+func TestConstraintMatchesTemplates(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "chattemplate", "testdata", "tool_cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Cases []struct {
+			Name string `json:"name"`
+			Want string `json:"want"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	tools := []Tool{{Name: "get_weather"}}
+	for _, tc := range []struct {
+		template, afterPrompt string
+		p                    Parser
+		call                 string
+	}{
+		{"qwen2.5-instruct/round_trip", "<|im_start|>assistant\n", Hermes{}, `{"name": "get_weather", "arguments": {"city": "Paris"}}`},
+		{"qwen3/round_trip", "<|im_start|>assistant\n", Hermes{}, `{"name": "get_weather", "arguments": {"city": "Paris"}}`},
+		{"llama-3.1-instruct/round_trip", "<|start_header_id|>assistant<|end_header_id|>\n\n", Llama3{}, `{"name": "get_weather", "parameters": {"city": "Paris"}}`},
+		{"mistral-nemo-instruct-2407/round_trip", "[/INST]", Mistral{}, `{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123XYZ"}`},
+	} {
+		i := slices.IndexFunc(file.Cases, func(c struct {
+			Name string `json:"name"`
+			Want string `json:"want"`
+		}) bool {
+			return c.Name == tc.template
+		})
+		if i < 0 {
+			t.Fatalf("no case %s", tc.template)
+		}
+		c := tc.p.Constraint(tools, false)
+		if want := tc.afterPrompt + c.Prefix + tc.call + c.Suffix; !strings.Contains(file.Cases[i].Want, want) {
+			t.Errorf("%s: the template does not write %q", tc.template, want)
+		}
+		_, calls, ok := tc.p.Parse(c.Prefix + tc.call + c.Suffix)
+		if !ok || len(calls) != 1 || calls[0].Name != "get_weather" || calls[0].Arguments != `{"city": "Paris"}` {
+			t.Errorf("%s: the template's call parses as %v, %v", tc.template, calls, ok)
+		}
 	}
 }
