@@ -244,8 +244,8 @@ func TestConstraintMatchesTemplates(t *testing.T) {
 	tools := []Tool{{Name: "get_weather"}}
 	for _, tc := range []struct {
 		template, afterPrompt string
-		p                    Parser
-		call                 string
+		p                     Parser
+		call                  string
 	}{
 		{"qwen2.5-instruct/round_trip", "<|im_start|>assistant\n", Hermes{}, `{"name": "get_weather", "arguments": {"city": "Paris"}}`},
 		{"qwen3/round_trip", "<|im_start|>assistant\n", Hermes{}, `{"name": "get_weather", "arguments": {"city": "Paris"}}`},
