@@ -17,6 +17,7 @@ import (
 
 // toolParams asks for weather with two tools; city is an enum so that a random
 // model's call is short.
+// toolParams' choice is "required" or the name of the function to call.
 func toolParams(t *testing.T, model, choice string) openai.ChatCompletionNewParams {
 	t.Helper()
 	var p openai.ChatCompletionNewParams
@@ -24,9 +25,16 @@ func toolParams(t *testing.T, model, choice string) openai.ChatCompletionNewPara
 	  "tools":[{"type":"function","function":{"name":"get_weather","description":"Weather in a city",
 	    "parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Paris","Rome"]}},"required":["city"],"additionalProperties":false}}},
 	   {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{},"additionalProperties":false}}}],
-	  "tool_choice":` + choice + `,"max_tokens":256,"temperature":1}`
+	  "max_tokens":256,"temperature":1}`
 	if err := json.Unmarshal([]byte(body), &p); err != nil {
 		t.Fatal(err)
+	}
+	// The SDK's own constructors: unmarshalling a named choice into its union
+	// leaves the name empty.
+	if choice == "required" {
+		p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+	} else {
+		p.ToolChoice = openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: choice})
 	}
 	return p
 }
@@ -62,11 +70,11 @@ func TestToolChoiceRequiredAlwaysCalls(t *testing.T) {
 			defer cancel()
 			client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 			for seed := range int64(8) {
-				for _, choice := range []string{`"required"`, `{"type":"function","function":{"name":"get_weather"}}`} {
+				for _, choice := range []string{"required", "get_weather"} {
 					p := toolParams(t, m.name, choice)
 					p.Seed = openai.Int(seed)
 					names := []string{"get_weather", "get_time"}
-					if choice != `"required"` {
+					if choice != "required" {
 						names = names[:1]
 					}
 					resp, err := client.Chat.Completions.New(ctx, p)
@@ -110,7 +118,7 @@ func TestToolCallRoundTrip(t *testing.T) {
 	defer cancel()
 	client := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	for _, stream := range []bool{false, true} {
-		p := toolParams(t, "stories260K", `{"type":"function","function":{"name":"get_weather"}}`)
+		p := toolParams(t, "stories260K", "get_weather")
 		p.Seed = openai.Int(1)
 		var msg openai.ChatCompletionMessage
 		if stream {
