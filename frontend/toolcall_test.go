@@ -334,3 +334,28 @@ func TestControlTokenMarker(t *testing.T) {
 		t.Errorf("reply %s; want the call after the [TOOL_CALLS] token", r.body)
 	}
 }
+
+// parallel_tool_calls false: only the first of the model's calls is returned.
+func TestParallelToolCallsFalse(t *testing.T) {
+	c, _, _ := toolSetup(t, hermesOut, false, testConfig())
+	p := weatherParams()
+	p.ParallelToolCalls = openai.Bool(false)
+	resp, err := c.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := resp.Choices[0].Message.ToolCalls; len(calls) != 1 || calls[0].Function.Name != "get_weather" {
+		t.Errorf("calls %+v; want the first only", calls)
+	}
+	s := c.Chat.Completions.NewStreaming(context.Background(), p)
+	var acc openai.ChatCompletionAccumulator
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if calls := acc.Choices[0].Message.ToolCalls; len(calls) != 1 || calls[0].Function.Name != "get_weather" || acc.Choices[0].FinishReason != "tool_calls" {
+		t.Errorf("streamed calls %+v; want the first only", calls)
+	}
+}

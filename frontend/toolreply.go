@@ -13,6 +13,8 @@ type toolReply struct {
 	f        *Frontend
 	parser   toolcall.Parser
 	enforced bool
+	// parallel false keeps only the first call, as OpenAI's parallel_tool_calls says.
+	parallel bool
 	log      *slog.Logger
 	stream   *toolcall.Stream
 	ids      []string // the ids of the calls streamed so far
@@ -22,13 +24,16 @@ func (f *Frontend) newToolReply(p *prepared, g *genRequest, log *slog.Logger) *t
 	if p.parser == nil {
 		return nil
 	}
-	return &toolReply{f: f, parser: p.parser, enforced: g.tools.enforced(), log: log, stream: p.parser.Stream()}
+	return &toolReply{f: f, parser: p.parser, enforced: g.tools.enforced(), parallel: g.tools.parallel, log: log, stream: p.parser.Stream()}
 }
 
 // whole splits a finished reply into content (nil when there is none beside the
 // calls) and calls.
 func (t *toolReply) whole(text string) (*string, []toolCallJSON) {
 	content, calls, ok := t.parser.Parse(text)
+	if !t.parallel && len(calls) > 1 {
+		calls = calls[:1]
+	}
 	t.record(len(calls), !ok, text)
 	var out []toolCallJSON
 	for _, c := range calls {
@@ -74,6 +79,9 @@ func (t *toolReply) deltas(evs []toolcall.Event) []chatDelta {
 			continue
 		}
 		i := e.Index
+		if !t.parallel && i > 0 {
+			continue
+		}
 		tc := toolCallJSON{Index: &i}
 		if e.Name != "" {
 			t.ids = append(t.ids, toolcall.NewID(t.parser))
@@ -93,6 +101,9 @@ func (t *toolReply) push(text string) []chatDelta { return t.deltas(t.stream.Pus
 func (t *toolReply) close(finish string) ([]chatDelta, string) {
 	out := t.deltas(t.stream.Close())
 	calls := len(t.stream.Calls())
+	if !t.parallel {
+		calls = min(calls, 1)
+	}
 	t.record(calls, t.stream.Failed(), t.stream.Content())
 	if calls > 0 && finish == "stop" {
 		finish = "tool_calls"
