@@ -22,11 +22,11 @@ type format struct {
 	// markers start a call; atStart: only at the start of the reply (Llama 3).
 	markers []string
 	atStart bool
-	// open is what follows a marker before the calls: "[" for Mistral's list.
+	// list: the calls after a marker are a JSON list (Mistral's), joined by ",".
 	list bool
 	// closeTag ends each call (Hermes' "</tool_call>"); empty for none.
 	closeTag string
-	// sep may join calls without a new marker: ";" for Llama 3, "," in a list.
+	// sep may join calls without a new marker: ";" for Llama 3.
 	sep string
 }
 

@@ -19,7 +19,8 @@ type Tool struct {
 // Call is a call the model wrote.
 type Call struct {
 	Name string
-	// Arguments is the arguments object as compact JSON text.
+	// Arguments is the arguments object as the model wrote it (JSON text; decoded
+	// and compacted when the model wrote it as a JSON string).
 	Arguments string
 }
 
@@ -27,8 +28,8 @@ type Call struct {
 type Parser interface {
 	// Name is the parser's name, as --tool-call-parser takes it.
 	Name() string
-	// Parse splits a whole reply into its content (the text before the first call)
-	// and its calls. ok is false when the reply starts a call it does not finish
+	// Parse splits a whole reply into its content (the text around the calls,
+	// trimmed) and its calls. ok is false when the reply starts a call it does not finish
 	// in the family's format; the caller then returns the whole text as content.
 	Parse(text string) (content string, calls []Call, ok bool)
 	// Constraint is the text a reply made only of calls of tools must be.
