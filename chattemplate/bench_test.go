@@ -10,13 +10,13 @@ import (
 
 // tenMessages is a system turn and nine alternating turns of a few sentences.
 func tenMessages() []Message {
-	msgs := []Message{{"system", "You are a helpful assistant. Answer briefly and cite the source when you can."}}
+	msgs := []Message{{Role: "system", Content: "You are a helpful assistant. Answer briefly and cite the source when you can."}}
 	for i := range 9 {
 		role := "user"
 		if i%2 == 1 {
 			role = "assistant"
 		}
-		msgs = append(msgs, Message{role, fmt.Sprintf("Turn %d: the quick brown fox jumps over the lazy dog, twice, and asks why the sky is blue at noon.", i)})
+		msgs = append(msgs, Message{Role: role, Content: fmt.Sprintf("Turn %d: the quick brown fox jumps over the lazy dog, twice, and asks why the sky is blue at noon.", i)})
 	}
 	return msgs
 }
@@ -58,7 +58,7 @@ func BenchmarkRenderLibraryAlone(b *testing.B) {
 	msgs := tenMessages()
 	t := &Template{opts: Options{BOSToken: "<|begin_of_text|>", EOSToken: "<|eot_id|>"}}
 	for b.Loop() {
-		data := t.data(msgs, true, newBudget(time.Now()))
+		data, _ := t.data(msgs, nil, true, newBudget(time.Now()))
 		if _, err := tmpl.RenderValues(data); err != nil {
 			b.Fatal(err)
 		}

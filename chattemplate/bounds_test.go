@@ -29,7 +29,7 @@ func TestTemplatesThatNeverEndAreStopped(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			_, err = tmpl.Render([]Message{{"user", "hi"}}, true)
+			_, err = tmpl.Render([]Message{{Role: "user", Content: "hi"}}, true)
 			if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrLimit mentioning %q", err, tc.want)
 			}
@@ -128,11 +128,11 @@ func TestConcurrentRenders(t *testing.T) {
 		tmpls = append(tmpls, tmpl)
 	}
 	conv := func(i int) []Message {
-		msgs := []Message{{"system", fmt.Sprintf("system %d", i)}}
+		msgs := []Message{{Role: "system", Content: fmt.Sprintf("system %d", i)}}
 		for j := 0; j <= i%5; j++ {
-			msgs = append(msgs, Message{"user", fmt.Sprintf("question %d.%d", i, j)}, Message{"assistant", fmt.Sprintf("answer %d.%d", i, j)})
+			msgs = append(msgs, Message{Role: "user", Content: fmt.Sprintf("question %d.%d", i, j)}, Message{Role: "assistant", Content: fmt.Sprintf("answer %d.%d", i, j)})
 		}
-		return append(msgs, Message{"user", "last"})
+		return append(msgs, Message{Role: "user", Content: "last"})
 	}
 	const n = 40
 	want := make([][]string, len(tmpls))
@@ -200,7 +200,7 @@ func TestValuesThatContainThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tmpl.Render([]Message{{"user", "a"}, {"assistant", "b"}}, false); err != nil || got != "user,assistant=2" {
+	if got, err := tmpl.Render([]Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}, false); err != nil || got != "user,assistant=2" {
 		t.Fatalf("accumulating in a namespace: %q, %v", got, err)
 	}
 }

@@ -7,8 +7,13 @@
 // written for chat templates. Rendering follows transformers' apply_chat_template,
 // the reference every template is written against: trim_blocks and lstrip_blocks
 // are on; the template sees `messages` (a list of {role, content}),
-// `add_generation_prompt`, `bos_token`, `eos_token`, `tools` and `documents` (both
-// none), `raise_exception(msg)` and `strftime_now(fmt)`.
+// `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (none, or the
+// OpenAI tool objects given to [Template.RenderTools], object keys in the client's
+// order), `documents` (none), `raise_exception(msg)` and `strftime_now(fmt)`. An
+// assistant message with calls has `tool_calls` ({id, type, function: {name,
+// arguments}}, the arguments an object as Hugging Face templates expect); a tool
+// message has `tool_call_id`; neither key is present otherwise, since templates
+// test `'tool_calls' in message`.
 //
 // The rendered text is the whole prompt: a template that writes bos_token at its
 // start (Llama 2 and 3, Mistral, Gemma) puts the BOS text there, so the caller

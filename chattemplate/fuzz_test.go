@@ -56,7 +56,7 @@ func FuzzRender(f *testing.F) {
 			}
 			return
 		}
-		msgs := []Message{{"system", "You are helpful."}, {role, content}, {"assistant", content}, {"user", role}}
+		msgs := []Message{{Role: "system", Content: "You are helpful."}, {Role: role, Content: content}, {Role: "assistant", Content: content}, {Role: "user", Content: role}}
 		out, err := tmpl.Render(msgs, addGenerationPrompt)
 		if err != nil {
 			if out != "" {

@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +16,13 @@ import (
 type Message struct {
 	Role    string
 	Content string
+	// ToolCalls are an assistant turn's calls; the key is absent from the
+	// message when there are none, as templates test `'tool_calls' in message`.
+	ToolCalls []ToolCall
+	// ToolCallID is the call a "tool" turn answers.
+	ToolCallID string
+	// Name is the function a "tool" turn's result comes from, when the client says.
+	Name string
 }
 
 // Options are the values a template reads besides the conversation. They come from
@@ -32,6 +40,7 @@ type Options struct {
 type Template struct {
 	tmpl *jinja.Template // nil for the fallback
 	opts Options
+	src  string
 }
 
 // RaiseError is the template refusing the conversation through
@@ -78,7 +87,7 @@ func New(source string, opts Options) (*Template, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", fails, err)
 	}
-	return &Template{tmpl: tmpl, opts: opts}, nil
+	return &Template{tmpl: tmpl, opts: opts, src: source}, nil
 }
 
 // compile runs the library's compiler, turning a panic into an error.
@@ -113,13 +122,23 @@ func (t *Template) StopStrings() []string {
 // a render stopped by a bound wraps ErrLimit; any other error is the template
 // failing (a type error, an unknown filter) and names what the library reported.
 func (t *Template) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	return t.RenderTools(msgs, nil, addGenerationPrompt)
+}
+
+// RenderTools is Render with the tools the model may call, each an OpenAI tool
+// object ({"type": "function", "function": {"name", "description",
+// "parameters"}}) as JSON text; nil tools are none.
+func (t *Template) RenderTools(msgs []Message, tools []json.RawMessage, addGenerationPrompt bool) (string, error) {
 	if t.tmpl == nil {
 		return renderFallback(msgs, addGenerationPrompt), nil
 	}
-	return t.render(msgs, addGenerationPrompt)
+	return t.render(msgs, tools, addGenerationPrompt)
 }
 
-func (t *Template) render(msgs []Message, addGenerationPrompt bool) (out string, err error) {
+// Source is the template's text; empty for the fallback.
+func (t *Template) Source() string { return t.src }
+
+func (t *Template) render(msgs []Message, tools []json.RawMessage, addGenerationPrompt bool) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = ""
@@ -127,7 +146,11 @@ func (t *Template) render(msgs []Message, addGenerationPrompt bool) (out string,
 		}
 	}()
 	b := newBudget(time.Now())
-	out, err = t.tmpl.RenderValues(t.data(msgs, addGenerationPrompt, b))
+	data, err := t.data(msgs, tools, addGenerationPrompt, b)
+	if err != nil {
+		return "", err
+	}
+	out, err = t.tmpl.RenderValues(data)
 	if err != nil {
 		var re *RaiseError
 		if errors.As(err, &re) || errors.Is(err, ErrLimit) || strings.HasPrefix(err.Error(), "chattemplate: ") {
@@ -143,13 +166,30 @@ func (t *Template) render(msgs []Message, addGenerationPrompt bool) (out string,
 }
 
 // data is what the template sees, as transformers passes it.
-func (t *Template) data(msgs []Message, addGenerationPrompt bool, b *budget) map[string]jinja.Value {
+func (t *Template) data(msgs []Message, tools []json.RawMessage, addGenerationPrompt bool, b *budget) (map[string]jinja.Value, error) {
 	items := make([]jinja.Value, len(msgs))
 	for i, m := range msgs {
 		d := jinja.NewDict()
 		d.AsDict().Set("role", jinja.NewString(m.Role))
 		d.AsDict().Set("content", jinja.NewString(m.Content))
+		if len(m.ToolCalls) > 0 {
+			calls, err := toolCallsValue(m.ToolCalls)
+			if err != nil {
+				return nil, fmt.Errorf("message %d: %w", i, err)
+			}
+			d.AsDict().Set("tool_calls", calls)
+		}
+		if m.ToolCallID != "" {
+			d.AsDict().Set("tool_call_id", jinja.NewString(m.ToolCallID))
+		}
+		if m.Name != "" {
+			d.AsDict().Set("name", jinja.NewString(m.Name))
+		}
 		items[i] = d
+	}
+	toolsV, err := toolsValue(tools)
+	if err != nil {
+		return nil, err
 	}
 	now := t.opts.Now
 	if now == nil {
@@ -160,7 +200,7 @@ func (t *Template) data(msgs []Message, addGenerationPrompt bool, b *budget) map
 		"add_generation_prompt": jinja.NewBool(addGenerationPrompt),
 		"bos_token":             jinja.NewString(t.opts.BOSToken),
 		"eos_token":             jinja.NewString(t.opts.EOSToken),
-		"tools":                 jinja.None(),
+		"tools":                 toolsV,
 		"documents":             jinja.None(),
 		"raise_exception":       jinja.NewCallable("raise_exception", raiseException),
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
@@ -170,7 +210,7 @@ func (t *Template) data(msgs []Message, addGenerationPrompt bool, b *budget) map
 		guardEnter:              jinja.NewCallable(guardEnter, b.enter),
 		guardLeave:              jinja.NewCallable(guardLeave, b.leave),
 		guardAssigned:           jinja.NewCallable(guardAssigned, b.assigned),
-	}
+	}, nil
 }
 
 func renderFallback(msgs []Message, addGenerationPrompt bool) string {

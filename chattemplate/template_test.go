@@ -118,7 +118,7 @@ func TestRaiseErrorKeepsTheTemplatesMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tmpl.Render([]Message{{"user", "a"}, {"user", "b"}}, true)
+	_, err = tmpl.Render([]Message{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}, true)
 	const want = "Conversation roles must alternate user/assistant/user/assistant/..."
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want exactly %q", err, want)
@@ -164,7 +164,7 @@ func TestTemplateErrorsAreNotRaiseErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tmpl.Render([]Message{{"user", "hi"}}, true)
+	_, err = tmpl.Render([]Message{{Role: "user", Content: "hi"}}, true)
 	var re *RaiseError
 	if err == nil || errors.As(err, &re) || errors.Is(err, ErrLimit) {
 		t.Fatalf("err = %v, want a plain template failure", err)
@@ -187,7 +187,7 @@ func TestWhatTemplatesSee(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := tmpl.Render([]Message{{"user", "hi"}, {"assistant", "yo"}}, false)
+	got, err := tmpl.Render([]Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,10 +204,10 @@ func TestFallback(t *testing.T) {
 		t.Fatal("Fallback().IsFallback() = false")
 	}
 	msgs := []Message{
-		{"system", "You are terse."},
-		{"user", "Hello"},
-		{"assistant", "Hi."},
-		{"user", "Why is the sky blue?\nBriefly."},
+		{Role: "system", Content: "You are terse."},
+		{Role: "user", Content: "Hello"},
+		{Role: "assistant", Content: "Hi."},
+		{Role: "user", Content: "Why is the sky blue?\nBriefly."},
 	}
 	got, err := fb.Render(msgs, true)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,9 +41,16 @@ const placeholderTag = "<tandem-content "
 
 // chatPromptIDs renders msgs with m's chat template and tokenizes the result with
 // BOS as the model wants it, counting how the prompt was cut.
-func (f *Frontend) chatPromptIDs(ctx context.Context, m *Model, msgs []Message) ([]uint32, error) {
+func (f *Frontend) chatPromptIDs(ctx context.Context, m *Model, msgs []Message, tools *toolRequest) ([]uint32, error) {
+	if err := checkToolText(m.Tokenizer, tools, msgs); err != nil {
+		return nil, err
+	}
+	var raw []json.RawMessage
+	if tools != nil {
+		raw = tools.raw
+	}
 	_, span := spans.Start(ctx, "frontend.template")
-	segs, how, err := chatSegments(m.Template, m.Tokenizer, msgs)
+	segs, how, err := chatSegmentsTools(m.Template, m.Tokenizer, msgs, raw)
 	endTemplate(span, how, err)
 	if err != nil {
 		return nil, err
@@ -60,13 +68,18 @@ func (f *Frontend) chatPromptIDs(ctx context.Context, m *Model, msgs []Message) 
 // chatSegments renders msgs into template text (special tokens matched) and
 // contents (plain text), and says how (promptSplit, promptWhole, promptRefused).
 func chatSegments(tmpl ChatTemplate, tok tokenizer.Tokenizer, msgs []Message) ([]tokenizer.Segment, string, error) {
-	text, err := tmpl.Apply(msgs)
+	return chatSegmentsTools(tmpl, tok, msgs, nil)
+}
+
+// chatSegmentsTools is chatSegments with tools shown to the model.
+func chatSegmentsTools(tmpl ChatTemplate, tok tokenizer.Tokenizer, msgs []Message, tools []json.RawMessage) ([]tokenizer.Segment, string, error) {
+	text, err := applyTemplate(tmpl, msgs, tools)
 	if err != nil {
 		return nil, "", err
 	}
 	nonce, ok := freshNonce(msgs)
 	if ok {
-		if segs, found := splitContents(tmpl, msgs, text, nonce); found {
+		if segs, found := splitContents(tmpl, msgs, tools, text, nonce); found {
 			return segs, promptSplit, nil
 		}
 	}
@@ -102,7 +115,7 @@ func placeholder(nonce string, i int) string {
 // twice or not at all and in any order; it may trim it (Llama 3's does). found is
 // false when the pieces with the contents put back are not exactly text: the
 // template does something else to the contents, or to the placeholders.
-func splitContents(tmpl ChatTemplate, msgs []Message, text, nonce string) (segs []tokenizer.Segment, found bool) {
+func splitContents(tmpl ChatTemplate, msgs []Message, tools []json.RawMessage, text, nonce string) (segs []tokenizer.Segment, found bool) {
 	ph := make([]Message, len(msgs))
 	for i, m := range msgs {
 		ph[i] = m
@@ -111,7 +124,7 @@ func splitContents(tmpl ChatTemplate, msgs []Message, text, nonce string) (segs 
 			ph[i].Content = placeholder(nonce, i)
 		}
 	}
-	shape, err := tmpl.Apply(ph)
+	shape, err := applyTemplate(tmpl, ph, tools)
 	if err != nil {
 		return nil, false
 	}

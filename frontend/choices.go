@@ -314,7 +314,7 @@ func sumUsage(gens []*generation, n int) usage {
 func (c *chatFormat) wholeChoices(cs []choiceResult, u usage) any {
 	resp := &chatCompletion{ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model, Usage: u.json(), Tandem: cs[0].info}
 	for i, r := range cs {
-		resp.Choices = append(resp.Choices, chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: r.text},
+		resp.Choices = append(resp.Choices, chatChoice{Index: i, Message: chatMessageOut{Role: "assistant", Content: &r.text},
 			FinishReason: r.finish, Logprobs: chatLogprobsOf(r.lps)})
 	}
 	return resp

@@ -53,7 +53,7 @@ func TestSDKChatN(t *testing.T) {
 			t.Errorf("choice %d: index %d content %q finish %q", i, ch.Index, ch.Message.Content, ch.FinishReason)
 		}
 	}
-	prompt, completion := chatPromptLen(t, Message{"user", "Say hello."}), len(testTokenizer(t).Encode(answer))
+	prompt, completion := chatPromptLen(t, Message{Role: "user", Content: "Say hello."}), len(testTokenizer(t).Encode(answer))
 	if u := resp.Usage; u.PromptTokens != int64(prompt) || u.CompletionTokens != int64(3*completion) || u.TotalTokens != int64(prompt+3*completion) {
 		t.Errorf("usage %+v, want prompt %d completion %d", u, prompt, 3*completion)
 	}

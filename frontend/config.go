@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tandem-serve/tandem/toolcall"
 )
 
 // Config is the frontend's configuration. services/ fills it from flags and the
@@ -35,6 +37,9 @@ type Config struct {
 	// APIKeys, when not empty, are the bearer tokens accepted; every endpoint but
 	// /healthz and /readyz then answers 401 without one.
 	APIKeys []string
+	// ToolCallParser names the tool-call parser (toolcall.Names); empty picks it
+	// from the model's chat template.
+	ToolCallParser string
 }
 
 // DefaultConfig returns the defaults services/ starts from.
@@ -70,6 +75,11 @@ func (c Config) Validate() error {
 		errs = append(errs,
 			fmt.Errorf("frontend: max in flight %d and max queue %d must not be negative, and the queue timeout %s must be positive when bounded",
 				c.MaxInFlight, c.MaxQueue, c.QueueTimeout))
+	}
+	if c.ToolCallParser != "" {
+		if _, err := toolcall.ByName(c.ToolCallParser); err != nil {
+			errs = append(errs, fmt.Errorf("frontend: tool call parser: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

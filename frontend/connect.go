@@ -2,8 +2,11 @@ package frontend
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -36,6 +39,10 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 	}
 	defer gen.close(endpoint)
 	stream.ResponseHeader().Set(HeaderPrefillPath, gen.info.Path)
+	tr := f.newToolReply(p, g, rc.log)
+	if tr != nil {
+		gen.info.ToolCallParser = p.parser.Name()
+	}
 	if err := stream.Send(&frontendv1.GenerateResponse{RequestId: rc.id, Prefill: gen.info.proto()}); err != nil {
 		return err
 	}
@@ -45,8 +52,18 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 			return f.connectError(rc, err)
 		}
 		msg := &frontendv1.GenerateResponse{Text: text, Logprobs: logprobsProto(gen.takeLogprobs())}
+		finish := gen.finish
+		if tr != nil {
+			deltas := tr.push(text)
+			if done {
+				var last []chatDelta
+				last, finish = tr.close(finish)
+				deltas = append(deltas, last...)
+			}
+			msg.Text, msg.ToolCalls = toolDeltasProto(deltas)
+		}
 		if done {
-			msg.FinishReason, msg.Usage = gen.finish, gen.usage().proto()
+			msg.FinishReason, msg.Usage = finish, gen.usage().proto()
 		}
 		if err := stream.Send(msg); err != nil {
 			return err
@@ -91,9 +108,27 @@ func (f *Frontend) fromProto(m *frontendv1.GenerateRequest, id string) (*genRequ
 		g.prompt, g.promptParam = m.GetPrompt(), "prompt"
 	default:
 		g.isChat, g.promptParam = true, "messages"
-		for _, msg := range m.GetMessages() {
-			g.messages = append(g.messages, Message{Role: msg.GetRole(), Content: msg.GetContent()})
+		ids := map[string]bool{}
+		for i, msg := range m.GetMessages() {
+			cm := chatMessage{Role: msg.GetRole(), Content: messageContent{Text: msg.GetContent()}, ToolCallID: msg.GetToolCallId()}
+			for _, c := range msg.GetToolCalls() {
+				tc := toolCallJSON{ID: c.GetId(), Type: "function"}
+				tc.Function.Name, tc.Function.Arguments = c.GetName(), c.GetArguments()
+				cm.ToolCalls = append(cm.ToolCalls, tc)
+			}
+			out := Message{Role: cm.Role, Content: cm.Content.Text}
+			if err := historyMessage(i, cm, &out, ids); err != nil {
+				return nil, err
+			}
+			g.messages = append(g.messages, out)
 		}
+	}
+	tools, choice, err := toolsFromProto(m)
+	if err != nil {
+		return nil, err
+	}
+	if g.tools, err = parseTools(tools, choice, m.ParallelToolCalls); err != nil {
+		return nil, err
 	}
 	if m.Temperature != nil {
 		t := float64(m.GetTemperature())
@@ -154,11 +189,70 @@ func (f *Frontend) countConnect(rc *reqCtx, err error) {
 func (i prefillInfo) proto() *frontendv1.Prefill {
 	return &frontendv1.Prefill{
 		Path: i.Path, Reason: i.Reason, Detail: i.Detail, DecodeWorkerId: i.DecodeWorker,
-		PrefillWorkerId: i.PrefillWorker, RouteReason: i.RouteReason,
+		PrefillWorkerId: i.PrefillWorker, RouteReason: i.RouteReason, ToolCallParser: i.ToolCallParser,
 	}
 }
 
 // proto is the usage as FrontendService carries it.
 func (u usage) proto() *frontendv1.Usage {
 	return &frontendv1.Usage{PromptTokens: uint32(u.prompt), CompletionTokens: uint32(u.completion), CachedTokens: uint32(u.cached)}
+}
+
+// toolsFromProto is a request's tools and tool choice as the OpenAI API has them,
+// so that both are checked the same way.
+func toolsFromProto(m *frontendv1.GenerateRequest) (*toolsField, toolChoiceField, error) {
+	f := &toolsField{}
+	for i, t := range m.GetTools() {
+		var tj toolJSON
+		tj.Type = "function"
+		tj.Function = &struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+			Strict      *bool           `json:"strict"`
+		}{Name: t.GetName(), Description: t.GetDescription()}
+		if p := t.GetParametersJson(); p != "" {
+			if !json.Valid([]byte(p)) {
+				return nil, toolChoiceField{}, invalidField(fmt.Sprintf("tools[%d].parameters_json", i), "tools[%d].parameters_json is not JSON", i)
+			}
+			tj.Function.Parameters = json.RawMessage(p)
+		}
+		raw, err := json.Marshal(tj)
+		if err != nil {
+			return nil, toolChoiceField{}, err
+		}
+		f.raw, f.tools = append(f.raw, raw), append(f.tools, tj)
+	}
+	c := toolChoiceField{set: true}
+	switch m.GetToolChoice() {
+	case frontendv1.ToolChoice_TOOL_CHOICE_UNSPECIFIED:
+		c.set = false
+	case frontendv1.ToolChoice_TOOL_CHOICE_NONE:
+		c.mode = "none"
+	case frontendv1.ToolChoice_TOOL_CHOICE_AUTO:
+		c.mode = "auto"
+	case frontendv1.ToolChoice_TOOL_CHOICE_REQUIRED:
+		c.mode = "required"
+	case frontendv1.ToolChoice_TOOL_CHOICE_FUNCTION:
+		c.mode, c.name = "function:function", m.GetToolChoiceFunction()
+	default:
+		return nil, c, invalidField("tool_choice", "tool_choice %d is not a known value", m.GetToolChoice())
+	}
+	return f, c, nil
+}
+
+// toolDeltasProto is deltas as one Connect message: the content joined, the call
+// pieces in order.
+func toolDeltasProto(deltas []chatDelta) (string, []*frontendv1.ToolCallDelta) {
+	var text strings.Builder
+	var calls []*frontendv1.ToolCallDelta
+	for _, d := range deltas {
+		if d.Content != nil {
+			text.WriteString(*d.Content)
+		}
+		for _, c := range d.ToolCalls {
+			calls = append(calls, &frontendv1.ToolCallDelta{Index: uint32(*c.Index), Id: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+		}
+	}
+	return text.String(), calls
 }

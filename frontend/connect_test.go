@@ -204,7 +204,7 @@ func testConnectGenerate(t *testing.T, c rpcClient, b *fakeBackend) {
 	if text.String() != answer {
 		t.Errorf("text %q, want %q", text.String(), answer)
 	}
-	wantPrompt := chatPromptLen(t, Message{"user", "Say hello."})
+	wantPrompt := chatPromptLen(t, Message{Role: "user", Content: "Say hello."})
 	u := last.GetUsage()
 	if last.GetFinishReason() != "stop" || u.GetPromptTokens() != uint32(wantPrompt) ||
 		u.GetCompletionTokens() != uint32(len(testTokenizer(t).Encode(answer))) || u.GetCachedTokens() != 32 {

@@ -25,6 +25,11 @@ func FuzzChatRequest(f *testing.F) {
 		`{"prompt":[1,2,3],"stop":"o"}`,
 		`{"messages":[{"role":"assistant","content":null}],"stop":null}`,
 		`{"messages":[]}`,
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",` +
+			`"function":{"name":"f","arguments":"{\"a\":[1]}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],` +
+			`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"array"}}}}}],` +
+			`"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false,"stream":true}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
 		`[]`,
 		`{"messages":[{"role":"user","content":"\ud800"}]}`,
 		"\xff",

@@ -35,8 +35,8 @@ func TestLogprobsAsOpenAIShapesThem(t *testing.T) {
 			t.Errorf("entry %d: %+v", k, e)
 		}
 	}
-	if joined.String() != chat.Choices[0].Message.Content {
-		t.Errorf("tokens join to %q, content is %q", joined.String(), chat.Choices[0].Message.Content)
+	if joined.String() != *chat.Choices[0].Message.Content {
+		t.Errorf("tokens join to %q, content is %q", joined.String(), *chat.Choices[0].Message.Content)
 	}
 
 	// Not asked: null, as before.

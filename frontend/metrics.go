@@ -28,6 +28,10 @@ type metrics struct {
 	// of prompts), and choices the generations they fanned out to.
 	choiceRequests *prometheus.CounterVec
 	choices        *prometheus.CounterVec
+	// toolReplies counts replies read for tool calls by parser and result;
+	// toolCalls the calls they held.
+	toolReplies *prometheus.CounterVec
+	toolCalls   *prometheus.CounterVec
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -90,5 +94,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_frontend_choices_total",
 			Help: "Choices (one generation each) requested by requests asking for several, by endpoint.",
 		}, []string{"endpoint"}),
+		toolReplies: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_tool_call_replies_total",
+			Help: "Chat replies read for tool calls, by parser and result: calls (at least one call), content (text only) " +
+				"or malformed (a call begun and not finished in the parser's format, returned as content).",
+		}, []string{"parser", "result", "enforced"}),
+		toolCalls: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_tool_calls_total",
+			Help: "Tool calls parsed from chat replies, by parser and whether tool_choice required a call (enforced).",
+		}, []string{"parser", "enforced"}),
 	}
 }

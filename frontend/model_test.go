@@ -139,7 +139,8 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	h := f.HTTPHandler()
 	chat := `"messages":[{"role":"user","content":"hi"}]`
 	for _, tc := range []struct{ path, extra, param string }{
-		{"/v1/chat/completions", `"tools":[{"type":"function","function":{"name":"f"}}]`, "tools"},
+		{"/v1/completions", `"tools":[{"type":"function","function":{"name":"f"}}]`, "tools"},
+		{"/v1/chat/completions", `"functions":[{"name":"f"}]`, "functions"},
 		{"/v1/chat/completions", `"response_format":{"type":"json_object"}`, "response_format"},
 		{"/v1/chat/completions", `"logit_bias":{"999999":-100}`, "logit_bias"},
 		{"/v1/chat/completions", `"logit_bias":{"x":1}`, "logit_bias"},

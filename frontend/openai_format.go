@@ -24,7 +24,7 @@ func (c *chatFormat) chunk(choices []chatChunkChoice) *chatChunk {
 func (c *chatFormat) whole(text, finish string, u usage, info *prefillInfo, lps []tokenLogprob) any {
 	return &chatCompletion{
 		ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
-		Choices: []chatChoice{{Message: chatMessageOut{Role: "assistant", Content: text}, FinishReason: finish, Logprobs: chatLogprobsOf(lps)}},
+		Choices: []chatChoice{{Message: chatMessageOut{Role: "assistant", Content: &text}, FinishReason: finish, Logprobs: chatLogprobsOf(lps)}},
 		Usage:   u.json(), Tandem: info,
 	}
 }

@@ -276,7 +276,15 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		f.writeError(w, rc, err)
 		return
 	}
+	if g.tools, err = parseTools(&req.Tools, req.ToolChoice, req.ParallelToolCalls); err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
 	out := &chatFormat{id: "chatcmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
+	if n := req.choices(); n > 1 && g.tools.parses() {
+		f.writeError(w, rc, invalidField("n", "n=%d with tools is not supported; ask for one choice, or set tool_choice to none", n))
+		return
+	}
 	if n := req.choices(); n > 1 {
 		f.serveChoices(w, r, rc, []*genRequest{g}, n, &req.samplingFields, out)
 		return
@@ -353,6 +361,13 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 	}
 	defer gen.close(rc.endpoint)
 	w.Header().Set(HeaderPrefillPath, gen.info.Path)
+	tr := f.newToolReply(p, g, rc.log)
+	if tr != nil {
+		_, how := f.toolParser(p.served)
+		gen.info.ToolCallParser = p.parser.Name()
+		rc.log.Info("reading the reply for tool calls", "parser", p.parser.Name(), "picked_by", how,
+			"tool_choice", g.tools.choice, "tools", len(g.tools.tools), "enforced", g.tools.enforced())
+	}
 
 	if !s.Stream {
 		var sb strings.Builder
@@ -380,6 +395,11 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 			lps = nil
 		} else if lps == nil {
 			lps = []tokenLogprob{}
+		}
+		if tr != nil {
+			content, calls := tr.whole(sb.String())
+			writeJSON(w, http.StatusOK, out.(*chatFormat).wholeTools(content, calls, finishReason(gen.finish, len(calls)), gen.usage(), &gen.info, lps))
+			return
 		}
 		writeJSON(w, http.StatusOK, out.whole(sb.String(), gen.finish, gen.usage(), &gen.info, lps))
 		return
@@ -412,14 +432,22 @@ func (f *Frontend) serveGeneration(w http.ResponseWriter, r *http.Request, rc *r
 			sse.done()
 			return
 		}
-		if lps := gen.takeLogprobs(); text != "" || lps != nil {
+		if tr != nil {
+			out.(*chatFormat).sendDeltas(sse, tr.push(text), gen.takeLogprobs())
+		} else if lps := gen.takeLogprobs(); text != "" || lps != nil {
 			sse.send(out.delta(text, lps))
 		}
 		if done {
 			break
 		}
 	}
-	sse.send(out.finish(gen.finish))
+	finish := gen.finish
+	if tr != nil {
+		var deltas []chatDelta
+		deltas, finish = tr.close(finish)
+		out.(*chatFormat).sendDeltas(sse, deltas, nil)
+	}
+	sse.send(out.finish(finish))
 	if s.StreamOptions != nil && s.StreamOptions.IncludeUsage {
 		sse.send(out.usage(gen.usage()))
 	}

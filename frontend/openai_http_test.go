@@ -204,7 +204,7 @@ func TestHTTPContentParts(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	want, _ := ChatML{}.Apply([]Message{{"system", "Be kind."}, {"user", "hi"}, {"assistant", ""}})
+	want, _ := ChatML{}.Apply([]Message{{Role: "system", Content: "Be kind."}, {Role: "user", Content: "hi"}, {Role: "assistant", Content: ""}})
 	if got := testTokenizer(t).Decode(b.lastReq().GetPromptTokenIds()); got != want {
 		t.Errorf("prompt = %q, want %q", got, want)
 	}

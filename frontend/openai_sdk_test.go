@@ -63,7 +63,7 @@ func TestSDKChatCompletion(t *testing.T) {
 	if resp.Choices[0].FinishReason != "stop" || resp.Object != "chat.completion" || resp.Model != "tandem-test" {
 		t.Errorf("finish=%q object=%q model=%q", resp.Choices[0].FinishReason, resp.Object, resp.Model)
 	}
-	wantPrompt := chatPromptLen(t, Message{"system", "Be brief."}, Message{"user", "Say hello."})
+	wantPrompt := chatPromptLen(t, Message{Role: "system", Content: "Be brief."}, Message{Role: "user", Content: "Say hello."})
 	wantCompletion := len(testTokenizer(t).Encode(answer))
 	u := resp.Usage
 	if u.PromptTokens != int64(wantPrompt) || u.CompletionTokens != int64(wantCompletion) ||
@@ -177,7 +177,7 @@ func TestSDKChatStreamWithUsage(t *testing.T) {
 		t.Errorf("second to last chunk = %s", fin.RawJSON())
 	}
 	last := chunks[len(chunks)-1]
-	wantPrompt := chatPromptLen(t, Message{"user", "Say hello."})
+	wantPrompt := chatPromptLen(t, Message{Role: "user", Content: "Say hello."})
 	if len(last.Choices) != 0 || last.Usage.PromptTokens != int64(wantPrompt) ||
 		last.Usage.CompletionTokens != int64(len(testTokenizer(t).Encode(answer))) || last.Usage.PromptTokensDetails.CachedTokens != 16 {
 		t.Errorf("usage chunk = %s", last.RawJSON())

@@ -48,6 +48,11 @@ type chatRequest struct {
 	Messages    []chatMessage `json:"messages"`
 	Logprobs    *bool         `json:"logprobs"`
 	TopLogprobs *int64        `json:"top_logprobs"`
+	// Tools and ToolChoice shadow unsupportedFields' (a shallower field wins in
+	// encoding/json), which still refuse them on /v1/completions.
+	Tools             toolsField      `json:"tools"`
+	ToolChoice        toolChoiceField `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 }
 
 type completionRequest struct {
@@ -58,17 +63,20 @@ type completionRequest struct {
 }
 
 type chatMessage struct {
-	Role    string         `json:"role"`
-	Content messageContent `json:"content"`
-	Name    string         `json:"name"`
+	Role       string         `json:"role"`
+	Content    messageContent `json:"content"`
+	Name       string         `json:"name"`
+	ToolCalls  []toolCallJSON `json:"tool_calls"`
+	ToolCallID string         `json:"tool_call_id"`
 }
 
 // messageContent is a string, an array of {type, text} parts, or null (an
 // assistant turn that only called tools).
 type messageContent struct {
 	Text string
-	// badPart is the index of the first part that is not text, or -1.
+	// badPart is the index of the first part that is not text, when hasBad.
 	badPart  int
+	hasBad   bool
 	partType string
 }
 
@@ -78,7 +86,6 @@ type contentPart struct {
 }
 
 func (c *messageContent) UnmarshalJSON(b []byte) error {
-	c.badPart = -1
 	switch firstByte(b) {
 	case 'n':
 		return nil
@@ -92,8 +99,8 @@ func (c *messageContent) UnmarshalJSON(b []byte) error {
 		var buf bytes.Buffer
 		for i, p := range parts {
 			if p.Type != "text" {
-				if c.badPart < 0 {
-					c.badPart, c.partType = i, p.Type
+				if !c.hasBad {
+					c.badPart, c.partType, c.hasBad = i, p.Type, true
 				}
 				continue
 			}
@@ -232,8 +239,10 @@ func (u usage) json() *usageJSON {
 }
 
 type chatMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role string `json:"role"`
+	// Content is null when the reply is only tool calls, as OpenAI sends it.
+	Content   *string        `json:"content"`
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type chatChoice struct {
@@ -254,8 +263,9 @@ type chatCompletion struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {

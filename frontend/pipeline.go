@@ -20,6 +20,7 @@ import (
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/tokenizer"
+	"github.com/tandem-serve/tandem/toolcall"
 )
 
 // maxStops bounds stop sequences per request; each one is searched on every token.
@@ -59,6 +60,8 @@ type genRequest struct {
 	// user is the client's end-user id (OpenAI's "user"): it goes on the request's
 	// log lines, so abuse or a bad answer can be traced to whom it was served.
 	user string
+	// tools are the tools a chat request offers (nil: none).
+	tools *toolRequest
 }
 
 // prepared is a validated, tokenized request ready for the backend.
@@ -69,6 +72,10 @@ type prepared struct {
 	maxTokens int
 	stops     []string
 	user      string
+	// parser reads tool calls from the reply (nil: the reply is text only);
+	// markers are its control tokens, rendered as text for it to see.
+	parser  toolcall.Parser
+	markers map[uint32]string
 }
 
 // prepare validates r against the model and turns it into a decode request.
@@ -114,7 +121,7 @@ func (f *Frontend) prepare(ctx context.Context, r *genRequest) (*prepared, error
 		// The template's own markers (<|im_start|>, [INST], ...) become the model's
 		// special tokens; the messages' contents are plain text.
 		var err error
-		if ids, err = f.chatPromptIDs(ctx, m, r.messages); err != nil {
+		if ids, err = f.chatPromptIDs(ctx, m, r.messages, r.tools); err != nil {
 			return nil, err
 		}
 		for _, s := range m.Template.StopStrings() {
@@ -181,7 +188,19 @@ func (f *Frontend) prepare(ctx context.Context, r *genRequest) (*prepared, error
 		// Deterministic only when the client asks for it by giving a seed.
 		sp.Seed = rand.Uint64()
 	}
+	var parser toolcall.Parser
+	var markers map[uint32]string
+	if r.tools.parses() {
+		parser, _ = f.toolParser(m)
+		markers = markerTokens(tok, parser)
+		if r.tools.enforced() {
+			c := parser.Constraint(r.tools.allowed(), r.tools.parallel)
+			sp.Constraint = &workerv1.Constraint{JsonSchema: c.JSONSchema, Prefix: c.Prefix, Suffix: c.Suffix,
+				Repeat: c.Repeat, Separator: c.Separator}
+		}
+	}
 	return &prepared{
+		parser: parser, markers: markers,
 		served: m,
 		req: &decodev1.GenerateRequest{
 			RequestId:      r.requestID,
@@ -207,6 +226,8 @@ type prefillInfo struct {
 	DecodeWorker  string `json:"decode_worker,omitempty"`
 	PrefillWorker string `json:"prefill_worker,omitempty"`
 	RouteReason   string `json:"route_reason,omitempty"`
+	// ToolCallParser is the parser the reply was read with, when it was.
+	ToolCallParser string `json:"tool_call_parser,omitempty"`
 }
 
 // usage is the exact token accounting of one request.
@@ -249,6 +270,8 @@ type generation struct {
 	// the request asked (wantLP).
 	wantLP bool
 	lps    []tokenLogprob
+	// markers are control tokens rendered as their text for the tool-call parser.
+	markers map[uint32]string
 }
 
 // takeLogprobs returns the logprobs gathered since the last call.
@@ -299,6 +322,7 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 		detok:   detok,
 		wantLP:  p.req.GetSampling().GetLogprobs(),
 		stops:   stopMatcher{stops: p.stops},
+		markers: p.markers,
 		pending: first,
 		span:    trace.SpanFromContext(ctx),
 	}
@@ -401,9 +425,12 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 			g.lps = append(g.lps, tlp)
 		}
 		var piece string
-		if engineText {
+		switch marker, ok := g.markers[id]; {
+		case engineText:
 			piece = texts[i]
-		} else {
+		case ok:
+			piece = g.detok.Flush() + marker
+		default:
 			piece = g.detok.Add(id)
 		}
 		out, stopped := g.stops.push(piece)

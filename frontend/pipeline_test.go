@@ -78,7 +78,7 @@ func TestStopMatcherHoldsOnlyWhatCouldStillMatch(t *testing.T) {
 }
 
 func TestChatMLTemplate(t *testing.T) {
-	got, err := ChatML{}.Apply([]Message{{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "U2"}})
+	got, err := ChatML{}.Apply([]Message{{Role: "system", Content: "S"}, {Role: "user", Content: "U"}, {Role: "assistant", Content: "A"}, {Role: "user", Content: "U2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestChatMLTemplate(t *testing.T) {
 	if got != want {
 		t.Errorf("got %q\nwant %q", got, want)
 	}
-	if _, err := (ChatML{}).Apply([]Message{{"tool", "x"}}); err == nil {
+	if _, err := (ChatML{}).Apply([]Message{{Role: "robot", Content: "x"}}); err == nil {
 		t.Error("tool role accepted")
 	}
 }

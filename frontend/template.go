@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,30 @@ import (
 type Message struct {
 	Role    string
 	Content string
+	// ToolCalls are an assistant turn's calls; ToolCallID and Name say which call
+	// a "tool" turn answers and the function's name.
+	ToolCalls  []ToolCall
+	ToolCallID string
+	Name       string
+}
+
+// ToolCall is a call in the history: its arguments are a JSON object as text.
+type ToolCall struct {
+	ID, Name, Arguments string
+}
+
+// toolTemplate is a ChatTemplate that can show the model tools.
+type toolTemplate interface {
+	// ApplyTools is Apply with tools, each an OpenAI tool object as JSON text.
+	ApplyTools(msgs []Message, tools []json.RawMessage) (string, error)
+}
+
+// applyTemplate renders msgs, with tools when there are any and tmpl takes them.
+func applyTemplate(tmpl ChatTemplate, msgs []Message, tools []json.RawMessage) (string, error) {
+	if tt, ok := tmpl.(toolTemplate); ok {
+		return tt.ApplyTools(msgs, tools)
+	}
+	return tmpl.Apply(msgs)
 }
 
 // ChatTemplate renders a conversation into the text the model continues.
@@ -45,23 +70,35 @@ func (ChatML) Name() string { return "chatml" }
 func (ChatML) StopStrings() []string { return []string{"<|im_end|>"} }
 
 // Apply implements ChatTemplate.
-func (ChatML) Apply(msgs []Message) (string, error) {
+func (c ChatML) Apply(msgs []Message) (string, error) { return c.ApplyTools(msgs, nil) }
+
+// ApplyTools implements toolTemplate. The tools are not shown: ChatML serves the
+// random-weight models, which read nothing; an assistant's calls are written as
+// Qwen's template writes them, and a tool's result as a "tool" turn.
+func (ChatML) ApplyTools(msgs []Message, _ []json.RawMessage) (string, error) {
 	var sb strings.Builder
 	for i, m := range msgs {
 		role := m.Role
 		switch role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer":
 			// OpenAI's newer name for system instructions; ChatML knows only system.
 			role = "system"
 		default:
 			return "", invalidField(fmt.Sprintf("messages[%d].role", i),
-				"unknown role %q in messages[%d]; expected system, developer, user or assistant", m.Role, i)
+				"unknown role %q in messages[%d]; expected system, developer, user, assistant or tool", m.Role, i)
 		}
 		sb.WriteString("<|im_start|>")
 		sb.WriteString(role)
 		sb.WriteByte('\n')
 		sb.WriteString(m.Content)
+		for j, c := range m.ToolCalls {
+			if j > 0 || m.Content != "" {
+				sb.WriteByte('\n')
+			}
+			name, _ := json.Marshal(c.Name)
+			fmt.Fprintf(&sb, "<tool_call>\n{\"name\": %s, \"arguments\": %s}\n</tool_call>", name, c.Arguments)
+		}
 		sb.WriteString("<|im_end|>\n")
 	}
 	sb.WriteString("<|im_start|>assistant\n")
@@ -69,21 +106,24 @@ func (ChatML) Apply(msgs []Message) (string, error) {
 }
 
 // checkRoles accepts the roles a chat request may use and maps OpenAI's
-// "developer" to "system", the name templates know. Tools are not served, so
-// "tool" (and anything else) is refused with the offending message named.
+// "developer" to "system", the name templates know; anything else is refused
+// with the offending message named.
 func checkRoles(msgs []Message) ([]chattemplate.Message, error) {
 	out := make([]chattemplate.Message, len(msgs))
 	for i, m := range msgs {
 		role := m.Role
 		switch role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer":
 			role = "system"
 		default:
 			return nil, invalidField(fmt.Sprintf("messages[%d].role", i),
-				"unknown role %q in messages[%d]; expected system, developer, user or assistant", m.Role, i)
+				"unknown role %q in messages[%d]; expected system, developer, user, assistant or tool", m.Role, i)
 		}
-		out[i] = chattemplate.Message{Role: role, Content: m.Content}
+		out[i] = chattemplate.Message{Role: role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		for _, c := range m.ToolCalls {
+			out[i].ToolCalls = append(out[i].ToolCalls, chattemplate.ToolCall{ID: c.ID, Name: c.Name, Arguments: json.RawMessage(c.Arguments)})
+		}
 	}
 	return out, nil
 }
@@ -110,12 +150,15 @@ func (j Jinja) StopStrings() []string { return j.T.StopStrings() }
 // Apply implements ChatTemplate. A conversation the template refuses (its
 // raise_exception) is a 400 with the template's own words; so is a template that
 // fails on this conversation, since nothing else about the request is wrong.
-func (j Jinja) Apply(msgs []Message) (string, error) {
+func (j Jinja) Apply(msgs []Message) (string, error) { return j.ApplyTools(msgs, nil) }
+
+// ApplyTools implements toolTemplate.
+func (j Jinja) ApplyTools(msgs []Message, tools []json.RawMessage) (string, error) {
 	cm, err := checkRoles(msgs)
 	if err != nil {
 		return "", err
 	}
-	text, err := j.T.Render(cm, true)
+	text, err := j.T.RenderTools(cm, tools, true)
 	if err != nil {
 		var re *chattemplate.RaiseError
 		if errors.As(err, &re) {

@@ -140,12 +140,17 @@ func (f *Frontend) served(name string) (*Model, error) {
 // chatMessages takes the text of each message, refusing non-text parts.
 func chatMessages(in []chatMessage) ([]Message, error) {
 	out := make([]Message, 0, len(in))
+	ids := map[string]bool{}
 	for i, m := range in {
-		if m.Content.badPart >= 0 {
+		if m.Content.hasBad {
 			return nil, invalidField(fmt.Sprintf("messages[%d].content[%d].type", i, m.Content.badPart),
 				"content part type %q is not supported; only text parts are", m.Content.partType)
 		}
-		out = append(out, Message{Role: m.Role, Content: m.Content.Text})
+		msg := Message{Role: m.Role, Content: m.Content.Text}
+		if err := historyMessage(i, m, &msg, ids); err != nil {
+			return nil, err
+		}
+		out = append(out, msg)
 	}
 	return out, nil
 }

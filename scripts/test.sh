@@ -80,6 +80,7 @@ fuzz ./tokenizer FuzzHuggingFace
 fuzz ./handoff FuzzHandoff
 fuzz ./handoff FuzzParseChunk
 fuzz ./chattemplate FuzzRender
+fuzz ./toolcall FuzzParse
 fuzz ./services/consul FuzzOverlay
 fuzz ./console FuzzPolicyRequest
 fuzz ./gguf FuzzParse

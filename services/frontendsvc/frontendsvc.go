@@ -27,6 +27,7 @@ import (
 	"github.com/tandem-serve/tandem/services/rpc"
 	"github.com/tandem-serve/tandem/services/server"
 	"github.com/tandem-serve/tandem/services/telemetry"
+	"github.com/tandem-serve/tandem/toolcall"
 )
 
 // Config is the frontend's flags.
@@ -80,6 +81,8 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RefusedHold, "refused-hold", 0,
 		"how long a request that every decode worker tried refused for room (at capacity, KV pool full) is held and offered again "+
 			"as room frees, before the client gets 429 (0: at once); for clients that do not retry a 429")
+	fs.StringVar(&c.Frontend.ToolCallParser, "tool-call-parser", "",
+		"how tool calls are read from chat replies: "+strings.Join(toolcall.Names, ", ")+" (default: the family the model's chat template writes calls in, else hermes)")
 	fs.BoolVar(&c.Console, "console", true,
 		"serve the live console at / (chat, fleet, prefill decisions, policy); its data needs an API key when --api-keys-file is set")
 }

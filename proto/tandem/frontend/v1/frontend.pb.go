@@ -24,11 +24,76 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ToolChoice says whether the reply calls a tool, as OpenAI's tool_choice does.
+type ToolChoice int32
+
+const (
+	// Auto when tools are given.
+	ToolChoice_TOOL_CHOICE_UNSPECIFIED ToolChoice = 0
+	// The tools are shown; the reply is read as text only.
+	ToolChoice_TOOL_CHOICE_NONE ToolChoice = 1
+	// The model decides; the reply is read for calls.
+	ToolChoice_TOOL_CHOICE_AUTO ToolChoice = 2
+	// The reply is calls (enforced by constrained decoding).
+	ToolChoice_TOOL_CHOICE_REQUIRED ToolChoice = 3
+	// The reply calls tool_choice_function (enforced).
+	ToolChoice_TOOL_CHOICE_FUNCTION ToolChoice = 4
+)
+
+// Enum value maps for ToolChoice.
+var (
+	ToolChoice_name = map[int32]string{
+		0: "TOOL_CHOICE_UNSPECIFIED",
+		1: "TOOL_CHOICE_NONE",
+		2: "TOOL_CHOICE_AUTO",
+		3: "TOOL_CHOICE_REQUIRED",
+		4: "TOOL_CHOICE_FUNCTION",
+	}
+	ToolChoice_value = map[string]int32{
+		"TOOL_CHOICE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_NONE":        1,
+		"TOOL_CHOICE_AUTO":        2,
+		"TOOL_CHOICE_REQUIRED":    3,
+		"TOOL_CHOICE_FUNCTION":    4,
+	}
+)
+
+func (x ToolChoice) Enum() *ToolChoice {
+	p := new(ToolChoice)
+	*p = x
+	return p
+}
+
+func (x ToolChoice) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoice) Descriptor() protoreflect.EnumDescriptor {
+	return file_tandem_frontend_v1_frontend_proto_enumTypes[0].Descriptor()
+}
+
+func (ToolChoice) Type() protoreflect.EnumType {
+	return &file_tandem_frontend_v1_frontend_proto_enumTypes[0]
+}
+
+func (x ToolChoice) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoice.Descriptor instead.
+func (ToolChoice) EnumDescriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{0}
+}
+
 type ChatMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "system", "user" or "assistant".
-	Role          string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
-	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// "system", "user", "assistant" or "tool".
+	Role    string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// An assistant turn's tool calls.
+	ToolCalls []*ToolCall `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// The call a "tool" turn's content answers.
+	ToolCallId    string `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,6 +142,214 @@ func (x *ChatMessage) GetContent() string {
 	return ""
 }
 
+func (x *ChatMessage) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *ChatMessage) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+// Tool is a function the model may call.
+type Tool struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The JSON Schema of the arguments object, as JSON text; empty allows any object.
+	ParametersJson string `protobuf:"bytes,3,opt,name=parameters_json,json=parametersJson,proto3" json:"parameters_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Tool) Reset() {
+	*x = Tool{}
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tool) ProtoMessage() {}
+
+func (x *Tool) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tool.ProtoReflect.Descriptor instead.
+func (*Tool) Descriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Tool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tool) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Tool) GetParametersJson() string {
+	if x != nil {
+		return x.ParametersJson
+	}
+	return ""
+}
+
+// ToolCall is a call in the history.
+type ToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments object as JSON text.
+	Arguments     string `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCall) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+// ToolCallDelta is a piece of a call in the reply: the id and name on its first
+// piece, then pieces of its arguments text as the model writes them.
+type ToolCallDelta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Arguments     string                 `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallDelta) Reset() {
+	*x = ToolCallDelta{}
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallDelta) ProtoMessage() {}
+
+func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
+func (*ToolCallDelta) Descriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ToolCallDelta) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
 type GenerateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
@@ -97,14 +370,21 @@ type GenerateRequest struct {
 	TopLogprobs uint32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	// Do not stop at the model's end-of-sequence tokens, only at max_tokens, the
 	// context's end or a stop string (vLLM's ignore_eos; benchmarks use it).
-	IgnoreEos     bool `protobuf:"varint,12,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IgnoreEos bool `protobuf:"varint,12,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	// Tools the model may call (chat only); see docs/OPERATIONS.md, "Tool calls".
+	Tools      []*Tool    `protobuf:"bytes,13,rep,name=tools,proto3" json:"tools,omitempty"`
+	ToolChoice ToolChoice `protobuf:"varint,14,opt,name=tool_choice,json=toolChoice,proto3,enum=tandem.frontend.v1.ToolChoice" json:"tool_choice,omitempty"`
+	// The function TOOL_CHOICE_FUNCTION names.
+	ToolChoiceFunction string `protobuf:"bytes,15,opt,name=tool_choice_function,json=toolChoiceFunction,proto3" json:"tool_choice_function,omitempty"`
+	// Allow several calls in one reply; unset is true, as in OpenAI's API.
+	ParallelToolCalls *bool `protobuf:"varint,16,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[1]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +396,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[1]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +409,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{1}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GenerateRequest) GetModel() string {
@@ -216,6 +496,34 @@ func (x *GenerateRequest) GetIgnoreEos() bool {
 	return false
 }
 
+func (x *GenerateRequest) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetToolChoice() ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return ToolChoice_TOOL_CHOICE_UNSPECIFIED
+}
+
+func (x *GenerateRequest) GetToolChoiceFunction() string {
+	if x != nil {
+		return x.ToolChoiceFunction
+	}
+	return ""
+}
+
+func (x *GenerateRequest) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens     uint32                 `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
@@ -227,7 +535,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +547,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +560,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{2}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -286,13 +594,15 @@ type Prefill struct {
 	DecodeWorkerId  string `protobuf:"bytes,4,opt,name=decode_worker_id,json=decodeWorkerId,proto3" json:"decode_worker_id,omitempty"`
 	PrefillWorkerId string `protobuf:"bytes,5,opt,name=prefill_worker_id,json=prefillWorkerId,proto3" json:"prefill_worker_id,omitempty"`
 	RouteReason     string `protobuf:"bytes,6,opt,name=route_reason,json=routeReason,proto3" json:"route_reason,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The parser the reply is read for tool calls with, when it is.
+	ToolCallParser string `protobuf:"bytes,7,opt,name=tool_call_parser,json=toolCallParser,proto3" json:"tool_call_parser,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Prefill) Reset() {
 	*x = Prefill{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +614,7 @@ func (x *Prefill) String() string {
 func (*Prefill) ProtoMessage() {}
 
 func (x *Prefill) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +627,7 @@ func (x *Prefill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prefill.ProtoReflect.Descriptor instead.
 func (*Prefill) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{3}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Prefill) GetPath() string {
@@ -362,6 +672,13 @@ func (x *Prefill) GetRouteReason() string {
 	return ""
 }
 
+func (x *Prefill) GetToolCallParser() string {
+	if x != nil {
+		return x.ToolCallParser
+	}
+	return ""
+}
+
 // TopLogprob is one of the most likely tokens at a position.
 type TopLogprob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -376,7 +693,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +705,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +718,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{4}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TopLogprob) GetToken() string {
@@ -438,7 +755,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +767,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +780,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TokenLogprob) GetToken() string {
@@ -501,20 +818,23 @@ type GenerateResponse struct {
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// New text; never splits a UTF-8 character.
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
-	// "stop" or "length" on the last message.
+	// "stop", "length" or "tool_calls" on the last message.
 	FinishReason string   `protobuf:"bytes,3,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
 	Usage        *Usage   `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	Prefill      *Prefill `protobuf:"bytes,5,opt,name=prefill,proto3" json:"prefill,omitempty"`
 	// With logprobs requested, one entry per token generated since the last message
 	// (a token may end in a later message's text when it splits a character).
-	Logprobs      []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Logprobs []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// With tools, the pieces of the calls in the reply; text is then the content
+	// around them.
+	ToolCalls     []*ToolCallDelta `protobuf:"bytes,7,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +846,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +859,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GenerateResponse) GetRequestId() string {
@@ -584,6 +904,13 @@ func (x *GenerateResponse) GetLogprobs() []*TokenLogprob {
 	return nil
 }
 
+func (x *GenerateResponse) GetToolCalls() []*ToolCallDelta {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
 type ListModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -592,7 +919,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +931,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +944,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{10}
 }
 
 type Model struct {
@@ -630,7 +957,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +969,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +982,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{8}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Model) GetId() string {
@@ -681,7 +1008,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +1020,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +1033,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{9}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -720,10 +1047,27 @@ var File_tandem_frontend_v1_frontend_proto protoreflect.FileDescriptor
 
 const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\n" +
-	"!tandem/frontend/v1/frontend.proto\x12\x12tandem.frontend.v1\";\n" +
+	"!tandem/frontend/v1/frontend.proto\x12\x12tandem.frontend.v1\"\x9a\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xa4\x03\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12;\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x03(\v2\x1c.tandem.frontend.v1.ToolCallR\ttoolCalls\x12 \n" +
+	"\ftool_call_id\x18\x04 \x01(\tR\n" +
+	"toolCallId\"e\n" +
+	"\x04Tool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"L\n" +
+	"\bToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"g\n" +
+	"\rToolCallDelta\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x04 \x01(\tR\targuments\"\x94\x05\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12;\n" +
@@ -739,21 +1083,28 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	" \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\v \x01(\rR\vtopLogprobs\x12\x1d\n" +
 	"\n" +
-	"ignore_eos\x18\f \x01(\bR\tignoreEosB\x0e\n" +
+	"ignore_eos\x18\f \x01(\bR\tignoreEos\x12.\n" +
+	"\x05tools\x18\r \x03(\v2\x18.tandem.frontend.v1.ToolR\x05tools\x12?\n" +
+	"\vtool_choice\x18\x0e \x01(\x0e2\x1e.tandem.frontend.v1.ToolChoiceR\n" +
+	"toolChoice\x120\n" +
+	"\x14tool_choice_function\x18\x0f \x01(\tR\x12toolChoiceFunction\x123\n" +
+	"\x13parallel_tool_calls\x18\x10 \x01(\bH\x03R\x11parallelToolCalls\x88\x01\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
-	"\x05_seed\"~\n" +
+	"\x05_seedB\x16\n" +
+	"\x14_parallel_tool_calls\"~\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xc6\x01\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xf0\x01\n" +
 	"\aPrefill\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12(\n" +
 	"\x10decode_worker_id\x18\x04 \x01(\tR\x0edecodeWorkerId\x12*\n" +
 	"\x11prefill_worker_id\x18\x05 \x01(\tR\x0fprefillWorkerId\x12!\n" +
-	"\froute_reason\x18\x06 \x01(\tR\vrouteReason\"R\n" +
+	"\froute_reason\x18\x06 \x01(\tR\vrouteReason\x12(\n" +
+	"\x10tool_call_parser\x18\a \x01(\tR\x0etoolCallParser\"R\n" +
 	"\n" +
 	"TopLogprob\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
@@ -763,7 +1114,7 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
 	"\alogprob\x18\x02 \x01(\x02R\alogprob\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\fR\x05bytes\x12A\n" +
-	"\ftop_logprobs\x18\x04 \x03(\v2\x1e.tandem.frontend.v1.TopLogprobR\vtopLogprobs\"\x90\x02\n" +
+	"\ftop_logprobs\x18\x04 \x03(\v2\x1e.tandem.frontend.v1.TopLogprobR\vtopLogprobs\"\xd2\x02\n" +
 	"\x10GenerateResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -771,13 +1122,22 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\rfinish_reason\x18\x03 \x01(\tR\ffinishReason\x12/\n" +
 	"\x05usage\x18\x04 \x01(\v2\x19.tandem.frontend.v1.UsageR\x05usage\x125\n" +
 	"\aprefill\x18\x05 \x01(\v2\x1b.tandem.frontend.v1.PrefillR\aprefill\x12<\n" +
-	"\blogprobs\x18\x06 \x03(\v2 .tandem.frontend.v1.TokenLogprobR\blogprobs\"\x13\n" +
+	"\blogprobs\x18\x06 \x03(\v2 .tandem.frontend.v1.TokenLogprobR\blogprobs\x12@\n" +
+	"\n" +
+	"tool_calls\x18\a \x03(\v2!.tandem.frontend.v1.ToolCallDeltaR\ttoolCalls\"\x13\n" +
 	"\x11ListModelsRequest\">\n" +
 	"\x05Model\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0econtext_length\x18\x02 \x01(\rR\rcontextLength\"G\n" +
 	"\x12ListModelsResponse\x121\n" +
-	"\x06models\x18\x01 \x03(\v2\x19.tandem.frontend.v1.ModelR\x06models2\xcc\x01\n" +
+	"\x06models\x18\x01 \x03(\v2\x19.tandem.frontend.v1.ModelR\x06models*\x89\x01\n" +
+	"\n" +
+	"ToolChoice\x12\x1b\n" +
+	"\x17TOOL_CHOICE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10TOOL_CHOICE_NONE\x10\x01\x12\x14\n" +
+	"\x10TOOL_CHOICE_AUTO\x10\x02\x12\x18\n" +
+	"\x14TOOL_CHOICE_REQUIRED\x10\x03\x12\x18\n" +
+	"\x14TOOL_CHOICE_FUNCTION\x10\x042\xcc\x01\n" +
 	"\x0fFrontendService\x12W\n" +
 	"\bGenerate\x12#.tandem.frontend.v1.GenerateRequest\x1a$.tandem.frontend.v1.GenerateResponse0\x01\x12`\n" +
 	"\n" +
@@ -796,35 +1156,44 @@ func file_tandem_frontend_v1_frontend_proto_rawDescGZIP() []byte {
 	return file_tandem_frontend_v1_frontend_proto_rawDescData
 }
 
-var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_tandem_frontend_v1_frontend_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_tandem_frontend_v1_frontend_proto_goTypes = []any{
-	(*ChatMessage)(nil),        // 0: tandem.frontend.v1.ChatMessage
-	(*GenerateRequest)(nil),    // 1: tandem.frontend.v1.GenerateRequest
-	(*Usage)(nil),              // 2: tandem.frontend.v1.Usage
-	(*Prefill)(nil),            // 3: tandem.frontend.v1.Prefill
-	(*TopLogprob)(nil),         // 4: tandem.frontend.v1.TopLogprob
-	(*TokenLogprob)(nil),       // 5: tandem.frontend.v1.TokenLogprob
-	(*GenerateResponse)(nil),   // 6: tandem.frontend.v1.GenerateResponse
-	(*ListModelsRequest)(nil),  // 7: tandem.frontend.v1.ListModelsRequest
-	(*Model)(nil),              // 8: tandem.frontend.v1.Model
-	(*ListModelsResponse)(nil), // 9: tandem.frontend.v1.ListModelsResponse
+	(ToolChoice)(0),            // 0: tandem.frontend.v1.ToolChoice
+	(*ChatMessage)(nil),        // 1: tandem.frontend.v1.ChatMessage
+	(*Tool)(nil),               // 2: tandem.frontend.v1.Tool
+	(*ToolCall)(nil),           // 3: tandem.frontend.v1.ToolCall
+	(*ToolCallDelta)(nil),      // 4: tandem.frontend.v1.ToolCallDelta
+	(*GenerateRequest)(nil),    // 5: tandem.frontend.v1.GenerateRequest
+	(*Usage)(nil),              // 6: tandem.frontend.v1.Usage
+	(*Prefill)(nil),            // 7: tandem.frontend.v1.Prefill
+	(*TopLogprob)(nil),         // 8: tandem.frontend.v1.TopLogprob
+	(*TokenLogprob)(nil),       // 9: tandem.frontend.v1.TokenLogprob
+	(*GenerateResponse)(nil),   // 10: tandem.frontend.v1.GenerateResponse
+	(*ListModelsRequest)(nil),  // 11: tandem.frontend.v1.ListModelsRequest
+	(*Model)(nil),              // 12: tandem.frontend.v1.Model
+	(*ListModelsResponse)(nil), // 13: tandem.frontend.v1.ListModelsResponse
 }
 var file_tandem_frontend_v1_frontend_proto_depIdxs = []int32{
-	0, // 0: tandem.frontend.v1.GenerateRequest.messages:type_name -> tandem.frontend.v1.ChatMessage
-	4, // 1: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
-	2, // 2: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
-	3, // 3: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
-	5, // 4: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
-	8, // 5: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
-	1, // 6: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
-	7, // 7: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
-	6, // 8: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
-	9, // 9: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3,  // 0: tandem.frontend.v1.ChatMessage.tool_calls:type_name -> tandem.frontend.v1.ToolCall
+	1,  // 1: tandem.frontend.v1.GenerateRequest.messages:type_name -> tandem.frontend.v1.ChatMessage
+	2,  // 2: tandem.frontend.v1.GenerateRequest.tools:type_name -> tandem.frontend.v1.Tool
+	0,  // 3: tandem.frontend.v1.GenerateRequest.tool_choice:type_name -> tandem.frontend.v1.ToolChoice
+	8,  // 4: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
+	6,  // 5: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
+	7,  // 6: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
+	9,  // 7: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
+	4,  // 8: tandem.frontend.v1.GenerateResponse.tool_calls:type_name -> tandem.frontend.v1.ToolCallDelta
+	12, // 9: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
+	5,  // 10: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
+	11, // 11: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
+	10, // 12: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
+	13, // 13: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_tandem_frontend_v1_frontend_proto_init() }
@@ -832,19 +1201,20 @@ func file_tandem_frontend_v1_frontend_proto_init() {
 	if File_tandem_frontend_v1_frontend_proto != nil {
 		return
 	}
-	file_tandem_frontend_v1_frontend_proto_msgTypes[1].OneofWrappers = []any{}
+	file_tandem_frontend_v1_frontend_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_frontend_v1_frontend_proto_rawDesc), len(file_tandem_frontend_v1_frontend_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   10,
+			NumEnums:      1,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_tandem_frontend_v1_frontend_proto_goTypes,
 		DependencyIndexes: file_tandem_frontend_v1_frontend_proto_depIdxs,
+		EnumInfos:         file_tandem_frontend_v1_frontend_proto_enumTypes,
 		MessageInfos:      file_tandem_frontend_v1_frontend_proto_msgTypes,
 	}.Build()
 	File_tandem_frontend_v1_frontend_proto = out.File
