@@ -43,6 +43,9 @@ type Options struct {
 	TraceIgnoreEOS bool
 	// IgnoreEOS sends ignore_eos with each request of the fixed and mixed workloads.
 	IgnoreEOS bool
+	// Phases is a shifting workload (ParsePhases); PhasesScales is a
+	// comma-separated list of multipliers of its rates, more than one a sweep.
+	Phases, PhasesScales string
 }
 
 // RegisterFlags registers the options' flags, with their defaults.
@@ -90,6 +93,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 			"and the report counts the answers that ended early")
 	fs.IntVar(&o.TraceWindow.KVBlockSize, "trace-kv-block-size", blockhash.DefaultBlockSize,
 		"trace: the servers' KV block size (tandem's --block-size), to warn when the scaled trace blocks are not whole KV blocks (0: no check)")
+	fs.StringVar(&o.Phases, "phases", "",
+		"a shifting workload, phases one after the other, each DURATION:MIX@RATE with MIX weight:ISL/OSL classes joined by '+' "+
+			"(60s:0.95:64/64@900,60s:0.2:64/64+0.8:4096/128@40); the report shows each phase's classes as pN ISL/OSL")
+	fs.StringVar(&o.PhasesScales, "phases-scale", "1",
+		"phases: multiply every phase's rate by this; a list (0.5,1,1.5) runs a sweep, one load per value, whose capacity compare reads in these units")
 	fs.IntVar(&o.TraceWindow.Start, "trace-start", 0, "trace: index of the first request to replay (0-based, blank lines not counted)")
 	fs.IntVar(&o.TraceWindow.Limit, "trace-limit", 0, "trace: replay at most this many requests (0: to the end; --requests caps it too)")
 }
@@ -127,6 +135,9 @@ func (o *Options) Plan(concurrencyGiven bool) (*Plan, error) {
 	}
 	if o.Trace != "" {
 		return o.tracePlan(slo)
+	}
+	if o.Phases != "" || o.Workload == "phases" {
+		return o.phasesPlan(slo)
 	}
 	if o.Workload == "trace" {
 		return nil, errors.New("bench: --workload trace needs --trace FILE")
@@ -347,4 +358,61 @@ func (o *Options) workloadFactory(pl *Plan) (func() (Workload, error), error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown --workload %q (fixed, mixed, shared-prefix or jsonl)", o.Workload)
+}
+
+// phasesPlan is the plan of a shifting workload: arrivals at the phases' own
+// times, one run per --phases-scale.
+func (o *Options) phasesPlan(slo SLO) (*Plan, error) {
+	switch {
+	case o.Phases == "":
+		return nil, errors.New("bench: --workload phases needs --phases SPEC")
+	case o.Workload != "fixed" && o.Workload != "mixed" && o.Workload != "phases":
+		return nil, fmt.Errorf("bench: --phases is a workload of its own; it cannot be combined with --workload %s", o.Workload)
+	case strings.TrimSpace(o.Rates) != "":
+		return nil, errors.New("bench: --phases gives each phase its rate; use --phases-scale instead of --rate")
+	case o.Concurrency < 0:
+		return nil, errors.New("bench: --concurrency must not be negative")
+	}
+	phases, err := ParsePhases(o.Phases)
+	if err != nil {
+		return nil, err
+	}
+	scales, err := ParseSpeedups(o.PhasesScales)
+	if err != nil {
+		return nil, fmt.Errorf("%w (--phases-scale)", err)
+	}
+	cfg := Config{Concurrency: o.Concurrency, Scheduled: true, Seed: o.Seed, Requests: o.Requests, Duration: o.Duration, Warmup: o.Warmup, SLO: slo}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	prompts, err := CL100KPrompts()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{base: prompts, prompts: prompts}
+	if p.Client, err = o.client(prompts); err != nil {
+		return nil, err
+	}
+	loads := make([]func() (Workload, error), len(scales))
+	for i, x := range scales {
+		if !(x > 0) {
+			return nil, fmt.Errorf("bench: --phases-scale %g must be positive", x)
+		}
+		loads[i] = func() (Workload, error) {
+			w, err := NewPhases(p.prompts, phases, x)
+			if w != nil {
+				w.IgnoreEOS = o.IgnoreEOS
+			}
+			return w, err
+		}
+		c, label := cfg, "phases"
+		if len(scales) > 1 {
+			// The scale is the load axis capacity is read on, as a trace's speedup.
+			c.TraceSpeedup, label = x, fmt.Sprintf("scale=%g", x)
+		}
+		p.Configs, p.Labels = append(p.Configs, c), append(p.Labels, label)
+	}
+	p.NewLoad, p.loadAt = loads[0], func(i int) (Workload, error) { return loads[i]() }
+	_, err = p.NewLoad()
+	return p, err
 }
