@@ -128,6 +128,7 @@ func (r *Router) Route(ctx context.Context, req *connect.Request[routerv1.RouteR
 	r.excluded = excluded
 	cached, best := r.match(m.GetBlockHashes())
 	effective := max(0, int(m.GetPromptTokens())-best*bs)
+	r.traffic.note(int(m.GetPromptTokens()), effective)
 	gateClass, want := classAll, kindDecodes
 	if p.ISLGate {
 		gateClass, want = classDisagg, kindDisagg

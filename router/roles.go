@@ -1,0 +1,99 @@
+package router
+
+import (
+	"maps"
+	"math/bits"
+
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
+	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
+)
+
+// Role is what a lender (an aggregated worker lending prefill) is a candidate
+// for, as a planner set it: a worker's role changes without a restart, by
+// what the router sends it; what it runs, it serves to the end.
+type Role string
+
+const (
+	// RolePrefill: only remote prefills for decode workers, no new sequences.
+	RolePrefill Role = "prefill"
+	// RoleDecode: new sequences (prefilled locally), no prefill to lend.
+	RoleDecode Role = "decode"
+)
+
+// SetRoles replaces the lenders' roles, by worker ID; a lender not named
+// serves both, as without a planner. A role for a worker that is not a lender
+// is ignored: its mode fixes what it does.
+func (r *Router) SetRoles(roles map[string]Role) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if maps.Equal(roles, r.roles) {
+		return
+	}
+	r.roles = maps.Clone(roles)
+	for _, st := range r.order {
+		r.setKind(st)
+	}
+	r.reindexAll()
+	r.fleetChange()
+}
+
+// Roles are the roles in force.
+func (r *Router) Roles() map[string]Role {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.roles)
+}
+
+// roleKind is st's kind narrowed by its role; r.mu is held.
+func (r *Router) roleKind(st *state) workerKind {
+	k := st.kind
+	if st.w.Mode != workerv1.WorkerMode_WORKER_MODE_AGGREGATED || !st.w.LendsPrefill || k == 0 {
+		return k
+	}
+	switch r.roles[st.w.ID] {
+	case RolePrefill:
+		return k & kindPrefill
+	case RoleDecode:
+		return k &^ kindPrefill
+	}
+	return k
+}
+
+// TrafficBuckets is how many prompt length classes Traffic keeps: powers of
+// two from 1 token to 2^(TrafficBuckets-1) and above.
+const TrafficBuckets = 21
+
+// Traffic is what the router routed over a period: requests by effective
+// prompt length (prompt minus the best cached prefix, rounded down to a power
+// of two), with their prompt and effective tokens.
+type Traffic struct {
+	Requests                int
+	PromptTokens, Effective int64
+	Count                   [TrafficBuckets]int
+	BucketPrompt, BucketEff [TrafficBuckets]int64
+}
+
+func (t *Traffic) note(prompt, effective int) {
+	b := min(TrafficBuckets-1, bits.Len(uint(max(1, effective)))-1)
+	t.Requests++
+	t.PromptTokens += int64(prompt)
+	t.Effective += int64(effective)
+	t.Count[b]++
+	t.BucketPrompt[b] += int64(prompt)
+	t.BucketEff[b] += int64(effective)
+}
+
+// TakeTraffic returns what was routed since the last call, and starts anew.
+func (r *Router) TakeTraffic() Traffic {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.traffic
+	r.traffic = Traffic{}
+	return t
+}
+
+// Fleet is the router's view of its workers, as WatchFleet sends it.
+func (r *Router) Fleet() *routerv1.WatchFleetResponse {
+	v, _ := r.fleetView()
+	return v
+}
