@@ -142,6 +142,11 @@ func (p *Planner) Last() *Plan { return p.last }
 // Decide returns the plan for obs at now; a pin, when not nil, is applied as
 // given (its Prefill workers prefill, the rest decode), whatever the model says.
 func (p *Planner) Decide(now time.Time, obs Observation, pin *Pin) Plan {
+	if len(obs.Workers) == 0 {
+		plan := Plan{Roles: map[string]Role{}, Reason: "no worker to plan for", At: now, Pinned: pin != nil}
+		p.last = &plan
+		return plan
+	}
 	cur := p.current(obs)
 	fixedPrefill, flex := 0, 0
 	for _, w := range obs.Workers {

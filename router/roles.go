@@ -4,7 +4,6 @@ import (
 	"maps"
 	"math/bits"
 
-	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
@@ -92,8 +91,21 @@ func (r *Router) TakeTraffic() Traffic {
 	return t
 }
 
-// Fleet is the router's view of its workers, as WatchFleet sends it.
-func (r *Router) Fleet() *routerv1.WatchFleetResponse {
-	v, _ := r.fleetView()
-	return v
+// WorkerView is what a planner reads of one worker.
+type WorkerView struct {
+	Worker
+	Role Role // the role in force ("": both, or its mode's)
+	// Running sequences and waiting prompt tokens, from its last load report.
+	Running, Waiting int
+}
+
+// Workers are the workers the router knows, in ID order.
+func (r *Router) Workers() []WorkerView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]WorkerView, 0, len(r.order))
+	for _, st := range r.order {
+		out = append(out, WorkerView{Worker: st.w, Role: r.roles[st.w.ID], Running: int(st.running), Waiting: int(st.waiting)})
+	}
+	return out
 }
