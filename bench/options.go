@@ -78,7 +78,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PlotsDir, "plots", "", "write PNG charts to this directory: CDFs of TTFT and ITL, throughput against rate")
 	fs.BoolVar(&o.PerRequest, "per-request", true, "include every request in the JSON")
 	fs.StringVar(&o.Trace, "trace", "",
-		"replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace, "+
+		"replay a Mooncake-format JSONL trace, or windows of several one after the other (FILE@START+LIMIT,FILE@START+LIMIT; "+
+			"each window's block ids kept apart from the others'); each line (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace, "+
 			"whose text_input, session_id and delay are read too): "+
 			"each request at its timestamp, prompts of the served model's tokens with equal hash_ids as identical blocks, "+
 			"output_length enforced with ignore_eos (completions endpoint only)")
@@ -235,14 +236,15 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 			return nil, err
 		}
 	}
-	f, err := os.Open(o.Trace)
+	sources, err := ParseTraceSources(o.Trace)
 	if err != nil {
-		return nil, fmt.Errorf("bench: --trace: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	recs, err := ParseTrace(f, w.BlockSize)
-	if err != nil {
-		return nil, fmt.Errorf("%w (in %s)", err, o.Trace)
+	recsOf := make([][]TraceRecord, len(sources))
+	for i, src := range sources {
+		if recsOf[i], err = readTrace(src.File, w.BlockSize); err != nil {
+			return nil, err
+		}
 	}
 	if o.Requests > 0 && (w.Limit == 0 || o.Requests < w.Limit) {
 		w.Limit = o.Requests
@@ -271,11 +273,10 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 	for i, x := range speedups {
 		wx := w
 		wx.Speedup = x
-		reqs, err := wx.Apply(recs)
+		reqs, name, err := applySources(sources, recsOf, wx, o.Requests)
 		if err != nil {
 			return nil, err
 		}
-		name := traceName(filepath.Base(o.Trace), wx, len(reqs))
 		loads[i] = func() (Workload, error) {
 			t, err := NewTraceReplay(name, reqs, wx.ScaledBlockSize(), o.Seed)
 			if t != nil {
@@ -415,4 +416,46 @@ func (o *Options) phasesPlan(slo SLO) (*Plan, error) {
 	p.NewLoad, p.loadAt = loads[0], func(i int) (Workload, error) { return loads[i]() }
 	_, err = p.NewLoad()
 	return p, err
+}
+
+// readTrace reads one trace file.
+func readTrace(file string, blockSize int) ([]TraceRecord, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --trace: %w", err)
+	}
+	defer f.Close()
+	recs, err := ParseTrace(f, blockSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, file)
+	}
+	return recs, nil
+}
+
+// applySources cuts each source's window (its own, or w's) and replays them
+// one after the other, at most requests of them in all (0: every one); it
+// returns them and the replay's name.
+func applySources(sources []TraceSource, recsOf [][]TraceRecord, w TraceWindow, requests int) ([]TraceRequest, string, error) {
+	if len(sources) == 1 && sources[0].Start < 0 {
+		reqs, err := w.Apply(recsOf[0])
+		return reqs, traceName(filepath.Base(sources[0].File), w, len(reqs)), err
+	}
+	windows := make([][]TraceRequest, len(sources))
+	names := make([]string, len(sources))
+	for i, src := range sources {
+		ws := w
+		if src.Start >= 0 {
+			ws.Start, ws.Limit = src.Start, src.Limit
+		}
+		var err error
+		if windows[i], err = ws.Apply(recsOf[i]); err != nil {
+			return nil, "", fmt.Errorf("%w (in %s)", err, src.File)
+		}
+		names[i] = traceName(filepath.Base(src.File), ws, len(windows[i]))
+	}
+	reqs := ConcatWindows(windows)
+	if requests > 0 && len(reqs) > requests {
+		reqs = reqs[:requests]
+	}
+	return reqs, strings.Join(names, " then "), nil
 }
