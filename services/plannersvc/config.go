@@ -37,7 +37,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := planner.DefaultConfig()
 	fs.BoolVar(&c.Enabled, "planner", false,
 		"run the planner: move lenders (aggregated workers with --lend-prefill) between prefill and decode and set the ISL threshold as the traffic moves; "+
-			"its plan is in Consul KV "+"tandem/planner/plan, `tandem config set planner '{\"pin\": {\"current\": true}}'` freezes it")
+			"its plan is in Consul KV tandem/planner/plan; tandem config set planner '{\"pin\": {\"current\": true}}' freezes it")
 	fs.DurationVar(&c.Interval, "planner-interval", 10*time.Second, "planner: how often it decides")
 	fs.StringVar(&c.Profile, "planner-profile", "h100-llama8b", "planner: the device model it projects with (a --sim-profile name)")
 	fs.DurationVar(&c.TTFT, "planner-ttft", 2*time.Second, "planner: the time-to-first-token objective")
