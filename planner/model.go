@@ -6,7 +6,9 @@
 package planner
 
 import (
+	"cmp"
 	"math"
+	"slices"
 
 	"github.com/tandem-serve/tandem/engine/sim"
 )
@@ -68,26 +70,28 @@ func Project(p *sim.Profile, shape Shape, rate float64, lengths []Length, obj Ob
 	if total <= 0 || rate == 0 {
 		return Projection{}
 	}
-	remoteLen, localLen := 0.0, 0.0
+	cs := make([]class, 0, len(lengths))
 	for _, l := range lengths {
 		s := l.Share / total
 		// Prompts share a step's fixed cost, MaxBatchedTokens of them to a step.
 		ms := p.ChunkMS(l.CachedTokens, l.PromptTokens) + p.PrefillC*float64(l.PromptTokens)/float64(p.MaxBatchedTokens)
-		if shape.Prefill > 0 && l.PromptTokens >= shape.Threshold {
+		c := class{share: s, ms: ms, remote: shape.Prefill > 0 && l.PromptTokens >= shape.Threshold}
+		if c.remote {
 			remoteMS += rate * s * ms
 			remoteShare += s
-			remoteLen += s * ms
 		} else {
 			localMS += rate * s * ms
 			localShare += s
-			localLen += s * ms
+			c.chunk = p.ChunkMS(l.CachedTokens, min(l.PromptTokens, p.MaxBatchedTokens))
+			c.chunks = math.Ceil(float64(l.PromptTokens) / float64(p.MaxBatchedTokens))
 		}
-		c := l.ContextTokens
-		if c == 0 {
-			c = l.PromptTokens + l.CachedTokens
+		cs = append(cs, c)
+		ctxTokens := l.ContextTokens
+		if ctxTokens == 0 {
+			ctxTokens = l.PromptTokens + l.CachedTokens
 		}
 		osl += s * float64(l.OutputTokens)
-		ctx += s * (float64(c) + float64(l.OutputTokens)/2)
+		ctx += s * (float64(ctxTokens) + float64(l.OutputTokens)/2)
 	}
 	// Decode: each decode worker runs rate*osl/D tokens a second; Little's law
 	// gives the sequences in its batch at the projected step time, which sets
@@ -103,20 +107,32 @@ func Project(p *sim.Profile, shape Shape, rate float64, lengths []Length, obj Ob
 		over = max(1, batch/float64(p.MaxNumSeqs), u)
 		step = p.StepMS(max(1, min(int(batch), p.MaxNumSeqs)), min(u, 1), false, 0) * queue(rho)
 	}
-	tbt := step
+	// TBT is judged on a request's longest tenth of gaps (the objectives of
+	// the benchmarks): the steps that carry a local prompt's chunk are its
+	// long gaps, as often as such chunks come.
+	tbt := tail(cs, func(c class) (float64, float64) {
+		if c.remote || c.chunk <= 0 {
+			return 0, 0
+		}
+		return rate * c.share * c.chunks / d * step / 1000, step + c.chunk
+	}, step)
 	if over > 1 {
 		tbt = max(tbt, obj.TBTMS) * 2 * over
 	}
-	// TTFT: a prompt waits behind its pool's prefills; a local one also rides
-	// a decode step.
-	ttft := 0.0
-	if localShare > 0 {
-		ttft += localShare * (localLen / localShare * queue(rho))
+	// TTFT: a prompt waits behind its pool's queue, then takes its own time;
+	// the objective is met when at least 90 % meet it, so the tenth of
+	// requests slowest to start sets it.
+	rp := 0.0
+	if shape.Prefill > 0 {
+		rp = remoteMS / (float64(shape.Prefill) * 1000)
 	}
-	if remoteShare > 0 {
-		rp := remoteMS / (float64(shape.Prefill) * 1000)
-		ttft += remoteShare * (remoteLen / remoteShare * queue(rp))
-	}
+	meanLocal, meanRemote := localMS/math.Max(1e-9, rate*localShare), remoteMS/math.Max(1e-9, rate*remoteShare)
+	ttft := p90(cs, func(c class) float64 {
+		if c.remote {
+			return c.ms + meanRemote*(queue(rp)-1)
+		}
+		return c.ms + meanLocal*(queue(rho)-1) + step
+	})
 	pr := Projection{TTFT: ttft / obj.TTFTMS, TBT: tbt / obj.TBTMS}
 	pr.Score = math.Max(pr.TTFT, pr.TBT)
 	return pr
@@ -152,4 +168,55 @@ func Capacity(p *sim.Profile, shape Shape, lengths []Length, obj Objectives) flo
 		}
 	}
 	return lo
+}
+
+// class is one length class of a projection.
+type class struct {
+	share, ms float64 // share of requests, prefill time alone
+	remote    bool
+	chunk     float64 // a local prompt's largest chunk, ms
+	chunks    float64 // its chunks
+}
+
+// tail is the mean of the longest tenth of a request's token gaps: each class
+// gives the share of gaps it lengthens and their length; the rest are base.
+func tail(cs []class, gap func(class) (share, ms float64), base float64) float64 {
+	type g struct{ share, ms float64 }
+	var gs []g
+	for _, c := range cs {
+		if sh, ms := gap(c); sh > 0 {
+			gs = append(gs, g{sh, ms})
+		}
+	}
+	slices.SortFunc(gs, func(a, b g) int { return cmp.Compare(b.ms, a.ms) })
+	left, sum := 0.1, 0.0
+	for _, x := range gs {
+		take := min(left, x.share)
+		sum, left = sum+take*x.ms, left-take
+		if left <= 0 {
+			break
+		}
+	}
+	return (sum + left*base) / 0.1
+}
+
+// p90 is the time to first token that 90 % of requests meet: the slowest
+// classes' times, taken until a tenth of the requests is covered.
+func p90(cs []class, ttft func(class) float64) float64 {
+	type x struct{ share, ms float64 }
+	xs := make([]x, 0, len(cs))
+	for _, c := range cs {
+		xs = append(xs, x{c.share, ttft(c)})
+	}
+	slices.SortFunc(xs, func(a, b x) int { return cmp.Compare(b.ms, a.ms) })
+	covered := 0.0
+	for _, v := range xs {
+		if covered += v.share; covered > 0.1 {
+			return v.ms
+		}
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[len(xs)-1].ms
 }

@@ -36,6 +36,28 @@ func (r *Router) SetRoles(roles map[string]Role) {
 	r.fleetChange()
 }
 
+// dropRoles clears the roles, if any lender is kept from decoding, and says
+// whether it did; r.mu is held. The router calls it when no worker is left to
+// decode a request: a role must not cost a request.
+func (r *Router) dropRoles() bool {
+	held := false
+	for _, role := range r.roles {
+		held = held || role == RolePrefill
+	}
+	if !held {
+		return false
+	}
+	r.log.Warn("router: the planner's roles left no worker to decode; every lender decodes again", "roles", r.roles)
+	r.metrics.rolesDropped.Inc()
+	r.roles = nil
+	for _, st := range r.order {
+		r.setKind(st)
+	}
+	r.reindexAll()
+	r.fleetChange()
+	return true
+}
+
 // Roles are the roles in force.
 func (r *Router) Roles() map[string]Role {
 	r.mu.Lock()

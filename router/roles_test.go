@@ -54,3 +54,18 @@ func TestRolesMoveALenderAtRunTime(t *testing.T) {
 		}
 	})
 }
+
+// Roles that leave no worker to decode (the decode workers left) cost no
+// request: the router drops them and the lender decodes.
+func TestRolesThatLeaveNoDecoderAreDropped(t *testing.T) {
+	lender := router.Worker{ID: "agg-lender", Address: "10.0.0.5:7001", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED, LendsPrefill: true}
+	start(t, []router.Worker{prefillP, lender}, func(t *testing.T, r *router.Router, c client) {
+		r.SetRoles(map[string]router.Role{lender.ID: router.RolePrefill})
+		if got := mustRoute(t, c, &routerv1.RouteRequest{PromptTokens: 64}).GetDecodeWorker().GetId(); got != lender.ID {
+			t.Errorf("decoded by %q, want the lender once its role is dropped", got)
+		}
+		if roles := r.Roles(); len(roles) != 0 {
+			t.Errorf("roles after a request found no decoder: %v, want none", roles)
+		}
+	})
+}

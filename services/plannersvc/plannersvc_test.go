@@ -80,7 +80,7 @@ func TestServiceMovesLendersAndPublishes(t *testing.T) {
 	f := newFake()
 	var published []byte
 	cfg := Config{Enabled: true, Interval: 10 * time.Second, Profile: "h100-llama8b", TTFT: 2 * time.Second, TBT: 100 * time.Millisecond,
-		OutputTokens: 64, Dwell: time.Minute, Horizon: 5 * time.Minute, Hysteresis: 0.15, Smoothing: 1}
+		OutputTokens: 512, Dwell: time.Minute, Horizon: 5 * time.Minute, Hysteresis: 0.15, Smoothing: 1}
 	s, err := New(cfg, f, func(_ context.Context, b []byte) error { published = b; return nil }, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestServiceMovesLendersAndPublishes(t *testing.T) {
 	step := func(short, long int) planner.Plan {
 		now = now.Add(10 * time.Second)
 		f.route(short, 64)
-		f.route(long, 2048)
+		f.route(long, 8192)
 		return s.Step(ctx, now)
 	}
 	// Short-only: every lender decodes, every prompt is prefilled locally.
@@ -99,17 +99,18 @@ func TestServiceMovesLendersAndPublishes(t *testing.T) {
 	if prefilling(f) != 0 || f.params.ISLThreshold != NoRemote || !f.params.ISLGate {
 		t.Fatalf("short-only: roles %v, threshold %d, gate %v; want every lender decoding and no remote prefill", f.roles, f.params.ISLThreshold, f.params.ISLGate)
 	}
-	// A fifth of long prompts: lenders move to prefill, and the threshold sends the long ones to them.
-	p := step(1920, 480)
-	if !p.Switched || prefilling(f) < 1 || f.params.ISLThreshold > 2048 || f.params.ISLAdaptive {
-		t.Fatalf("long prompts: plan %q, roles %v, threshold %d; want lenders prefilling for prompts of 2048", p.Reason, f.roles, f.params.ISLThreshold)
+	// A tenth of long prompts among long answers: lenders move to prefill, and
+	// the threshold sends the long prompts to them.
+	p := step(360, 40)
+	if !p.Switched || prefilling(f) < 1 || f.params.ISLThreshold > 8192 || f.params.ISLAdaptive {
+		t.Fatalf("long prompts: plan %q, roles %v, threshold %d; want lenders prefilling for prompts of 8192", p.Reason, f.roles, f.params.ISLThreshold)
 	}
 	var pub struct {
 		Reason string            `json:"reason"`
 		Roles  map[string]string `json:"roles"`
 		Rate   float64           `json:"rate"`
 	}
-	if err := json.Unmarshal(published, &pub); err != nil || pub.Reason != p.Reason || pub.Rate != 240 || pub.Roles["lender-1"] == "" {
+	if err := json.Unmarshal(published, &pub); err != nil || pub.Reason != p.Reason || pub.Rate != 40 || pub.Roles["lender-1"] == "" {
 		t.Errorf("published %s (%v), want the plan with its reason, roles and the rate", published, err)
 	}
 	// Pinned where it is, it holds when the traffic turns short again.
