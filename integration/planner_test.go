@@ -25,7 +25,7 @@ func TestPlannerMovesALenderAtRunTime(t *testing.T) {
 	a := startConsul(t)
 	// Checks with room to spare: on a loaded 2-core machine a 400 ms timeout can
 	// mark a busy service critical, which is not what this test is about.
-	consulFlags := []string{"--consul", a.Addr, "--check-interval", "1s", "--check-timeout", "3s"}
+	consulFlags := []string{"--consul", a.Addr, "--check-interval", "2s", "--check-timeout", "2s"}
 	with := func(args ...string) []string { return append(args, consulFlags...) }
 	sim := []string{"--engine", "sim"}
 
