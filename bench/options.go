@@ -43,6 +43,9 @@ type Options struct {
 	TraceIgnoreEOS bool
 	// IgnoreEOS sends ignore_eos with each request of the fixed and mixed workloads.
 	IgnoreEOS bool
+	// Phases is a shifting workload (ParsePhases); PhasesScales is a
+	// comma-separated list of multipliers of its rates, more than one a sweep.
+	Phases, PhasesScales string
 }
 
 // RegisterFlags registers the options' flags, with their defaults.
@@ -75,7 +78,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PlotsDir, "plots", "", "write PNG charts to this directory: CDFs of TTFT and ITL, throughput against rate")
 	fs.BoolVar(&o.PerRequest, "per-request", true, "include every request in the JSON")
 	fs.StringVar(&o.Trace, "trace", "",
-		"replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace, "+
+		"replay a Mooncake-format JSONL trace, or windows of several one after the other (FILE@START+LIMIT,FILE@START+LIMIT; "+
+			"each window's block ids kept apart from the others'); each line (timestamp ms, input_length, output_length, hash_ids; AIPerf's mooncake_trace, "+
 			"whose text_input, session_id and delay are read too): "+
 			"each request at its timestamp, prompts of the served model's tokens with equal hash_ids as identical blocks, "+
 			"output_length enforced with ignore_eos (completions endpoint only)")
@@ -90,6 +94,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 			"and the report counts the answers that ended early")
 	fs.IntVar(&o.TraceWindow.KVBlockSize, "trace-kv-block-size", blockhash.DefaultBlockSize,
 		"trace: the servers' KV block size (tandem's --block-size), to warn when the scaled trace blocks are not whole KV blocks (0: no check)")
+	fs.StringVar(&o.Phases, "phases", "",
+		"a shifting workload, phases one after the other, each DURATION:MIX@RATE with MIX weight:ISL/OSL classes joined by '+' "+
+			"(60s:0.95:64/64@900,60s:0.2:64/64+0.8:4096/128@40); the report shows each phase's classes as pN ISL/OSL")
+	fs.StringVar(&o.PhasesScales, "phases-scale", "1",
+		"phases: multiply every phase's rate by this; a list (0.5,1,1.5) runs a sweep, one load per value, whose capacity compare reads in these units")
 	fs.IntVar(&o.TraceWindow.Start, "trace-start", 0, "trace: index of the first request to replay (0-based, blank lines not counted)")
 	fs.IntVar(&o.TraceWindow.Limit, "trace-limit", 0, "trace: replay at most this many requests (0: to the end; --requests caps it too)")
 }
@@ -127,6 +136,9 @@ func (o *Options) Plan(concurrencyGiven bool) (*Plan, error) {
 	}
 	if o.Trace != "" {
 		return o.tracePlan(slo)
+	}
+	if o.Phases != "" || o.Workload == "phases" {
+		return o.phasesPlan(slo)
 	}
 	if o.Workload == "trace" {
 		return nil, errors.New("bench: --workload trace needs --trace FILE")
@@ -224,14 +236,15 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 			return nil, err
 		}
 	}
-	f, err := os.Open(o.Trace)
+	sources, err := ParseTraceSources(o.Trace)
 	if err != nil {
-		return nil, fmt.Errorf("bench: --trace: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	recs, err := ParseTrace(f, w.BlockSize)
-	if err != nil {
-		return nil, fmt.Errorf("%w (in %s)", err, o.Trace)
+	recsOf := make([][]TraceRecord, len(sources))
+	for i, src := range sources {
+		if recsOf[i], err = readTrace(src.File, w.BlockSize); err != nil {
+			return nil, err
+		}
 	}
 	if o.Requests > 0 && (w.Limit == 0 || o.Requests < w.Limit) {
 		w.Limit = o.Requests
@@ -260,11 +273,10 @@ func (o *Options) tracePlan(slo SLO) (*Plan, error) {
 	for i, x := range speedups {
 		wx := w
 		wx.Speedup = x
-		reqs, err := wx.Apply(recs)
+		reqs, name, err := applySources(sources, recsOf, wx, o.Requests)
 		if err != nil {
 			return nil, err
 		}
-		name := traceName(filepath.Base(o.Trace), wx, len(reqs))
 		loads[i] = func() (Workload, error) {
 			t, err := NewTraceReplay(name, reqs, wx.ScaledBlockSize(), o.Seed)
 			if t != nil {
@@ -347,4 +359,103 @@ func (o *Options) workloadFactory(pl *Plan) (func() (Workload, error), error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown --workload %q (fixed, mixed, shared-prefix or jsonl)", o.Workload)
+}
+
+// phasesPlan is the plan of a shifting workload: arrivals at the phases' own
+// times, one run per --phases-scale.
+func (o *Options) phasesPlan(slo SLO) (*Plan, error) {
+	switch {
+	case o.Phases == "":
+		return nil, errors.New("bench: --workload phases needs --phases SPEC")
+	case o.Workload != "fixed" && o.Workload != "mixed" && o.Workload != "phases":
+		return nil, fmt.Errorf("bench: --phases is a workload of its own; it cannot be combined with --workload %s", o.Workload)
+	case strings.TrimSpace(o.Rates) != "":
+		return nil, errors.New("bench: --phases gives each phase its rate; use --phases-scale instead of --rate")
+	case o.Concurrency < 0:
+		return nil, errors.New("bench: --concurrency must not be negative")
+	}
+	phases, err := ParsePhases(o.Phases)
+	if err != nil {
+		return nil, err
+	}
+	scales, err := ParseSpeedups(o.PhasesScales)
+	if err != nil {
+		return nil, fmt.Errorf("%w (--phases-scale)", err)
+	}
+	cfg := Config{Concurrency: o.Concurrency, Scheduled: true, Seed: o.Seed, Requests: o.Requests, Duration: o.Duration, Warmup: o.Warmup, SLO: slo}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	prompts, err := CL100KPrompts()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{base: prompts, prompts: prompts}
+	if p.Client, err = o.client(prompts); err != nil {
+		return nil, err
+	}
+	loads := make([]func() (Workload, error), len(scales))
+	for i, x := range scales {
+		if !(x > 0) {
+			return nil, fmt.Errorf("bench: --phases-scale %g must be positive", x)
+		}
+		loads[i] = func() (Workload, error) {
+			w, err := NewPhases(p.prompts, phases, x)
+			if w != nil {
+				w.IgnoreEOS = o.IgnoreEOS
+			}
+			return w, err
+		}
+		c, label := cfg, "phases"
+		if len(scales) > 1 {
+			// The scale is the load axis capacity is read on, as a trace's speedup.
+			c.TraceSpeedup, label = x, fmt.Sprintf("scale=%g", x)
+		}
+		p.Configs, p.Labels = append(p.Configs, c), append(p.Labels, label)
+	}
+	p.NewLoad, p.loadAt = loads[0], func(i int) (Workload, error) { return loads[i]() }
+	_, err = p.NewLoad()
+	return p, err
+}
+
+// readTrace reads one trace file.
+func readTrace(file string, blockSize int) ([]TraceRecord, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --trace: %w", err)
+	}
+	defer f.Close()
+	recs, err := ParseTrace(f, blockSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, file)
+	}
+	return recs, nil
+}
+
+// applySources cuts each source's window (its own, or w's) and replays them
+// one after the other, at most requests of them in all (0: every one); it
+// returns them and the replay's name.
+func applySources(sources []TraceSource, recsOf [][]TraceRecord, w TraceWindow, requests int) ([]TraceRequest, string, error) {
+	if len(sources) == 1 && sources[0].Start < 0 {
+		reqs, err := w.Apply(recsOf[0])
+		return reqs, traceName(filepath.Base(sources[0].File), w, len(reqs)), err
+	}
+	windows := make([][]TraceRequest, len(sources))
+	names := make([]string, len(sources))
+	for i, src := range sources {
+		ws := w
+		if src.Start >= 0 {
+			ws.Start, ws.Limit = src.Start, src.Limit
+		}
+		var err error
+		if windows[i], err = ws.Apply(recsOf[i]); err != nil {
+			return nil, "", fmt.Errorf("%w (in %s)", err, src.File)
+		}
+		names[i] = traceName(filepath.Base(src.File), ws, len(windows[i]))
+	}
+	reqs := ConcatWindows(windows)
+	if requests > 0 && len(reqs) > requests {
+		reqs = reqs[:requests]
+	}
+	return reqs, strings.Join(names, " then "), nil
 }

@@ -13,6 +13,7 @@ type metrics struct {
 	path         [2]prometheus.Counter // by load order, by the full pass
 	resyncs      *prometheus.CounterVec
 	busyFallback prometheus.Counter
+	rolesDropped prometheus.Counter
 	adaptMoves   [2]prometheus.Counter // up, down
 	events       prometheus.Counter
 	threshold    prometheus.Gauge
@@ -38,6 +39,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_router_resyncs_total", Help: "Worker event streams restarted for a fresh snapshot, by reason.",
 		}, []string{"reason"}),
+		rolesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_router_planner_roles_dropped_total",
+			Help: "Times the planner's roles left no worker to decode a request and were dropped, every lender decoding again.",
+		}),
 		busyFallback: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_router_busy_fallback_total", Help: "Requests for which no scored worker had free blocks, so busy workers were scored too.",
 		}),
@@ -76,6 +81,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, []string{"direction"})
 	m.adaptMoves = [2]prometheus.Counter{moves.WithLabelValues("up"), moves.WithLabelValues("down")}
 	reg.MustRegister(moves)
-	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.events, m.threshold, m.withheld, m.indexBlocks, m.cachedBlocks, m.latency)
+	reg.MustRegister(m.routed, m.otherWeights, m.gate, m.resyncs, m.busyFallback, m.rolesDropped, m.events, m.threshold, m.withheld, m.indexBlocks, m.cachedBlocks, m.latency)
 	return m
 }

@@ -128,6 +128,7 @@ func (r *Router) Route(ctx context.Context, req *connect.Request[routerv1.RouteR
 	r.excluded = excluded
 	cached, best := r.match(m.GetBlockHashes())
 	effective := max(0, int(m.GetPromptTokens())-best*bs)
+	r.traffic.note(int(m.GetPromptTokens()), effective)
 	gateClass, want := classAll, kindDecodes
 	if p.ISLGate {
 		gateClass, want = classDisagg, kindDisagg
@@ -144,23 +145,32 @@ func (r *Router) Route(ctx context.Context, req *connect.Request[routerv1.RouteR
 		pass       passResult // what an explanation needs, from the full pass only
 		err        error
 	)
-	// With lenders putting prefill first, a lender decodes only a prompt whose
-	// part it does not hold is below the threshold: it would otherwise prefill a
-	// long prompt in its decode steps, which is what it lends to spare decode
-	// workers. That test is per worker, so a prompt as long as the threshold
-	// takes the full pass while any lender is a decode candidate.
-	lenderRule := p.LendersPrefillFirst && r.decLend > 0 && promptBlocks*bs >= r.threshold
-	// A recording span wants every candidate's cost, which only the full pass
-	// works out; it decides as the load order would.
-	if !lenderRule && r.byLoad(p, m.GetExplain() || span.IsRecording(), fp, model) {
-		var ok bool
-		r.metrics.path[0].Inc()
-		if ch, prefillers, ok = r.decideByLoad(p, m.GetRequestId(), cached, excluded, gateClass, want, promptBlocks, bs, effective); !ok {
-			err = connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
+	decide := func() {
+		// With lenders putting prefill first, a lender decodes only a prompt whose
+		// part it does not hold is below the threshold: it would otherwise prefill a
+		// long prompt in its decode steps, which is what it lends to spare decode
+		// workers. That test is per worker, so a prompt as long as the threshold
+		// takes the full pass while any lender is a decode candidate.
+		lenderRule := p.LendersPrefillFirst && r.decLend > 0 && promptBlocks*bs >= r.threshold
+		// A recording span wants every candidate's cost, which only the full pass
+		// works out; it decides as the load order would.
+		if !lenderRule && r.byLoad(p, m.GetExplain() || span.IsRecording(), fp, model) {
+			var ok bool
+			r.metrics.path[0].Inc()
+			if ch, prefillers, ok = r.decideByLoad(p, m.GetRequestId(), cached, excluded, gateClass, want, promptBlocks, bs, effective); !ok {
+				err = connect.NewError(connect.CodeUnavailable, errors.New("no decode worker is available"))
+			}
+		} else {
+			r.metrics.path[1].Inc()
+			ch, prefillers, pass, err = r.decideByPass(p, m.GetRequestId(), cached, gateClass, want, fp, model, promptBlocks, bs, effective)
 		}
-	} else {
-		r.metrics.path[1].Inc()
-		ch, prefillers, pass, err = r.decideByPass(p, m.GetRequestId(), cached, gateClass, want, fp, model, promptBlocks, bs, effective)
+	}
+	decide()
+	if err != nil && r.dropRoles() {
+		// The planner's roles left no worker to decode (the decode workers left
+		// or drain): every lender decodes again until the planner says otherwise.
+		err = nil
+		decide()
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())

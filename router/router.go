@@ -213,6 +213,10 @@ type Router struct {
 	blockSize int
 	// lockHeld, set only by tests, is told how long each Update held mu.
 	lockHeld func(time.Duration)
+	// roles are the planner's roles for lenders, by worker ID (roles.go).
+	roles map[string]Role
+	// traffic is what was routed since the planner last took it (roles.go).
+	traffic Traffic
 }
 
 var _ routerv1connect.RouterServiceHandler = (*Router)(nil)
@@ -381,6 +385,7 @@ func (r *Router) setKind(st *state) {
 	if st.w.Draining {
 		st.kind = 0
 	}
+	st.kind = r.roleKind(st)
 	withheld := r.params.LendersPrefillFirst && st.w.Mode == workerv1.WorkerMode_WORKER_MODE_AGGREGATED &&
 		st.kind&kindPrefill != 0 && st.lent > 0
 	if withheld {

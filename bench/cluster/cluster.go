@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"os"
@@ -68,14 +69,26 @@ func Standard(workers int) []Deployment {
 
 // LogName makes a deployment's name, which may carry flags, a file name.
 func LogName(name string) string {
-	return strings.Map(func(r rune) rune {
+	safe := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == '@':
 			return r
 		}
 		return '_'
 	}, name)
+	// A file name may be 255 bytes; a long deployment spec plus a process's
+	// suffix would pass it. The hash keeps two long specs apart.
+	if len(safe) > maxLogName {
+		h := fnv.New32a()
+		h.Write([]byte(name))
+		safe = fmt.Sprintf("%s-%08x", safe[:maxLogName-9], h.Sum32())
+	}
+	return safe
 }
+
+// maxLogName leaves room under the file system's 255 bytes for the suffix a
+// process adds ("-aggregated-12.log").
+const maxLogName = 160
 
 // Options are how every process of a deployment is started.
 type Options struct {

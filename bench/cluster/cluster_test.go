@@ -196,3 +196,16 @@ func TestStartWiresLenders(t *testing.T) {
 		t.Errorf("router started as %q", router)
 	}
 }
+
+// A deployment spec longer than a file name may be still names its logs,
+// short, and two long specs differing only at their end get different names.
+func TestLogNameOfALongSpec(t *testing.T) {
+	long := "slo@0+2{--ttft-slo-ms 8000 --tpot-slo-ms 0 --tbt-slo-ms 400 --sim-max-batched-tokens 2048 --slo-prefer faster}{aggregated: --lend-prefill --sim-max-batched-tokens 2048}{router: --planner --planner-interval 2s --planner-dwell 10s}"
+	a, b := LogName(long), LogName(long+"x")
+	if len(a)+len("-aggregated-12.log") > 255 || a == b {
+		t.Errorf("LogName = %q (%d bytes) and %q", a, len(a), b)
+	}
+	if got := LogName("slo@2{--x 1}"); got != "slo@2_--x_1_" {
+		t.Errorf("LogName of a short spec = %q", got)
+	}
+}

@@ -120,7 +120,7 @@ func runWorkers(ctx context.Context, args []string, getenv func(string) string, 
 // runConfig reads and writes the runtime policy in Consul KV, checking a new value
 // the way the services will before it is written.
 func runConfig(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("config", `config get|set router|decode ['{"field": value, ...}']`, stderr)
+	fs := newFlagSet("config", `config get|set router|decode|planner ['{"field": value, ...}']`, stderr)
 	consulAddr := fs.String("consul", "127.0.0.1:8500", "Consul agent HTTP address")
 	if err := parse(fs, args, getenv); err != nil {
 		return err
@@ -130,7 +130,7 @@ func runConfig(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if fs.NArg() < 2 {
 		fs.Usage()
-		return errors.New("config: want get or set, and router or decode")
+		return errors.New("config: want get or set, and router, decode or planner")
 	}
 	switch op, which := fs.Arg(0), fs.Arg(1); op {
 	case "get":

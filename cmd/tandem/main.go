@@ -49,7 +49,7 @@ func commands() []command {
 		{"decode", "run a decode worker (conditional disaggregation, or --mode aggregated)", role(app.Decode, "decode [flags]")},
 		{"prefill", "run a prefill worker", role(app.Prefill, "prefill [flags]")},
 		{"bench", "benchmark any OpenAI-compatible server: TTFT, TPOT, ITL, goodput; 'bench compare' runs the decode policies", runBench},
-		{"config", "get or set the runtime policy in Consul KV (tandem/config/router, tandem/config/decode)", runConfig},
+		{"config", "get or set the runtime policy in Consul KV (tandem/config/router, tandem/config/decode, tandem/config/planner)", runConfig},
 		{"drain", "take a worker out of rotation (health NOT_SERVING) without stopping it; --undo puts it back", runDrain},
 		{"route", "ask a router where a prompt would go and why (--explain)", runRoute},
 		{"workers", "list the workers a router can route to, with their mode and whether they drain", runWorkers},

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/tandem-serve/tandem/decode"
+	"github.com/tandem-serve/tandem/planner"
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services/consul"
 )
@@ -33,8 +34,13 @@ func policyOf(which string) (policy, error) {
 			_, err := consul.Overlay(decode.DefaultParams(), b, decode.Params.Validate)
 			return err
 		}}, nil
+	case "planner":
+		return policy{consul.PlannerConfigKey, func(b []byte) error {
+			_, err := planner.ParsePolicy(b)
+			return err
+		}}, nil
 	}
-	return policy{}, fmt.Errorf("config: %q: want router or decode", which)
+	return policy{}, fmt.Errorf("config: %q: want router, decode or planner", which)
 }
 
 // GetPolicy prints on w the runtime policy of which ("router" or "decode") that

@@ -31,6 +31,10 @@ const (
 const (
 	RouterConfigKey = "tandem/config/router"
 	DecodeConfigKey = "tandem/config/decode"
+	// PlannerConfigKey holds the planner's policy (its pin); PlannerPlanKey is
+	// where the planner writes its plan and reason.
+	PlannerConfigKey = "tandem/config/planner"
+	PlannerPlanKey   = "tandem/planner/plan"
 )
 
 // Config is how a service reaches Consul and how it registers.

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/tandem-serve/tandem/internal/requestid"
 	"github.com/tandem-serve/tandem/services/consul"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/tandem-serve/tandem/router"
 	"github.com/tandem-serve/tandem/services"
 	"github.com/tandem-serve/tandem/services/discovery"
+	"github.com/tandem-serve/tandem/services/plannersvc"
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
 )
@@ -31,6 +34,7 @@ type Config struct {
 	BlockSize int
 	Params    router.Params
 	Consul    consul.Config
+	Planner   plannersvc.Config
 }
 
 // RegisterFlags registers the router's flags.
@@ -62,6 +66,7 @@ func (c *Config) RegisterRoleFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.ISLHysteresis, "isl-hysteresis", p.ISLHysteresis, "consecutive agreeing requests needed before the threshold moves")
 	fs.Float64Var(&p.ISLITLWeight, "isl-itl-weight", p.ISLITLWeight,
 		"in the adaptive comparison, weight of the stall a local prefill inflicts on each sequence decoding on the local class's best worker (0 ignores them, 1 counts each as fully as the new request's wait)")
+	c.Planner.RegisterFlags(fs)
 	fs.BoolVar(&p.LendersPrefillFirst, "lenders-prefill-first", p.LendersPrefillFirst,
 		"send decodes to a lender (an aggregated worker with --lend-prefill) only while it prefills nothing for decode workers; use with --isl-gate")
 }
@@ -80,6 +85,9 @@ func (c *Config) Validate() error {
 	if c.BlockSize < 0 {
 		return errors.New("block size must be positive")
 	}
+	if err := c.Planner.Validate(); err != nil {
+		return err
+	}
 	return c.Params.Validate()
 }
 
@@ -90,6 +98,8 @@ type Service struct {
 	tracker *discovery.Tracker
 	member  *consul.Member
 	Router  *router.Router
+	// Planner is the planner running beside the router (nil: off).
+	Planner *plannersvc.Service
 }
 
 // Start opens the listener; the router reports SERVING once every configured
@@ -120,7 +130,22 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		srv.OnDrain(member.Deregister)
 	}
 	srv.OnDrain(r.Stop)
-	return &Service{cfg: cfg, srv: srv, tracker: tracker, member: member, Router: r}, nil
+	s := &Service{cfg: cfg, srv: srv, tracker: tracker, member: member, Router: r}
+	if cfg.Planner.Enabled {
+		var publish plannersvc.Publish
+		if member != nil {
+			kv := member.Client.API.KV()
+			publish = func(ctx context.Context, b []byte) error {
+				_, err := kv.Put(&api.KVPair{Key: consul.PlannerPlanKey, Value: b}, (&api.WriteOptions{}).WithContext(ctx))
+				return err
+			}
+		}
+		if s.Planner, err = plannersvc.New(cfg.Planner, r, publish, env.Logger.With("component", "planner"), env.Registry); err != nil {
+			srv.Close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Addr is where the router listens.
@@ -145,6 +170,9 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			return s.Router.SetParams(p)
 		})
+		if s.Planner != nil {
+			go s.member.Client.WatchKey(ctx, consul.PlannerConfigKey, s.Planner.SetPolicy)
+		}
 		// With Consul there may be no worker yet; the router serves and answers
 		// Unavailable until one joins.
 		s.srv.SetServing(true)
@@ -156,6 +184,9 @@ func (s *Service) Run(ctx context.Context) error {
 			case <-ctx.Done():
 			}
 		}()
+	}
+	if s.Planner != nil {
+		go s.Planner.Run(ctx)
 	}
 	return s.srv.Serve(ctx)
 }
