@@ -144,14 +144,14 @@ func TestFinalEndsText(t *testing.T) {
 
 func TestRefusedKeywords(t *testing.T) {
 	for schema, kw := range map[string]string{
-		`{"type":"string","pattern":"a+"}`:                           "pattern",
-		`{"type":"integer","minimum":0}`:                             "minimum",
-		`{"properties":{"a":{"format":"date"}}}`:                     "format",
-		`{"type":"thing"}`:                                           "type",
-		`{"$ref":"http://x"}`:                                        "$ref",
-		`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`:   "$ref",
-		`{"type":"string","maxLength":100000}`:                       "maxLength",
-		`{"allOf":[{}]}`:                                             "allOf",
+		`{"type":"string","pattern":"a+"}`:                        "pattern",
+		`{"type":"integer","minimum":0}`:                          "minimum",
+		`{"properties":{"a":{"format":"date"}}}`:                  "format",
+		`{"type":"thing"}`:                                        "type",
+		`{"$ref":"http://x"}`:                                     "$ref",
+		`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`: "$ref",
+		`{"type":"string","maxLength":100000}`:                    "maxLength",
+		`{"allOf":[{}]}`:                                          "allOf",
 	} {
 		_, err := Compile(Spec{JSONSchema: schema})
 		var se *SchemaError
