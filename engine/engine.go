@@ -262,4 +262,7 @@ var (
 	ErrLayoutMismatch = errors.New("engine: KV layout does not match this model")
 	ErrNoBlocks       = errors.New("engine: not enough free KV blocks")
 	ErrBadBlock       = errors.New("engine: bad KV block")
+	// ErrBadConstraint is a Sampling.Constraint the engine cannot enforce: a schema
+	// outside the supported subset, or an engine that enforces none.
+	ErrBadConstraint = errors.New("engine: constraint not supported")
 )
