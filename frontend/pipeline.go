@@ -174,6 +174,9 @@ func (f *Frontend) prepare(ctx context.Context, r *genRequest) (*prepared, error
 	if err := r.controls.apply(sp, tok.VocabSize()); err != nil {
 		return nil, err
 	}
+	if err := f.checkConstraint(sp.Constraint); err != nil {
+		return nil, err
+	}
 	stopIDs = r.controls.withStops(stopIDs)
 	if r.seed != nil {
 		sp.Seed = *r.seed

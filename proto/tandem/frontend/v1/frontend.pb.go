@@ -97,9 +97,12 @@ type GenerateRequest struct {
 	TopLogprobs uint32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	// Do not stop at the model's end-of-sequence tokens, only at max_tokens, the
 	// context's end or a stop string (vLLM's ignore_eos; benchmarks use it).
-	IgnoreEos     bool `protobuf:"varint,12,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IgnoreEos bool `protobuf:"varint,12,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	// The answer's shape, enforced by constrained decoding (OpenAI's response_format);
+	// unset is free text.
+	ResponseFormat *ResponseFormat `protobuf:"bytes,13,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -216,6 +219,68 @@ func (x *GenerateRequest) GetIgnoreEos() bool {
 	return false
 }
 
+func (x *GenerateRequest) GetResponseFormat() *ResponseFormat {
+	if x != nil {
+		return x.ResponseFormat
+	}
+	return nil
+}
+
+// ResponseFormat is OpenAI's response_format.
+type ResponseFormat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "text" (the default), "json_object" (any JSON object) or "json_schema".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// For "json_schema": the JSON Schema, as JSON text, within the subset tandem supports.
+	JsonSchema    string `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseFormat) Reset() {
+	*x = ResponseFormat{}
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseFormat) ProtoMessage() {}
+
+func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
+func (*ResponseFormat) Descriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResponseFormat) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetJsonSchema() string {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return ""
+}
+
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens     uint32                 `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
@@ -227,7 +292,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +304,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[2]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +317,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{2}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -292,7 +357,7 @@ type Prefill struct {
 
 func (x *Prefill) Reset() {
 	*x = Prefill{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +369,7 @@ func (x *Prefill) String() string {
 func (*Prefill) ProtoMessage() {}
 
 func (x *Prefill) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[3]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +382,7 @@ func (x *Prefill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prefill.ProtoReflect.Descriptor instead.
 func (*Prefill) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{3}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Prefill) GetPath() string {
@@ -376,7 +441,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +453,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[4]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +466,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{4}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TopLogprob) GetToken() string {
@@ -438,7 +503,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +515,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +528,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TokenLogprob) GetToken() string {
@@ -514,7 +579,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +591,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +604,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GenerateResponse) GetRequestId() string {
@@ -592,7 +657,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +669,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +682,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{8}
 }
 
 type Model struct {
@@ -630,7 +695,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +707,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +720,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{8}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Model) GetId() string {
@@ -681,7 +746,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +758,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +771,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{9}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -723,7 +788,7 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"!tandem/frontend/v1/frontend.proto\x12\x12tandem.frontend.v1\";\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\xa4\x03\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"\xf1\x03\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12;\n" +
@@ -739,10 +804,15 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	" \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\v \x01(\rR\vtopLogprobs\x12\x1d\n" +
 	"\n" +
-	"ignore_eos\x18\f \x01(\bR\tignoreEosB\x0e\n" +
+	"ignore_eos\x18\f \x01(\bR\tignoreEos\x12K\n" +
+	"\x0fresponse_format\x18\r \x01(\v2\".tandem.frontend.v1.ResponseFormatR\x0eresponseFormatB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
-	"\x05_seed\"~\n" +
+	"\x05_seed\"E\n" +
+	"\x0eResponseFormat\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
+	"\vjson_schema\x18\x02 \x01(\tR\n" +
+	"jsonSchema\"~\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
@@ -796,35 +866,37 @@ func file_tandem_frontend_v1_frontend_proto_rawDescGZIP() []byte {
 	return file_tandem_frontend_v1_frontend_proto_rawDescData
 }
 
-var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_tandem_frontend_v1_frontend_proto_goTypes = []any{
 	(*ChatMessage)(nil),        // 0: tandem.frontend.v1.ChatMessage
 	(*GenerateRequest)(nil),    // 1: tandem.frontend.v1.GenerateRequest
-	(*Usage)(nil),              // 2: tandem.frontend.v1.Usage
-	(*Prefill)(nil),            // 3: tandem.frontend.v1.Prefill
-	(*TopLogprob)(nil),         // 4: tandem.frontend.v1.TopLogprob
-	(*TokenLogprob)(nil),       // 5: tandem.frontend.v1.TokenLogprob
-	(*GenerateResponse)(nil),   // 6: tandem.frontend.v1.GenerateResponse
-	(*ListModelsRequest)(nil),  // 7: tandem.frontend.v1.ListModelsRequest
-	(*Model)(nil),              // 8: tandem.frontend.v1.Model
-	(*ListModelsResponse)(nil), // 9: tandem.frontend.v1.ListModelsResponse
+	(*ResponseFormat)(nil),     // 2: tandem.frontend.v1.ResponseFormat
+	(*Usage)(nil),              // 3: tandem.frontend.v1.Usage
+	(*Prefill)(nil),            // 4: tandem.frontend.v1.Prefill
+	(*TopLogprob)(nil),         // 5: tandem.frontend.v1.TopLogprob
+	(*TokenLogprob)(nil),       // 6: tandem.frontend.v1.TokenLogprob
+	(*GenerateResponse)(nil),   // 7: tandem.frontend.v1.GenerateResponse
+	(*ListModelsRequest)(nil),  // 8: tandem.frontend.v1.ListModelsRequest
+	(*Model)(nil),              // 9: tandem.frontend.v1.Model
+	(*ListModelsResponse)(nil), // 10: tandem.frontend.v1.ListModelsResponse
 }
 var file_tandem_frontend_v1_frontend_proto_depIdxs = []int32{
-	0, // 0: tandem.frontend.v1.GenerateRequest.messages:type_name -> tandem.frontend.v1.ChatMessage
-	4, // 1: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
-	2, // 2: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
-	3, // 3: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
-	5, // 4: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
-	8, // 5: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
-	1, // 6: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
-	7, // 7: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
-	6, // 8: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
-	9, // 9: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	0,  // 0: tandem.frontend.v1.GenerateRequest.messages:type_name -> tandem.frontend.v1.ChatMessage
+	2,  // 1: tandem.frontend.v1.GenerateRequest.response_format:type_name -> tandem.frontend.v1.ResponseFormat
+	5,  // 2: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
+	3,  // 3: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
+	4,  // 4: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
+	6,  // 5: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
+	9,  // 6: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
+	1,  // 7: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
+	8,  // 8: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
+	7,  // 9: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
+	10, // 10: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
+	9,  // [9:11] is the sub-list for method output_type
+	7,  // [7:9] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_tandem_frontend_v1_frontend_proto_init() }
@@ -839,7 +911,7 @@ func file_tandem_frontend_v1_frontend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_frontend_v1_frontend_proto_rawDesc), len(file_tandem_frontend_v1_frontend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
