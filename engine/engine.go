@@ -254,6 +254,10 @@ type Stats struct {
 	// and how many of them its prefix cache already held: vLLM's
 	// prefix_cache_queries and prefix_cache_hits.
 	PrefixQueryTokens, PrefixHitTokens uint64
+	// ConstrainedDraws counts tokens drawn under a Sampling.Constraint, and
+	// MaskedDraws those whose first, unconstrained pick the constraint refused, so
+	// the whole token mask was applied: their ratio is what the mask costs.
+	ConstrainedDraws, MaskedDraws uint64
 }
 
 var (

@@ -118,6 +118,7 @@ func (sc *sched) drawConstrained(s *sequence, m *constrain.Matcher, logits []flo
 		}
 		return m.Accepts(t)
 	}
+	sc.e.constrainedDraws.Add(1)
 	tok = sc.smp.sample(logits, vocab, sp, s.outputs())
 	if allowed(tok) {
 		return tok, true

@@ -67,6 +67,7 @@ type Engine struct {
 	// Hooks announces prompts joining the queue and reports each step.
 	engine.Hooks
 	preemptions               atomic.Uint64
+	constrainedDraws          atomic.Uint64
 	maskedDraws               atomic.Uint64 // constrained draws whose first pick the constraint refused
 	constr                    constraints
 	prefixQueries, prefixHits atomic.Uint64
@@ -170,6 +171,8 @@ func (e *Engine) Stats() engine.Stats {
 		// the two may then see a hit rate a little low, never above 1.
 		PrefixHitTokens:   e.prefixHits.Load(),
 		PrefixQueryTokens: e.prefixQueries.Load(),
+		ConstrainedDraws:  e.constrainedDraws.Load(),
+		MaskedDraws:       e.maskedDraws.Load(),
 	}
 }
 
