@@ -35,8 +35,10 @@ type Automaton struct {
 	nodeID map[stackNode]int32
 	states map[string]*state
 	start  *state
-	// scratch for computing one transition
-	seen map[stackNode]bool
+	// scratch for computing one transition: seen[n] == gen marks n expanded in it
+	// (a generation, rather than clearing a map that may have grown large).
+	seen map[stackNode]uint32
+	gen  uint32
 	out  []int32
 }
 
@@ -50,7 +52,7 @@ const maxStackDepth = 4096
 // NewAutomaton binds g to vocab.
 func NewAutomaton(g *Grammar, vocab *Vocabulary) *Automaton {
 	a := &Automaton{g: g.g, vocab: vocab, nodes: []stackNode{{-1, -1}}, nodeID: map[stackNode]int32{},
-		states: map[string]*state{}, seen: map[stackNode]bool{}}
+		states: map[string]*state{}, seen: map[stackNode]uint32{}, gen: 1}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, alt := range a.g.rules[a.g.root] {
@@ -82,10 +84,10 @@ func (a *Automaton) expand(pos, parent int32, depth int) {
 		return
 	}
 	key := stackNode{pos, parent}
-	if a.seen[key] {
+	if a.seen[key] == a.gen {
 		return
 	}
-	a.seen[key] = true
+	a.seen[key] = a.gen
 	e := a.g.elems[pos]
 	switch e.kind {
 	case elemEnd:
@@ -112,7 +114,7 @@ func (a *Automaton) expand(pos, parent int32, depth int) {
 func (a *Automaton) intern() *state {
 	slices.Sort(a.out)
 	ids := slices.Compact(a.out)
-	clear(a.seen)
+	a.gen++
 	a.out = ids[:0]
 	if len(ids) == 0 {
 		return dead
@@ -122,7 +124,7 @@ func (a *Automaton) intern() *state {
 		return s
 	}
 	if len(a.states) >= maxStates {
-		a.states = map[string]*state{}
+		a.states, a.seen = map[string]*state{}, map[stackNode]uint32{}
 	}
 	s := &state{stacks: slices.Clone(ids), complete: ids[0] == 0}
 	s.final = s.complete && len(ids) == 1

@@ -218,6 +218,29 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		}
 	}
 	if constraint != nil {
+		// Paired: plain and constrained runs alternate, so load that comes and goes
+		// on a shared machine falls on both alike; the ratio is per pair.
+		for _, t := range o.Threads {
+			runtime.GOMAXPROCS(t)
+			var ratios []float64
+			for range o.Reps {
+				plain, err := b.generate(ctx, 1, o.Gen)
+				if err != nil {
+					return results, err
+				}
+				constrained, err := jb.generate(ctx, 1, o.Gen)
+				if err != nil {
+					return results, err
+				}
+				ratios = append(ratios, constrained/plain)
+			}
+			mean, std := meanStd(ratios)
+			fmt.Fprintf(out, "\npaired tg%d at %d threads, json / plain t/s: %.3f ± %.3f (%d pairs:", o.Gen, t, mean, std, len(ratios))
+			for _, r := range ratios {
+				fmt.Fprintf(out, " %.3f", r)
+			}
+			fmt.Fprintln(out, ")")
+		}
 		st := e.Stats()
 		fmt.Fprintf(out, "\nconstrained draws: %d, of which the constraint refused the first pick (mask applied): %d\n", st.ConstrainedDraws, st.MaskedDraws)
 	}

@@ -127,11 +127,28 @@ func (sc *sched) drawConstrained(s *sequence, m *constrain.Matcher, logits []flo
 	mask := m.Mask()
 	masked := sc.smp.maskBuf(vocab)
 	some := false
-	for i := range vocab {
-		if constrain.Allowed(mask, uint32(i)) {
-			masked[i], some = logits[i], true
-		} else {
-			masked[i] = maskedOut
+	for w := 0; w*64 < vocab; w++ {
+		lo, hi := w*64, min(w*64+64, vocab)
+		var bits uint64
+		if w < len(mask) {
+			bits = mask[w]
+		}
+		switch {
+		case bits == 0: // most words outside a string: nothing allowed
+			for i := lo; i < hi; i++ {
+				masked[i] = maskedOut
+			}
+		case bits == ^uint64(0): // most words inside one: everything
+			copy(masked[lo:hi], logits[lo:hi])
+			some = true
+		default:
+			for i := lo; i < hi; i++ {
+				if bits>>(i-lo)&1 != 0 {
+					masked[i], some = logits[i], true
+				} else {
+					masked[i] = maskedOut
+				}
+			}
 		}
 	}
 	if m.Complete() {
