@@ -28,6 +28,9 @@ type metrics struct {
 	// of prompts), and choices the generations they fanned out to.
 	choiceRequests *prometheus.CounterVec
 	choices        *prometheus.CounterVec
+	// constraints counts requests with a response_format constraint, accepted or
+	// refused for a schema outside the supported subset.
+	constraints *prometheus.CounterVec
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -90,5 +93,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_frontend_choices_total",
 			Help: "Choices (one generation each) requested by requests asking for several, by endpoint.",
 		}, []string{"endpoint"}),
+		constraints: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_constrained_requests_total",
+			Help: "Generations with a response_format constraint: outcome accepted, or refused (a schema outside the supported subset).",
+		}, []string{"outcome"}),
 	}
 }

@@ -69,7 +69,10 @@ func (f *Frontend) checkConstraint(c *workerv1.Constraint) error {
 	_, err := f.constraints.Grammar(constrain.Spec{JSONSchema: c.GetJsonSchema(), Prefix: c.GetPrefix(),
 		Suffix: c.GetSuffix(), Repeat: c.GetRepeat(), Separator: c.GetSeparator()})
 	if err != nil {
+		f.metrics.constraints.WithLabelValues("refused").Inc()
+		f.log.Info("response_format refused", "error", err)
 		return invalidField("response_format", "response_format: %v", err)
 	}
+	f.metrics.constraints.WithLabelValues("accepted").Inc()
 	return nil
 }
