@@ -19,6 +19,8 @@ type Vocabulary struct {
 	end   []int32
 	t0    []int32
 	toks  []uint32
+	// maxLen is the longest token's length in bytes.
+	maxLen int
 }
 
 // NewVocabulary indexes tokens (id -> bytes).
@@ -51,6 +53,7 @@ func NewVocabulary(tokens [][]byte) *Vocabulary {
 			v.t0 = append(v.t0, int32(len(v.toks)))
 		}
 		v.toks = append(v.toks, id)
+		v.maxLen = max(v.maxLen, len(b))
 		prev = b
 	}
 	for _, n := range path {
@@ -79,19 +82,21 @@ func (a *Automaton) mask(s *state) []uint64 {
 	}
 	v := a.vocab
 	m := make([]uint64, (v.size+63)/64)
-	at := make([]*state, 0, 64) // at[d] is the state after the first d+1 bytes of the path
+	// at[d+1] is the state after the first d+1 bytes of the current path.
+	at := make([]*state, v.maxLen+1)
+	at[0] = s
 	for i := 0; i < len(v.edge); {
-		d := int(v.depth[i])
-		from := s
-		if d > 0 {
-			from = at[d-1]
+		d := v.depth[i]
+		from, c := at[d], v.edge[i]
+		n := from.next[c] // the transition is usually known: skip the call
+		if n == nil {
+			n = a.step(from, c)
 		}
-		n := a.step(from, v.edge[i])
 		if n == dead {
 			i = int(v.end[i])
 			continue
 		}
-		at = append(at[:d], n)
+		at[d+1] = n
 		for _, t := range v.toks[v.t0[i]:v.t0[i+1]] {
 			m[t>>6] |= 1 << (t & 63)
 		}

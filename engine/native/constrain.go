@@ -2,6 +2,8 @@ package native
 
 import (
 	"fmt"
+	"math/bits"
+	"slices"
 	"sync"
 
 	"github.com/tandem-serve/tandem/constrain"
@@ -125,8 +127,92 @@ func (sc *sched) drawConstrained(s *sequence, m *constrain.Matcher, logits []flo
 	}
 	sc.e.maskedDraws.Add(1)
 	mask := m.Mask()
+	resample := sp
+	resample.Seed ^= 0x9e3779b97f4a7c15
+	n := 0
+	for _, w := range mask {
+		n += bits.OnesCount64(w)
+	}
+	if m.Complete() {
+		n += len(s.req.StopTokens)
+	}
+	if n == 0 {
+		return 0, false
+	}
+	if n <= vocab/8 {
+		// Outside a string few tokens are allowed: draw among them alone, their
+		// logits gathered in id order (as sample breaks ties by id).
+		cands := sc.smp.cands[:0]
+		for wi, w := range mask {
+			for w != 0 {
+				cands = append(cands, int32(wi*64+bits.TrailingZeros64(w)))
+				w &= w - 1
+			}
+		}
+		if m.Complete() {
+			for _, t := range s.req.StopTokens {
+				if int(t) < vocab && !constrain.Allowed(mask, t) {
+					cands = append(cands, int32(t))
+				}
+			}
+			slices.Sort(cands)
+		}
+		sc.smp.cands = cands
+		sub := sc.smp.maskBuf(len(cands))
+		for i, c := range cands {
+			sub[i] = logits[c]
+		}
+		return uint32(cands[sc.smp.sample(sub, len(sub), resample, s.outputs())]), true
+	}
+	stops := func(yield func(int) bool) { // the stop tokens allowed now
+		if m.Complete() {
+			for _, t := range s.req.StopTokens {
+				if int(t) < vocab && !yield(int(t)) {
+					return
+				}
+			}
+		}
+	}
+	allowedIDs := func(yield func(int) bool) { // allowed ids, stop tokens last
+		for wi, w := range mask {
+			for w != 0 {
+				if !yield(wi*64 + bits.TrailingZeros64(w)) {
+					return
+				}
+				w &= w - 1
+			}
+		}
+		stops(yield)
+	}
+	topP := sp.TopP
+	switch {
+	case sp.Temperature <= 0:
+		best := -1
+		for i := range allowedIDs {
+			if best < 0 || logits[i] > logits[best] || logits[i] == logits[best] && i < best {
+				best = i
+			}
+		}
+		return uint32(best), true
+	case sp.TopK <= 0 && (topP <= 0 || topP >= 1):
+		// Plain temperature: the first draw left every token's weight in probs;
+		// the masked draw needs only their sum over the allowed ones, no exp again.
+		probs := sc.smp.probs[:vocab]
+		var total float64
+		for i := range allowedIDs {
+			total += float64(probs[i])
+		}
+		target, last := uniform(resample.Seed, s.outputs())*total, -1
+		var acc float64
+		for i := range allowedIDs {
+			acc += float64(probs[i])
+			if last = i; acc > target {
+				return uint32(i), true
+			}
+		}
+		return uint32(last), true
+	}
 	masked := sc.smp.maskBuf(vocab)
-	some := false
 	for w := 0; w*64 < vocab; w++ {
 		lo, hi := w*64, min(w*64+64, vocab)
 		var bits uint64
@@ -134,35 +220,25 @@ func (sc *sched) drawConstrained(s *sequence, m *constrain.Matcher, logits []flo
 			bits = mask[w]
 		}
 		switch {
-		case bits == 0: // most words outside a string: nothing allowed
+		case bits == 0:
 			for i := lo; i < hi; i++ {
 				masked[i] = maskedOut
 			}
-		case bits == ^uint64(0): // most words inside one: everything
+		case bits == ^uint64(0):
 			copy(masked[lo:hi], logits[lo:hi])
-			some = true
 		default:
 			for i := lo; i < hi; i++ {
 				if bits>>(i-lo)&1 != 0 {
-					masked[i], some = logits[i], true
+					masked[i] = logits[i]
 				} else {
 					masked[i] = maskedOut
 				}
 			}
 		}
 	}
-	if m.Complete() {
-		for _, t := range s.req.StopTokens {
-			if int(t) < vocab {
-				masked[t], some = logits[t], true
-			}
-		}
+	for t := range stops {
+		masked[t] = logits[t]
 	}
-	if !some {
-		return 0, false
-	}
-	resample := sp
-	resample.Seed ^= 0x9e3779b97f4a7c15
 	tok = sc.smp.sample(masked, vocab, resample, s.outputs())
 	if masked[tok] == maskedOut { // every allowed token was banned by logit_bias too
 		for i := range vocab {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/tandem-serve/tandem/constrain"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/internal/testutil"
 	"github.com/tandem-serve/tandem/tokenizer"
@@ -94,5 +96,43 @@ func TestConstraintRefused(t *testing.T) {
 	req := engine.Request{Prompt: testPrompt(10, 3), Sampling: engine.Sampling{Constraint: &engine.Constraint{JSONSchema: `{"type":"string","pattern":"x"}`}}}
 	if _, err := e.Generate(context.Background(), req); !errors.Is(err, engine.ErrBadConstraint) || !strings.Contains(err.Error(), "pattern") {
 		t.Fatalf("a pattern schema: %v", err)
+	}
+}
+
+// A constrained greedy draw is the most likely token among those allowed, on each
+// of the draw's paths (few allowed, many allowed, stop tokens once complete).
+func TestConstrainedGreedyIsMaskedArgmax(t *testing.T) {
+	const vocab = 4096
+	tok, _ := tokenizer.CL100K()
+	a, err := constrain.NewCache(vocabulary(tok, vocab), 1).Automaton(constrain.Spec{JSONSchema: `{"type":"array","items":{"type":"string","maxLength":5},"maxItems":3}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	sc := &sched{e: &Engine{mc: ModelConfig{VocabSize: vocab}}}
+	s := &sequence{req: engine.Request{StopTokens: []uint32{7}}}
+	for round := range 20 {
+		m := a.NewMatcher()
+		for step := 0; step < 40 && !m.Final(); step++ {
+			logits := make([]float32, vocab)
+			for i := range logits {
+				logits[i] = float32(rng.NormFloat64())
+			}
+			want, mask := -1, m.Mask()
+			for i := range vocab {
+				ok := constrain.Allowed(mask, uint32(i)) || i == 7 && m.Complete()
+				if ok && (want < 0 || logits[i] > logits[want]) {
+					want = i
+				}
+			}
+			got, ok := sc.drawConstrained(s, m, logits, engine.Sampling{})
+			if !ok || int(got) != want {
+				t.Fatalf("round %d step %d: drew %d (%v), want %d", round, step, got, ok, want)
+			}
+			if got == 7 {
+				break
+			}
+			m.Advance(got)
+		}
 	}
 }

@@ -18,6 +18,7 @@ type sampler struct {
 	cut   []float32      // logits with min_p's tail removed
 	seen  map[uint32]int // output token counts for the penalties
 	mask  []float32      // logits with a constraint's forbidden tokens removed
+	cands []int32        // the tokens a constraint allows, when few
 }
 
 func (s *sampler) maskBuf(n int) []float32 {
