@@ -139,31 +139,6 @@ func (sc *sched) drawConstrained(s *sequence, m *constrain.Matcher, logits []flo
 	if n == 0 {
 		return 0, false
 	}
-	if n <= vocab/8 {
-		// Outside a string few tokens are allowed: draw among them alone, their
-		// logits gathered in id order (as sample breaks ties by id).
-		cands := sc.smp.cands[:0]
-		for wi, w := range mask {
-			for w != 0 {
-				cands = append(cands, int32(wi*64+bits.TrailingZeros64(w)))
-				w &= w - 1
-			}
-		}
-		if m.Complete() {
-			for _, t := range s.req.StopTokens {
-				if int(t) < vocab && !constrain.Allowed(mask, t) {
-					cands = append(cands, int32(t))
-				}
-			}
-			slices.Sort(cands)
-		}
-		sc.smp.cands = cands
-		sub := sc.smp.maskBuf(len(cands))
-		for i, c := range cands {
-			sub[i] = logits[c]
-		}
-		return uint32(cands[sc.smp.sample(sub, len(sub), resample, s.outputs())]), true
-	}
 	stops := func(yield func(int) bool) { // the stop tokens allowed now
 		if m.Complete() {
 			for _, t := range s.req.StopTokens {
@@ -173,16 +148,34 @@ func (sc *sched) drawConstrained(s *sequence, m *constrain.Matcher, logits []flo
 			}
 		}
 	}
-	allowedIDs := func(yield func(int) bool) { // allowed ids, stop tokens last
+	// allowedIDs are the ids allowed now, stop tokens last: a client's stop token
+	// that spells text ends the answer, so it too waits for the text to be complete.
+	allowedIDs := func(yield func(int) bool) {
 		for wi, w := range mask {
 			for w != 0 {
-				if !yield(wi*64 + bits.TrailingZeros64(w)) {
+				i := wi*64 + bits.TrailingZeros64(w)
+				if !s.isStop(uint32(i)) && !yield(i) {
 					return
 				}
 				w &= w - 1
 			}
 		}
 		stops(yield)
+	}
+	if n <= vocab/8 {
+		// Outside a string few tokens are allowed: draw among them alone, their
+		// logits gathered in id order (as sample breaks ties by id).
+		cands := sc.smp.cands[:0]
+		for i := range allowedIDs {
+			cands = append(cands, int32(i))
+		}
+		slices.Sort(cands)
+		sc.smp.cands = cands
+		sub := sc.smp.maskBuf(len(cands))
+		for i, c := range cands {
+			sub[i] = logits[c]
+		}
+		return uint32(cands[sc.smp.sample(sub, len(sub), resample, s.outputs())]), true
 	}
 	topP := sp.TopP
 	switch {
@@ -234,6 +227,11 @@ func (sc *sched) drawConstrained(s *sequence, m *constrain.Matcher, logits []flo
 					masked[i] = maskedOut
 				}
 			}
+		}
+	}
+	for _, t := range s.req.StopTokens {
+		if int(t) < vocab {
+			masked[t] = maskedOut
 		}
 	}
 	for t := range stops {

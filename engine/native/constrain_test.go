@@ -100,7 +100,9 @@ func TestConstraintRefused(t *testing.T) {
 }
 
 // A constrained greedy draw is the most likely token among those allowed, on each
-// of the draw's paths (few allowed, many allowed, stop tokens once complete).
+// of the draw's paths (few allowed, many allowed, stop tokens once complete). The
+// stop token here, 7, spells "(": allowed inside a string by the mask, it still
+// waits for the text to be complete, since drawing it ends the answer.
 func TestConstrainedGreedyIsMaskedArgmax(t *testing.T) {
 	const vocab = 4096
 	tok, _ := tokenizer.CL100K()
@@ -118,9 +120,12 @@ func TestConstrainedGreedyIsMaskedArgmax(t *testing.T) {
 			for i := range logits {
 				logits[i] = float32(rng.NormFloat64())
 			}
+			if step%2 == 1 {
+				logits[7] = 10 // the model wants to stop
+			}
 			want, mask := -1, m.Mask()
 			for i := range vocab {
-				ok := constrain.Allowed(mask, uint32(i)) || i == 7 && m.Complete()
+				ok := constrain.Allowed(mask, uint32(i)) && i != 7 || i == 7 && m.Complete()
 				if ok && (want < 0 || logits[i] > logits[want]) {
 					want = i
 				}
