@@ -42,9 +42,11 @@ type Automaton struct {
 	out  []int32
 }
 
-// maxStates bounds the interned states of one automaton; past it the table starts
-// afresh (states already reached stay valid, only sharing is lost).
-const maxStates = 1 << 17
+// maxStates bounds the interned states of one automaton (each holds 2 KiB of
+// transitions, and a mask of a bit per token once drawn from); past it the table
+// starts afresh (states already reached stay valid, only sharing is lost), so a
+// schema whose states never repeat cannot hold more than a few tens of MiB.
+const maxStates = 1 << 14
 
 // maxStackDepth bounds a parse stack; deeper nesting is refused by the automaton.
 const maxStackDepth = 4096
