@@ -254,6 +254,10 @@ type Stats struct {
 	// and how many of them its prefix cache already held: vLLM's
 	// prefix_cache_queries and prefix_cache_hits.
 	PrefixQueryTokens, PrefixHitTokens uint64
+	// ConstrainedDraws counts tokens drawn under a Sampling.Constraint, and
+	// MaskedDraws those whose first, unconstrained pick the constraint refused, so
+	// the whole token mask was applied: their ratio is what the mask costs.
+	ConstrainedDraws, MaskedDraws uint64
 }
 
 var (
@@ -262,4 +266,7 @@ var (
 	ErrLayoutMismatch = errors.New("engine: KV layout does not match this model")
 	ErrNoBlocks       = errors.New("engine: not enough free KV blocks")
 	ErrBadBlock       = errors.New("engine: bad KV block")
+	// ErrBadConstraint is a Sampling.Constraint the engine cannot enforce: a schema
+	// outside the supported subset, or an engine that enforces none.
+	ErrBadConstraint = errors.New("engine: constraint not supported")
 )

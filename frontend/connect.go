@@ -141,6 +141,12 @@ func (f *Frontend) fromProto(m *frontendv1.GenerateRequest, id string) (*genRequ
 	if m.GetTopLogprobs() > 0 && !m.GetLogprobs() {
 		return nil, invalidField("top_logprobs", "top_logprobs needs logprobs set to true")
 	}
+	if rf := m.GetResponseFormat(); rf != nil {
+		var err error
+		if g.controls.constraint, err = constraintOf(rf.GetType(), json.RawMessage(rf.GetJsonSchema())); err != nil {
+			return nil, err
+		}
+	}
 	top := int64(m.GetTopLogprobs())
 	if err := requestLogprobs(g, m.GetLogprobs(), &top, "top_logprobs"); err != nil {
 		return nil, err

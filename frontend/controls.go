@@ -21,6 +21,8 @@ type samplingControls struct {
 	// logitBias keeps the client's keys until the vocabulary is known.
 	logitBias    map[string]float64
 	stopTokenIDs []uint32
+	// constraint is what response_format asks the output to be; nil is free text.
+	constraint *workerv1.Constraint
 }
 
 func (c *samplingControls) parse(s *samplingFields) error {
@@ -57,12 +59,14 @@ func (c *samplingControls) parse(s *samplingFields) error {
 		return invalidField("stop_token_ids", "%d stop_token_ids given; at most %d are allowed", len(s.StopTokenIDs), maxStopTokenIDs)
 	}
 	c.stopTokenIDs = s.StopTokenIDs
-	return nil
+	c.constraint, err = s.ResponseFormat.constraint()
+	return err
 }
 
 // apply checks the token ids against the vocabulary and sets the controls on sp.
 func (c *samplingControls) apply(sp *workerv1.SamplingParams, vocab int) error {
 	sp.PresencePenalty, sp.FrequencyPenalty, sp.MinP = c.presence, c.frequency, c.minP
+	sp.Constraint = c.constraint
 	if c.repetition != 1 {
 		sp.RepetitionPenalty = c.repetition
 	}

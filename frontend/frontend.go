@@ -29,6 +29,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandem-serve/tandem/constrain"
 	"github.com/tandem-serve/tandem/proto/tandem/frontend/v1/frontendv1connect"
 )
 
@@ -48,6 +49,9 @@ type Frontend struct {
 	outcomes atomic.Pointer[func(Outcome)]
 	// backendDown: the backend said it cannot place requests (SetBackendServing).
 	backendDown atomic.Bool
+	// constraints are the response formats compiled so far, to refuse a schema
+	// outside the supported subset early (workers compile their own, per vocabulary).
+	constraints *constrain.Cache
 }
 
 var _ frontendv1connect.FrontendServiceHandler = (*Frontend)(nil)
@@ -70,7 +74,7 @@ func New(cfg Config, model *Model, backend Backend, logger *slog.Logger, reg pro
 	if cfg.MaxInFlight > 0 {
 		backend = admittedBackend{Backend: backend, a: newAdmission(cfg.MaxInFlight, cfg.MaxQueue, cfg.QueueTimeout, m)}
 	}
-	f := &Frontend{
+	f := &Frontend{constraints: constrain.NewCache(nil, constraintCacheSize),
 		cfg: cfg, backend: backend, log: logger,
 		metrics: m,
 		created: time.Now().Unix(),

@@ -32,6 +32,9 @@ type metrics struct {
 	// toolCalls the calls they held.
 	toolReplies *prometheus.CounterVec
 	toolCalls   *prometheus.CounterVec
+	// constraints counts requests with a response_format constraint, accepted or
+	// refused for a schema outside the supported subset.
+	constraints *prometheus.CounterVec
 }
 
 // newMetrics registers with reg; a nil reg keeps the metrics unregistered, which
@@ -103,5 +106,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_tool_calls_total",
 			Help: "Tool calls parsed from chat replies, by parser and whether tool_choice required a call (enforced).",
 		}, []string{"parser", "enforced"}),
+		constraints: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_frontend_constrained_requests_total",
+			Help: "Generations with a response_format constraint: outcome accepted, or refused (a schema outside the supported subset).",
+		}, []string{"outcome"}),
 	}
 }

@@ -141,7 +141,9 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	for _, tc := range []struct{ path, extra, param string }{
 		{"/v1/completions", `"tools":[{"type":"function","function":{"name":"f"}}]`, "tools"},
 		{"/v1/chat/completions", `"functions":[{"name":"f"}]`, "functions"},
-		{"/v1/chat/completions", `"response_format":{"type":"json_object"}`, "response_format"},
+		{"/v1/chat/completions", `"response_format":{"type":"xml"}`, "response_format"},
+		{"/v1/chat/completions", `"response_format":{"type":"json_schema"}`, "response_format"},
+		{"/v1/completions", `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}`, "response_format"},
 		{"/v1/chat/completions", `"logit_bias":{"999999":-100}`, "logit_bias"},
 		{"/v1/chat/completions", `"logit_bias":{"x":1}`, "logit_bias"},
 		{"/v1/chat/completions", `"logit_bias":{"5":101}`, "logit_bias"},

@@ -40,6 +40,8 @@ type samplingFields struct {
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	MinP              *float64           `json:"min_p"`
 	StopTokenIDs      []uint32           `json:"stop_token_ids"`
+	// ResponseFormat asks for JSON, enforced by constrained decoding.
+	ResponseFormat *responseFormatField `json:"response_format"`
 	unsupportedFields
 }
 

@@ -194,10 +194,21 @@ func (f *Frontend) prepare(ctx context.Context, r *genRequest) (*prepared, error
 		parser, _ = f.toolParser(m)
 		markers = markerTokens(tok, parser)
 		if r.tools.enforced() {
+			// The reply must be a call, so a response_format (which shapes text
+			// answers) has nothing to apply to in this turn.
 			c := parser.Constraint(r.tools.allowed(), r.tools.parallel)
 			sp.Constraint = &workerv1.Constraint{JsonSchema: c.JSONSchema, Prefix: c.Prefix, Suffix: c.Suffix,
 				Repeat: c.Repeat, Separator: c.Separator}
 		}
+	}
+	// Compiled here (cached), so a schema outside the subset, the client's or a
+	// tool's parameters, is a 400 before any worker sees it.
+	field := "response_format"
+	if r.tools.enforced() {
+		field = "tools"
+	}
+	if err := f.checkConstraint(sp.Constraint, field); err != nil {
+		return nil, err
 	}
 	return &prepared{
 		parser: parser, markers: markers,

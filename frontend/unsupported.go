@@ -7,24 +7,19 @@ import (
 
 // unsupportedFields are OpenAI request fields tandem does not implement. Ignoring
 // them would hand a client an answer that looks right and is not (tools never
-// called, JSON mode not enforced), so each is a 400 naming
+// called), so each is a 400 naming
 // the field when it asks for anything but the default.
 type unsupportedFields struct {
-	Tools          json.RawMessage      `json:"tools"`
-	ToolChoice     json.RawMessage      `json:"tool_choice"`
-	Functions      json.RawMessage      `json:"functions"`
-	FunctionCall   json.RawMessage      `json:"function_call"`
-	ResponseFormat *responseFormatField `json:"response_format"`
-	BestOf         *int64               `json:"best_of"`
-	Echo           bool                 `json:"echo"`
-	Suffix         *string              `json:"suffix"`
-	Modalities     json.RawMessage      `json:"modalities"`
-	Audio          json.RawMessage      `json:"audio"`
-	Prediction     json.RawMessage      `json:"prediction"`
-}
-
-type responseFormatField struct {
-	Type string `json:"type"`
+	Tools        json.RawMessage `json:"tools"`
+	ToolChoice   json.RawMessage `json:"tool_choice"`
+	Functions    json.RawMessage `json:"functions"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	BestOf       *int64          `json:"best_of"`
+	Echo         bool            `json:"echo"`
+	Suffix       *string         `json:"suffix"`
+	Modalities   json.RawMessage `json:"modalities"`
+	Audio        json.RawMessage `json:"audio"`
+	Prediction   json.RawMessage `json:"prediction"`
 }
 
 // isSet reports whether a raw field holds anything but null.
@@ -45,8 +40,6 @@ func (u *unsupportedFields) check() error {
 		}
 	}
 	switch {
-	case u.ResponseFormat != nil && u.ResponseFormat.Type != "" && u.ResponseFormat.Type != "text":
-		return invalidField("response_format", "response_format type %q is not supported; only \"text\"", u.ResponseFormat.Type)
 	case u.BestOf != nil && *u.BestOf != 1:
 		return invalidField("best_of", "best_of=%d is not supported; only 1", *u.BestOf)
 	case u.Echo:

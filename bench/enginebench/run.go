@@ -18,6 +18,7 @@ import (
 	"github.com/tandem-serve/tandem/engine/native"
 	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/internal/randmodel"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // Options are what `tandem bench engine` measures.
@@ -29,6 +30,13 @@ type Options struct {
 	Batch   int    // sequences decoding together in the batched generation test (0: none)
 	Reps    int    // repetitions of each test (llama-bench -r)
 	Seed    uint64 // prompt tokens
+	// JSONSchema, when set, is a JSON Schema file: the generation tests run again
+	// with their output constrained to it (structured outputs), rows marked "json".
+	JSONSchema string
+	// ConstraintVocab "cl100k" compiles the constraint against cl100k_base's first
+	// VocabSize ids instead of the model's tokenizer: a real BPE vocabulary for a
+	// make-model file, whose tokenizer is stories260K's 512 tokens padded.
+	ConstraintVocab string
 }
 
 // DefaultOptions are llama-bench's defaults, and 8 sequences for the batched test.
@@ -72,6 +80,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Batch, "batch", o.Batch, "sequences generating together in the batched test; 0 or 1 skips it")
 	fs.IntVar(&o.Reps, "reps", o.Reps, "repetitions of each test")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the random prompt tokens")
+	fs.StringVar(&o.JSONSchema, "json-schema", o.JSONSchema, "JSON Schema file: also run the generation tests constrained to it (structured outputs)")
+	fs.StringVar(&o.ConstraintVocab, "constraint-vocab", o.ConstraintVocab, `"cl100k": compile the constraint against cl100k_base's ids instead of the model's tokenizer`)
 }
 
 // Validate checks the options.
@@ -88,6 +98,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Reps < 1 {
 		errs = append(errs, fmt.Errorf("--reps %d must be at least 1", o.Reps))
+	}
+	if o.ConstraintVocab != "" && o.ConstraintVocab != "cl100k" {
+		errs = append(errs, fmt.Errorf("--constraint-vocab %q: want cl100k or nothing", o.ConstraintVocab))
 	}
 	return errors.Join(errs...)
 }
@@ -120,6 +133,21 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		defer f.Close()
 		file, cfg.File = f, f
 	}
+	var constraint *engine.Constraint
+	if o.JSONSchema != "" {
+		schema, err := os.ReadFile(o.JSONSchema)
+		if err != nil {
+			return nil, err
+		}
+		constraint = &engine.Constraint{JSONSchema: string(schema)}
+	}
+	if o.ConstraintVocab == "cl100k" {
+		tok, err := tokenizer.CL100K()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Tokenizer = tok
+	}
 	ctxLen := o.Prompt + o.Gen + 1
 	e, err := native.New(cfg)
 	if err != nil {
@@ -137,6 +165,7 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	}
 	fmt.Fprintf(out, "| model | size | params | threads | test | t/s | cpu |\n| --- | ---: | ---: | ---: | --- | ---: | ---: |\n")
 	b := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed}
+	jb := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed, constraint: constraint}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	var results []Result
 	for _, t := range o.Threads {
@@ -149,6 +178,13 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		if _, err := b.generate(ctx, 1, 2); err != nil {
 			return results, err
 		}
+		if constraint != nil {
+			// The constraint compiled and its first states' masks built, as a
+			// server's cache would hold them for a schema it has seen.
+			if _, err := jb.generate(ctx, 1, o.Gen); err != nil {
+				return results, err
+			}
+		}
 		tests := []struct {
 			name string
 			run  func() (float64, error)
@@ -157,6 +193,9 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 			{fmt.Sprintf("pp%d", o.Prompt), func() (float64, error) { return b.prefill(ctx, o.Prompt) }, o.Prompt == 0},
 			{fmt.Sprintf("tg%d", o.Gen), func() (float64, error) { return b.generate(ctx, 1, o.Gen) }, o.Gen == 0},
 			{fmt.Sprintf("tg%d x%d", o.Gen, o.Batch), func() (float64, error) { return b.generate(ctx, o.Batch, o.Gen) }, o.Gen == 0 || o.Batch < 2},
+			{fmt.Sprintf("tg%d json", o.Gen), func() (float64, error) { return jb.generate(ctx, 1, o.Gen) }, o.Gen == 0 || constraint == nil},
+			{fmt.Sprintf("tg%d x%d json", o.Gen, o.Batch), func() (float64, error) { return jb.generate(ctx, o.Batch, o.Gen) },
+				o.Gen == 0 || o.Batch < 2 || constraint == nil},
 		}
 		for _, tc := range tests {
 			if tc.skip {
@@ -177,6 +216,33 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 			results = append(results, res)
 			fmt.Fprintf(out, "| %s | %s | %s | %d | %s | %.2f ± %.2f | %.0f%% |\n", label, size, params, t, tc.name, mean, std, 100*cpu)
 		}
+	}
+	if constraint != nil {
+		// Paired: plain and constrained runs alternate, so load that comes and goes
+		// on a shared machine falls on both alike; the ratio is per pair.
+		for _, t := range o.Threads {
+			runtime.GOMAXPROCS(t)
+			var ratios []float64
+			for range o.Reps {
+				plain, err := b.generate(ctx, 1, o.Gen)
+				if err != nil {
+					return results, err
+				}
+				constrained, err := jb.generate(ctx, 1, o.Gen)
+				if err != nil {
+					return results, err
+				}
+				ratios = append(ratios, constrained/plain)
+			}
+			mean, std := meanStd(ratios)
+			fmt.Fprintf(out, "\npaired tg%d at %d threads, json / plain t/s: %.3f ± %.3f (%d pairs:", o.Gen, t, mean, std, len(ratios))
+			for _, r := range ratios {
+				fmt.Fprintf(out, " %.3f", r)
+			}
+			fmt.Fprintln(out, ")")
+		}
+		st := e.Stats()
+		fmt.Fprintf(out, "\nconstrained draws: %d, of which the constraint refused the first pick (mask applied): %d\n", st.ConstrainedDraws, st.MaskedDraws)
 	}
 	return results, nil
 }
@@ -250,6 +316,8 @@ type bencher struct {
 	vocab int
 	seed  uint64
 	n     uint64
+	// constraint is put on every generated sequence (nil: free text).
+	constraint *engine.Constraint
 }
 
 func (b *bencher) prompt(n int) []uint32 {
@@ -281,7 +349,7 @@ func (b *bencher) generate(ctx context.Context, seqs, n int) (float64, error) {
 	streams := make([]engine.Stream, seqs)
 	start := time.Now()
 	for i := range streams {
-		st, err := b.e.Generate(ctx, engine.Request{Prompt: b.prompt(1), MaxTokens: n})
+		st, err := b.e.Generate(ctx, engine.Request{Prompt: b.prompt(1), MaxTokens: n, Sampling: engine.Sampling{Constraint: b.constraint}})
 		if err != nil {
 			return 0, err
 		}

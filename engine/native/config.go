@@ -7,6 +7,7 @@ import (
 
 	"github.com/tandem-serve/tandem/gguf"
 	"github.com/tandem-serve/tandem/kvcache/blockhash"
+	"github.com/tandem-serve/tandem/tokenizer"
 )
 
 // Vocabulary of the cl100k tokenizer the frontend uses with the random-weight
@@ -119,6 +120,9 @@ type Config struct {
 	// EventLogSize is how many KV events are kept for subscribers to catch up (default 4096).
 	EventLogSize int
 	Logger       *slog.Logger
+	// Tokenizer is the vocabulary constraints (structured outputs) are compiled
+	// against; nil is the model file's own tokenizer, or cl100k_base for a random shape.
+	Tokenizer tokenizer.Tokenizer
 }
 
 func (c *Config) withDefaults(mc ModelConfig) (Config, ModelConfig, error) {

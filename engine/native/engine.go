@@ -67,6 +67,9 @@ type Engine struct {
 	// Hooks announces prompts joining the queue and reports each step.
 	engine.Hooks
 	preemptions               atomic.Uint64
+	constrainedDraws          atomic.Uint64
+	maskedDraws               atomic.Uint64 // constrained draws whose first pick the constraint refused
+	constr                    constraints
 	prefixQueries, prefixHits atomic.Uint64
 	maxDecodeBatch            atomic.Int64
 }
@@ -168,6 +171,8 @@ func (e *Engine) Stats() engine.Stats {
 		// the two may then see a hit rate a little low, never above 1.
 		PrefixHitTokens:   e.prefixHits.Load(),
 		PrefixQueryTokens: e.prefixQueries.Load(),
+		ConstrainedDraws:  e.constrainedDraws.Load(),
+		MaskedDraws:       e.maskedDraws.Load(),
 	}
 }
 
@@ -197,7 +202,7 @@ func (e *Engine) validate(req engine.Request) error {
 	if need := (len(req.Prompt) + e.cfg.BlockSize) / e.cfg.BlockSize; need > e.cfg.NumBlocks {
 		return fmt.Errorf("%w: prompt needs %d blocks, pool has %d", engine.ErrNoBlocks, need, e.cfg.NumBlocks)
 	}
-	return nil
+	return e.checkConstraint(req)
 }
 
 // Generate queues req. Its MaxTokens counts completion tokens; 0 runs until a stop

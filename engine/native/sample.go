@@ -17,6 +17,15 @@ type sampler struct {
 	probs []float32
 	cut   []float32      // logits with min_p's tail removed
 	seen  map[uint32]int // output token counts for the penalties
+	mask  []float32      // logits with a constraint's forbidden tokens removed
+	cands []int32        // the tokens a constraint allows, when few
+}
+
+func (s *sampler) maskBuf(n int) []float32 {
+	if cap(s.mask) < n {
+		s.mask = make([]float32, n)
+	}
+	return s.mask[:n]
 }
 
 func (s *sampler) scratch(n int) []float32 {

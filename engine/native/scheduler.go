@@ -334,6 +334,7 @@ func (sc *sched) run(decodes int) {
 	sc.ws.growLogits(nLogits, sc.e.mc.DModel, sc.e.model.vocabPad)
 	logits := sc.e.model.forward(sc.ws, tokens, segs)
 	li := 0
+	var ok bool
 	for i, s := range sc.planSeqs {
 		s.computed += sc.planN[i]
 		sc.storeFull(s)
@@ -349,13 +350,23 @@ func (sc *sched) run(decodes int) {
 		if sp.MinP > 0 && sp.MinP <= 1 && sp.Temperature > 0 {
 			drawFrom = minPCut(row, sc.smp.scratch(len(row)), sp.MinP, sp.Temperature)
 		}
-		tok := sc.smp.sample(drawFrom, sc.e.mc.VocabSize, sp, s.outputs())
 		li++
+		var tok uint32
+		if sp.Constraint == nil {
+			tok = sc.smp.sample(drawFrom, sc.e.mc.VocabSize, sp, s.outputs())
+		} else if tok, ok = sc.constrainedTok(s, drawFrom, sp); !ok {
+			continue
+		}
+		// Log-probabilities are of the model's distribution, before the mask, as
+		// vLLM reports them by default: they say how far the constraint pulled the model.
 		var lp *engine.TokenLogprobs
 		if s.req.Logprobs {
 			lp = logprobsOf(row, tok, s.req.TopLogprobs)
 		}
 		sc.deliver(s, tok, lp)
+		if s.matcher != nil && s.state != stateDone && s.kind != kindPrefill && s.matcher.Final() {
+			sc.finish(s, engine.FinishStop, nil) // nothing may follow the text but a stop token
+		}
 	}
 	if sc.e.StepsObserved() {
 		r := engine.StepReport{Seconds: time.Since(began).Seconds(), Decode: decodes}
@@ -368,6 +379,31 @@ func (sc *sched) run(decodes int) {
 		}
 		sc.e.Step(r)
 	}
+}
+
+// constrainedTok draws s's next token under its constraint and reads it into the
+// matcher. ok is false when s has ended instead: its text is final (finish stop),
+// no token is allowed, or its earlier tokens do not fit.
+func (sc *sched) constrainedTok(s *sequence, logits []float32, sp engine.Sampling) (tok uint32, ok bool) {
+	m, err := sc.e.matcher(s)
+	if err != nil {
+		sc.finish(s, engine.FinishNone, err)
+		return 0, false
+	}
+	if m.Final() {
+		sc.finish(s, engine.FinishStop, nil)
+		return 0, false
+	}
+	if tok, ok = sc.drawConstrained(s, m, logits, sp); !ok {
+		sc.e.log.Warn("native: the constraint allows no token of the vocabulary; the sequence ends", "request_id", s.req.ID)
+		sc.finish(s, engine.FinishStop, nil)
+		return 0, false
+	}
+	if !s.isStop(tok) {
+		m.Advance(tok)
+		s.fed++
+	}
+	return tok, true
 }
 
 // deliver acts on a freshly drawn token.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-serve/tandem/constrain"
 	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/kvcache"
 )
@@ -45,6 +46,9 @@ type sequence struct {
 	admitted  bool     // has been admitted once (cached tokens are counted then)
 
 	queuedAt, startedAt, doneAt time.Time
+
+	matcher *constrain.Matcher // the constraint's parse of the output; nil until the first constrained draw
+	fed     int                // output tokens matcher has read
 
 	export   *export       // kindPrefill: the result
 	released chan struct{} // closed when the scheduler has let go of the sequence

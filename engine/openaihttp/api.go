@@ -46,6 +46,13 @@ type CompletionRequest struct {
 	LogitBias         map[string]float32 `json:"logit_bias,omitempty"`
 	MinP              float32            `json:"min_p,omitempty"`
 
+	// A constraint (structured outputs) in the engine's own field, set by its
+	// Dialect.Constrain: vLLM's structured_outputs, SGLang's json_schema, or
+	// response_format (TensorRT-LLM's JSON, and both engines' structural tag).
+	StructuredOutputs *StructuredOutputs `json:"structured_outputs,omitempty"`
+	JSONSchema        string             `json:"json_schema,omitempty"`
+	ResponseFormat    *ResponseFormat    `json:"response_format,omitempty"`
+
 	// Token ids back (vLLM >= 0.10.2, SGLang).
 	ReturnTokenIDs *bool `json:"return_token_ids,omitempty"`
 	// Logprobs' tokens as "token_id:N" (vLLM).

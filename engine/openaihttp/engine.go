@@ -47,6 +47,9 @@ type Dialect struct {
 	LogprobTokenIDs bool
 	// Disagg is the engine's own KV transfer; nil when tandem drives none.
 	Disagg Disagg
+	// Constrain puts a request's constraint (structured outputs, enforced tool
+	// calls) in the engine's own field.
+	Constrain func(*CompletionRequest, *engine.Constraint)
 }
 
 // Config is how to reach and read one engine server.
@@ -284,6 +287,9 @@ func (e *Engine) Body(req engine.Request, stream bool) CompletionRequest {
 		b.TopK = &k
 	}
 	setControls(&b, req.Sampling)
+	if c := req.Sampling.Constraint; c != nil && e.d.Constrain != nil {
+		e.d.Constrain(&b, c)
+	}
 	yes := true
 	switch e.mode {
 	case TokenIDs:

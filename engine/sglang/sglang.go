@@ -38,8 +38,21 @@ func Dialect(bootstrap Bootstrap) openaihttp.Dialect {
 			yes := true
 			b.ReturnTokenIDs = &yes
 		},
-		Disagg: bootstrap,
+		Disagg:    bootstrap,
+		Constrain: Constrain,
 	}
+}
+
+// Constrain sets SGLang's completions fields (protocol.py's CompletionRequest,
+// SGLang v0.5 and later): the schema as the json_schema string, or, with a prefix,
+// suffix or repetition, an XGrammar structural tag as response_format (its
+// StructuralTagResponseFormat; the xgrammar grammar backend, the default).
+func Constrain(b *openaihttp.CompletionRequest, c *engine.Constraint) {
+	if openaihttp.Plain(c) {
+		b.JSONSchema = string(openaihttp.SchemaJSON(c))
+		return
+	}
+	b.ResponseFormat = &openaihttp.ResponseFormat{Type: "structural_tag", Format: openaihttp.StructuralTagFormat(c)}
 }
 
 // DefaultBootstrapPort is SGLang's --disaggregation-bootstrap-port default.

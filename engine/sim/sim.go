@@ -195,6 +195,11 @@ func (e *Engine) check(req engine.Request, maxTokens int) error {
 	if len(req.Prompt) >= e.cfg.ContextLength {
 		return engine.ErrPromptTooLong
 	}
+	if req.Sampling.Constraint != nil {
+		// Its tokens are timing stand-ins, not text: an answer that ignored the
+		// constraint would look like one that obeyed it, so it is refused outright.
+		return fmt.Errorf("%w: the sim engine generates placeholder tokens and cannot enforce response_format or tool_choice; serve with --engine native or a GPU engine", engine.ErrBadConstraint)
+	}
 	if e.closing.Err() != nil {
 		return engine.ErrClosed
 	}

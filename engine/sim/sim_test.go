@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tandem-serve/tandem/engine"
@@ -282,5 +283,16 @@ func TestRejectsBadRequests(t *testing.T) {
 	}
 	if _, err := sim.New(sim.Config{}); err == nil {
 		t.Error("zero config accepted")
+	}
+}
+
+// The sim engine's tokens are placeholders: a constraint it cannot enforce is
+// refused, not ignored.
+func TestConstraintRefused(t *testing.T) {
+	e := simtest.New(t, nil)
+	_, err := e.Generate(context.Background(), engine.Request{Prompt: []uint32{1, 2, 3},
+		Sampling: engine.Sampling{Constraint: &engine.Constraint{JSONSchema: "{}"}}})
+	if !errors.Is(err, engine.ErrBadConstraint) || !strings.Contains(err.Error(), "native") {
+		t.Fatalf("got %v, want ErrBadConstraint naming the engines that enforce it", err)
 	}
 }

@@ -34,8 +34,21 @@ func Dialect() openaihttp.Dialect {
 			no := false
 			b.Detokenize = &no
 		},
-		Disagg: ContextGeneration{},
+		Disagg:    ContextGeneration{},
+		Constrain: Constrain,
 	}
+}
+
+// Constrain sets response_format (openai_protocol.py's ResponseFormat, TensorRT-LLM
+// 1.1 and later; the server needs guided_decoding_backend set, xgrammar for
+// structural tags): {"type":"json","schema":...}, or, with a prefix, suffix or
+// repetition, {"type":"structural_tag","format":...}.
+func Constrain(b *openaihttp.CompletionRequest, c *engine.Constraint) {
+	if openaihttp.Plain(c) {
+		b.ResponseFormat = &openaihttp.ResponseFormat{Type: "json", Schema: openaihttp.SchemaJSON(c)}
+		return
+	}
+	b.ResponseFormat = &openaihttp.ResponseFormat{Type: "structural_tag", Format: openaihttp.StructuralTagFormat(c)}
 }
 
 // ContextGeneration is the context-only and generation-only legs. The servers

@@ -38,7 +38,20 @@ func Dialect() openaihttp.Dialect {
 		},
 		LogprobTokenIDs: true,
 		Disagg:          Nixl{},
+		Constrain:       Constrain,
 	}
+}
+
+// Constrain sets structured_outputs (vLLM v0.12 and later, StructuredOutputsParams
+// in vllm/sampling_params.py): the schema as "json", or, with a prefix, suffix or
+// repetition, an XGrammar structural tag as "structural_tag" (taken by vLLM's
+// xgrammar backend, the default).
+func Constrain(b *openaihttp.CompletionRequest, c *engine.Constraint) {
+	if openaihttp.Plain(c) {
+		b.StructuredOutputs = &openaihttp.StructuredOutputs{JSON: openaihttp.SchemaJSON(c)}
+		return
+	}
+	b.StructuredOutputs = &openaihttp.StructuredOutputs{StructuralTag: string(openaihttp.StructuralTag(c))}
 }
 
 // Nixl is the NixlConnector's two legs. The engines run with

@@ -292,8 +292,17 @@ func (c *Config) NewEngine(ctx context.Context, log *slog.Logger) (engine.Engine
 	case "vllm", "trtllm", "sglang":
 		return c.gpuEngine(ctx, log)
 	case "native":
-		return native.New(native.Config{Model: c.Model, ContextLength: c.ContextLength, Seed: c.Seed,
-			NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log})
+		nc := native.Config{Model: c.Model, ContextLength: c.ContextLength, Seed: c.Seed,
+			NumBlocks: c.NumBlocks, BlockSize: c.BlockSize, Logger: log}
+		if c.Tokenizer != "" {
+			// Constraints are compiled against the tokenizer the frontend uses.
+			tok, err := loadTokenizer(c.Tokenizer)
+			if err != nil {
+				return nil, fmt.Errorf("--tokenizer: %w", err)
+			}
+			nc.Tokenizer = tok
+		}
+		return native.New(nc)
 	case "sim":
 		sc, err := sim.ConfigFor(c.SimProfile, c.SimLink)
 		if err != nil {

@@ -66,6 +66,14 @@ func registerPoolMetrics(reg prometheus.Registerer, eng engine.Engine) {
 			Name: "tandem_prefix_cache_hits_total",
 			Help: "Prompt tokens found in the engine's prefix cache, as vLLM's prefix_cache_hits; over the queries, the hit rate.",
 		}, func() float64 { return float64(eng.Stats().PrefixHitTokens) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_constrained_draws_total",
+			Help: "Tokens the native engine drew under a constraint (response_format, enforced tool calls).",
+		}, func() float64 { return float64(eng.Stats().ConstrainedDraws) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tandem_constrained_masked_draws_total",
+			Help: "Constrained draws whose unconstrained pick the constraint refused, so the whole token mask was applied and the token drawn again.",
+		}, func() float64 { return float64(eng.Stats().MaskedDraws) }),
 	)
 }
 

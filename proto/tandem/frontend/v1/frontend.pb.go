@@ -378,8 +378,11 @@ type GenerateRequest struct {
 	ToolChoiceFunction string `protobuf:"bytes,15,opt,name=tool_choice_function,json=toolChoiceFunction,proto3" json:"tool_choice_function,omitempty"`
 	// Allow several calls in one reply; unset is true, as in OpenAI's API.
 	ParallelToolCalls *bool `protobuf:"varint,16,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The answer's shape, enforced by constrained decoding (OpenAI's response_format);
+	// unset is free text.
+	ResponseFormat *ResponseFormat `protobuf:"bytes,17,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -524,6 +527,68 @@ func (x *GenerateRequest) GetParallelToolCalls() bool {
 	return false
 }
 
+func (x *GenerateRequest) GetResponseFormat() *ResponseFormat {
+	if x != nil {
+		return x.ResponseFormat
+	}
+	return nil
+}
+
+// ResponseFormat is OpenAI's response_format.
+type ResponseFormat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "text" (the default), "json_object" (any JSON object) or "json_schema".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// For "json_schema": the JSON Schema, as JSON text, within the subset tandem supports.
+	JsonSchema    string `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseFormat) Reset() {
+	*x = ResponseFormat{}
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseFormat) ProtoMessage() {}
+
+func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
+func (*ResponseFormat) Descriptor() ([]byte, []int) {
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ResponseFormat) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetJsonSchema() string {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return ""
+}
+
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens     uint32                 `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
@@ -535,7 +600,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +612,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[5]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +625,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{5}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -602,7 +667,7 @@ type Prefill struct {
 
 func (x *Prefill) Reset() {
 	*x = Prefill{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +679,7 @@ func (x *Prefill) String() string {
 func (*Prefill) ProtoMessage() {}
 
 func (x *Prefill) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[6]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +692,7 @@ func (x *Prefill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prefill.ProtoReflect.Descriptor instead.
 func (*Prefill) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{6}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Prefill) GetPath() string {
@@ -693,7 +758,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +770,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[7]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +783,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{7}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TopLogprob) GetToken() string {
@@ -755,7 +820,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +832,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[8]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +845,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{8}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TokenLogprob) GetToken() string {
@@ -834,7 +899,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +911,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[9]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +924,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{9}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GenerateResponse) GetRequestId() string {
@@ -919,7 +984,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +996,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[10]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1009,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{10}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{11}
 }
 
 type Model struct {
@@ -957,7 +1022,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[11]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1034,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[11]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1047,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{11}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Model) GetId() string {
@@ -1008,7 +1073,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[12]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1085,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[12]
+	mi := &file_tandem_frontend_v1_frontend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1098,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{12}
+	return file_tandem_frontend_v1_frontend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -1067,7 +1132,7 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x04 \x01(\tR\targuments\"\x94\x05\n" +
+	"\targuments\x18\x04 \x01(\tR\targuments\"\xe1\x05\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12;\n" +
@@ -1088,11 +1153,16 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\vtool_choice\x18\x0e \x01(\x0e2\x1e.tandem.frontend.v1.ToolChoiceR\n" +
 	"toolChoice\x120\n" +
 	"\x14tool_choice_function\x18\x0f \x01(\tR\x12toolChoiceFunction\x123\n" +
-	"\x13parallel_tool_calls\x18\x10 \x01(\bH\x03R\x11parallelToolCalls\x88\x01\x01B\x0e\n" +
+	"\x13parallel_tool_calls\x18\x10 \x01(\bH\x03R\x11parallelToolCalls\x88\x01\x01\x12K\n" +
+	"\x0fresponse_format\x18\x11 \x01(\v2\".tandem.frontend.v1.ResponseFormatR\x0eresponseFormatB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
 	"\x05_seedB\x16\n" +
-	"\x14_parallel_tool_calls\"~\n" +
+	"\x14_parallel_tool_calls\"E\n" +
+	"\x0eResponseFormat\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
+	"\vjson_schema\x18\x02 \x01(\tR\n" +
+	"jsonSchema\"~\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
@@ -1157,7 +1227,7 @@ func file_tandem_frontend_v1_frontend_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_frontend_v1_frontend_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_tandem_frontend_v1_frontend_proto_goTypes = []any{
 	(ToolChoice)(0),            // 0: tandem.frontend.v1.ToolChoice
 	(*ChatMessage)(nil),        // 1: tandem.frontend.v1.ChatMessage
@@ -1165,35 +1235,37 @@ var file_tandem_frontend_v1_frontend_proto_goTypes = []any{
 	(*ToolCall)(nil),           // 3: tandem.frontend.v1.ToolCall
 	(*ToolCallDelta)(nil),      // 4: tandem.frontend.v1.ToolCallDelta
 	(*GenerateRequest)(nil),    // 5: tandem.frontend.v1.GenerateRequest
-	(*Usage)(nil),              // 6: tandem.frontend.v1.Usage
-	(*Prefill)(nil),            // 7: tandem.frontend.v1.Prefill
-	(*TopLogprob)(nil),         // 8: tandem.frontend.v1.TopLogprob
-	(*TokenLogprob)(nil),       // 9: tandem.frontend.v1.TokenLogprob
-	(*GenerateResponse)(nil),   // 10: tandem.frontend.v1.GenerateResponse
-	(*ListModelsRequest)(nil),  // 11: tandem.frontend.v1.ListModelsRequest
-	(*Model)(nil),              // 12: tandem.frontend.v1.Model
-	(*ListModelsResponse)(nil), // 13: tandem.frontend.v1.ListModelsResponse
+	(*ResponseFormat)(nil),     // 6: tandem.frontend.v1.ResponseFormat
+	(*Usage)(nil),              // 7: tandem.frontend.v1.Usage
+	(*Prefill)(nil),            // 8: tandem.frontend.v1.Prefill
+	(*TopLogprob)(nil),         // 9: tandem.frontend.v1.TopLogprob
+	(*TokenLogprob)(nil),       // 10: tandem.frontend.v1.TokenLogprob
+	(*GenerateResponse)(nil),   // 11: tandem.frontend.v1.GenerateResponse
+	(*ListModelsRequest)(nil),  // 12: tandem.frontend.v1.ListModelsRequest
+	(*Model)(nil),              // 13: tandem.frontend.v1.Model
+	(*ListModelsResponse)(nil), // 14: tandem.frontend.v1.ListModelsResponse
 }
 var file_tandem_frontend_v1_frontend_proto_depIdxs = []int32{
 	3,  // 0: tandem.frontend.v1.ChatMessage.tool_calls:type_name -> tandem.frontend.v1.ToolCall
 	1,  // 1: tandem.frontend.v1.GenerateRequest.messages:type_name -> tandem.frontend.v1.ChatMessage
 	2,  // 2: tandem.frontend.v1.GenerateRequest.tools:type_name -> tandem.frontend.v1.Tool
 	0,  // 3: tandem.frontend.v1.GenerateRequest.tool_choice:type_name -> tandem.frontend.v1.ToolChoice
-	8,  // 4: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
-	6,  // 5: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
-	7,  // 6: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
-	9,  // 7: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
-	4,  // 8: tandem.frontend.v1.GenerateResponse.tool_calls:type_name -> tandem.frontend.v1.ToolCallDelta
-	12, // 9: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
-	5,  // 10: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
-	11, // 11: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
-	10, // 12: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
-	13, // 13: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 4: tandem.frontend.v1.GenerateRequest.response_format:type_name -> tandem.frontend.v1.ResponseFormat
+	9,  // 5: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
+	7,  // 6: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
+	8,  // 7: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
+	10, // 8: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
+	4,  // 9: tandem.frontend.v1.GenerateResponse.tool_calls:type_name -> tandem.frontend.v1.ToolCallDelta
+	13, // 10: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
+	5,  // 11: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
+	12, // 12: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
+	11, // 13: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
+	14, // 14: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_tandem_frontend_v1_frontend_proto_init() }
@@ -1208,7 +1280,7 @@ func file_tandem_frontend_v1_frontend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_frontend_v1_frontend_proto_rawDesc), len(file_tandem_frontend_v1_frontend_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
