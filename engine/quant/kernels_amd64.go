@@ -148,6 +148,8 @@ func mulPrep32(evex bool, rm int, w *Matrix, a *acts, j0, j1 int, out []float32,
 		kind = 1
 	case w.t == gguf.TypeQ8_0 && !evex:
 		kind = 2
+	case evex:
+		kind = 3 // the 512-bit twin of the plain kernel: same bits, fewer loads
 	}
 	for r0 := 0; r0 < a.m; r0 += rowsBlock {
 		r1 := min(a.m, r0+rowsBlock)

@@ -40,15 +40,15 @@ func BenchmarkTile(b *testing.B) {
 		out: unsafe.Pointer(&out[0]), ldo: 16,
 		mask: unsafe.Pointer(&colMasks[4]), s: unsafe.Pointer(&tb.s[0]),
 	}
-	for _, ev := range []int{1, 0} {
-		rm := 4
-		if ev == 0 {
-			rm = 2
-		}
-		b.Run([]string{"avx2", "avx512"}[ev], func(b *testing.B) {
+	for _, v := range []struct {
+		name          string
+		ev, kind, rm int
+	}{{"avx512z", 1, 3, 4}, {"avx512", 1, 0, 4}, {"avx2", 0, 0, 2}} {
+		ev, kind, rm := v.ev, v.kind, v.rm
+		b.Run(v.name, func(b *testing.B) {
 			c0 := cpuTime()
 			for b.Loop() {
-				callDot32(ev, 0, rm, &p)
+				callDot32(ev, kind, rm, &p)
 			}
 			cpu := (cpuTime() - c0).Seconds()
 			b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*rm*4), "cycles/block/row/col@2.8GHz")

@@ -131,14 +131,19 @@ func main() {
 	// Dispatch by switch, not through func values, which would make the argument
 	// structs escape to the heap.
 	var sw32, swK bytes.Buffer
-	kinds := []kind32{{name: "plain"}, {name: "min", min: true}, {name: "q8", signed: true}}
+	kinds := []kind32{{name: "plain"}, {name: "min", min: true}, {name: "q8", signed: true}, {name: "plainz", zmm: true}}
 	for _, is := range []isa{avx512, avx2} {
 		for ki, k := range kinds {
-			if k.signed && is.evex {
+			if k.signed && is.evex || k.zmm && !is.evex {
 				continue
 			}
 			for rm := 1; rm <= is.maxRM; rm++ {
-				n := g.dot32(is, k, rm)
+				var n string
+				if k.zmm {
+					n = g.dot32z(rm)
+				} else {
+					n = g.dot32(is, k, rm)
+				}
 				declare(n, "p *dot32Args")
 				fmt.Fprintf(&sw32, "\tcase %d<<8 | %d<<4 | %d:\n\t\t%s(p)\n", boolInt(is.evex), ki, rm, n)
 			}
@@ -171,7 +176,7 @@ func main() {
 		declare(g.prepK(t), "w *byte, nsb int, dst *byte")
 	}
 	fmt.Fprintf(&decl, "// callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),\n")
-	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.\n")
+	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0, 3 plain at 512 bits) and row count.\n")
 	dispatch(&decl, "callDot32", "kind", "dot32Args", "32-value", sw32.String())
 	decl.WriteString("\n")
 	fmt.Fprintf(&decl, "// callDirect runs the direct kernel for the instruction set (1 for AVX-512),\n")
