@@ -41,7 +41,7 @@ func BenchmarkTile(b *testing.B) {
 		mask: unsafe.Pointer(&colMasks[4]), s: unsafe.Pointer(&tb.s[0]),
 	}
 	for _, v := range []struct {
-		name          string
+		name         string
 		ev, kind, rm int
 	}{{"avx512z", 1, 3, 4}, {"avx512", 1, 0, 4}, {"avx2", 0, 0, 2}} {
 		ev, kind, rm := v.ev, v.kind, v.rm
