@@ -267,6 +267,10 @@ var directFormats = map[gguf.Type]int{
 	gguf.TypeQ8_0: 0, gguf.TypeQ4_0: 1, gguf.TypeQ4_1: 2, gguf.TypeQ5_0: 3, gguf.TypeQ5_1: 4,
 }
 
+// directZ selects the 512-bit one-row direct kernels for Q8_0 and Q4_0 (a variable
+// so that the benchmark can set them against the 256-bit ones).
+var directZ = true
+
 // batchDirectRows bounds the row groups mulDirectBatch takes: up to 2 groups of rm
 // rows (a decode batch of 8 with AVX-512). Beyond, preparing the columns once pays.
 const batchDirectRows = 2
@@ -300,6 +304,9 @@ func mulDirect(evex bool, w *Matrix, a *acts, i0, i1, j0, j1 int, out []float32,
 		tstride: 4 * rb, ldo: 4 * ldo,
 	}
 	f := directFormats[w.t]
+	if evex && directZ && i1-i0 == 1 && f <= 1 {
+		f += len(directFormats) // Q8_0 or Q4_0 at 512 bits (directz): same bits
+	}
 	o := out[i0*ldo:]
 	if full := (j1 - j0) / 4; full > 0 {
 		p.w = unsafe.Pointer(&w.data[j0*rb])

@@ -183,6 +183,12 @@ func directQ5_1_avx2_1(p *directArgs)
 func directQ5_1_avx2_2(p *directArgs)
 
 //go:noescape
+func directQ8_0z_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ4_0z_avx512_1(p *directArgs)
+
+//go:noescape
 func prepQ8_0(w *byte, nb int, dst *byte, hd *uint16, hm *uint16)
 
 //go:noescape
@@ -324,6 +330,10 @@ func callDirect(evex, format, rm int, p *directArgs) {
 		directQ5_1_avx2_1(p)
 	case 0<<8 | 4<<4 | 2:
 		directQ5_1_avx2_2(p)
+	case 1<<8 | 5<<4 | 1:
+		directQ8_0z_avx512_1(p)
+	case 1<<8 | 6<<4 | 1:
+		directQ4_0z_avx512_1(p)
 	default:
 		panic("quant: no direct kernel for this tile")
 	}

@@ -65,8 +65,26 @@ func BenchmarkDirect(b *testing.B) {
 			n := 16 * 576 / k
 			w, _ := testMatrix(b, typ, k, n, r)
 			x := gaussian(r, k, 1)
+			type variant struct {
+				ks *kernelSet
+				z  bool
+			}
+			var vs []variant
 			for _, ks := range supportedKernels()[:len(supportedKernels())-1] {
-				b.Run(fmt.Sprintf("%v/K%d/%s", typ, k, ks.name), func(b *testing.B) {
+				vs = append(vs, variant{ks, false})
+				if ks == avx512Kernels && typ != gguf.TypeQ5_0 {
+					vs = append(vs, variant{ks, true})
+				}
+			}
+			for _, v := range vs {
+				ks := v.ks
+				name := ks.name
+				if v.z {
+					name += "z"
+				}
+				b.Run(fmt.Sprintf("%v/K%d/%s", typ, k, name), func(b *testing.B) {
+					defer func(z bool) { directZ = z }(directZ)
+					directZ = v.z
 					var a acts
 					a.quantize32(1, x, k, k, laneMode(typ), ks.row32)
 					out := make([]float32, n)

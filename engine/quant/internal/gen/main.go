@@ -166,6 +166,13 @@ func main() {
 			}
 		}
 	}
+	// The one-row 512-bit direct kernels follow as formats len(unpackers32)+0 (Q8_0)
+	// and +1 (Q4_0).
+	for zi, u := range unpackers32[:2] {
+		n := g.directz(u)
+		declare(n, "p *directArgs")
+		fmt.Fprintf(&swD, "\tcase 1<<8 | %d<<4 | 1:\n\t\t%s(p)\n", len(unpackers32)+zi, n)
+	}
 	for _, u := range unpackers32 {
 		declare(g.prep32(u), "w *byte, nb int, dst *byte, hd *uint16, hm *uint16")
 	}
