@@ -1,6 +1,7 @@
 // Command gen writes the quantized products' assembly, kernels_amd64.s, and its Go
 // declarations, kernels_gen_amd64.go, into the current directory; go generate runs it
-// in engine/quant. All code is AVX-512 (VL, BW, VNNI) at 256-bit width or AVX2.
+// in engine/quant. All code is AVX-512 (VL, BW, VNNI) or AVX2, at 256-bit width
+// except the 512-bit kernels of tilez.go and directz.go.
 //
 // Three families of routines, each in its own file:
 //
@@ -32,9 +33,11 @@ import (
 	"strings"
 )
 
-// isa is one instruction set the dot kernels are written for. Both use 256-bit
-// vectors only: a 512-bit instruction would switch off port 1's vector units for a
-// while and so halve the throughput of the 256-bit code around it.
+// isa is one instruction set the dot kernels are written for, at 256 bits: on some
+// Intel cores a 512-bit instruction switches off port 1's vector units for a while.
+// The plain formats' prompt tiles and one-row decode also have 512-bit kernels
+// (dot32z, directz), which on Zen 4/5 cost per instruction what 256-bit ones do and
+// halve the instructions; they are chosen wherever AVX-512 VNNI is.
 type isa struct {
 	name  string
 	maxRM int  // activation rows per tile
