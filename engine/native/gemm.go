@@ -25,6 +25,18 @@ func gemm(m int, a []float32, lda int, w *packed, c []float32, ldc int) {
 	}
 	k := w.K
 	parallel.For(w.panels, m*k*panelWidth, parallel.MinProduct, func(lo, hi int) {
+		if m == 1 && haveAsm {
+			// Decode: four panels per call keep four independent FMA chains and
+			// memory streams in flight; each output is summed as kern1 sums it.
+			p := lo
+			for ; p+4 <= hi; p += 4 {
+				rowPanels4(k, a, w, p, c)
+			}
+			for ; p < hi; p++ {
+				microKernel(1, k, a, lda, w.panel(p), c[p*panelWidth:], ldc)
+			}
+			return
+		}
 		for r0 := 0; r0 < m; r0 += rowsBlock {
 			r1 := min(m, r0+rowsBlock)
 			for p := lo; p < hi; p++ {

@@ -84,6 +84,70 @@ func main() {
 		w("\tVZEROUPPER")
 		w("\tRET")
 	}
+	// kern1x4: one row by four consecutive panels, for decode. Each output is still
+	// summed over k in order from zero (the same bits as kern1 panel by panel), but
+	// the four panels' FMA chains and memory streams are independent, and each
+	// panel is prefetched 1 KB ahead.
+	{
+		name := "kern1x4"
+		w("")
+		w("// func %s(k int, a *float32, b *float32, pstride int, c *float32)", name)
+		w("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+		w("\tMOVQ k+0(FP), CX")
+		w("\tMOVQ a+8(FP), SI")
+		w("\tMOVQ b+16(FP), BX")
+		w("\tMOVQ pstride+24(FP), AX")
+		w("\tMOVQ c+32(FP), DX")
+		w("\tLEAQ (BX)(AX*1), R9")
+		w("\tLEAQ (R9)(AX*1), R10")
+		w("\tLEAQ (R10)(AX*1), R11")
+		for i := 0; i < 8; i++ {
+			w("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+		}
+		base := []string{"BX", "R9", "R10", "R11"}
+		step := func(off int) {
+			bc := 14 + off%2
+			w("\tVBROADCASTSS %d(SI), Y%d", off*4, bc)
+			for q := 0; q < 4; q++ {
+				w("\tVFMADD231PS %d(%s), Y%d, Y%d", off*64, base[q], bc, 2*q)
+				w("\tVFMADD231PS %d(%s), Y%d, Y%d", off*64+32, base[q], bc, 2*q+1)
+			}
+		}
+		w("loop_%s:", name)
+		w("\tCMPQ CX, $4")
+		w("\tJLT tail_%s", name)
+		for q := 0; q < 4; q++ {
+			for l := 0; l < 4; l++ {
+				w("\tPREFETCHT0 %d(%s)", 1024+64*l, base[q])
+			}
+		}
+		for u := 0; u < 4; u++ {
+			step(u)
+		}
+		w("\tADDQ $16, SI")
+		for q := 0; q < 4; q++ {
+			w("\tADDQ $256, %s", base[q])
+		}
+		w("\tSUBQ $4, CX")
+		w("\tJMP loop_%s", name)
+		w("tail_%s:", name)
+		w("\tTESTQ CX, CX")
+		w("\tJZ store_%s", name)
+		step(0)
+		w("\tADDQ $4, SI")
+		for q := 0; q < 4; q++ {
+			w("\tADDQ $64, %s", base[q])
+		}
+		w("\tDECQ CX")
+		w("\tJMP tail_%s", name)
+		w("store_%s:", name)
+		for i := 0; i < 8; i++ {
+			w("\tVADDPS %d(DX), Y%d, Y%d", 32*i, i, i)
+			w("\tVMOVUPS Y%d, %d(DX)", i, 32*i)
+		}
+		w("\tVZEROUPPER")
+		w("\tRET")
+	}
 	w("")
 	w("// func fmaPeak(n int)")
 	w("TEXT ·fmaPeak(SB), NOSPLIT, $0-8")

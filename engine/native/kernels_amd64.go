@@ -28,6 +28,20 @@ func kern5(k int, a *float32, lda int, b *float32, c *float32, ldc int)
 //go:noescape
 func kern6(k int, a *float32, lda int, b *float32, c *float32, ldc int)
 
+// kern1x4 is kern1 over four consecutive panels (pstride bytes apart) at once, their
+// outputs at c[0:64].
+//
+//go:noescape
+func kern1x4(k int, a *float32, b *float32, pstride int, c *float32)
+
+// rowPanels4 computes one row by panels [p, p+4) of w: c[p*16:(p+4)*16] += a * W.
+func rowPanels4(k int, a []float32, w *packed, p int, c []float32) {
+	_ = a[k-1]
+	_ = c[(p+4)*panelWidth-1]
+	b := w.data[p*k*panelWidth : (p+4)*k*panelWidth]
+	kern1x4(k, &a[0], &b[0], 4*k*panelWidth, &c[p*panelWidth])
+}
+
 // fmaPeak runs n iterations of 12 independent 8-wide FMAs (192 flops each), to
 // measure a core's peak.
 //

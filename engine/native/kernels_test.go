@@ -53,7 +53,7 @@ func TestKernelAsmMatchesPortable(t *testing.T) {
 // batched decode and chunked prefill bit-identical to single-sequence runs.
 func TestGemmRowsIndependentOfBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	const k, n = 96, 40
+	const k, n = 97, 100 // 7 panels: one-row products take four at once, then the rest one by one
 	w := newPacked(k, n)
 	copy(w.data, randSlice(r, len(w.data)))
 	ldc := w.panels * panelWidth

@@ -148,6 +148,8 @@ func mulPrep32(evex bool, rm int, w *Matrix, a *acts, j0, j1 int, out []float32,
 		kind = 1
 	case w.t == gguf.TypeQ8_0 && !evex:
 		kind = 2
+	case evex:
+		kind = 3 // the 512-bit twin of the plain kernel: same bits, fewer loads
 	}
 	for r0 := 0; r0 < a.m; r0 += rowsBlock {
 		r1 := min(a.m, r0+rowsBlock)
@@ -265,6 +267,10 @@ var directFormats = map[gguf.Type]int{
 	gguf.TypeQ8_0: 0, gguf.TypeQ4_0: 1, gguf.TypeQ4_1: 2, gguf.TypeQ5_0: 3, gguf.TypeQ5_1: 4,
 }
 
+// directZ selects the 512-bit one-row direct kernels for Q8_0 and Q4_0 (a variable
+// so that the benchmark can set them against the 256-bit ones).
+var directZ = true
+
 // batchDirectRows bounds the row groups mulDirectBatch takes: up to 2 groups of rm
 // rows (a decode batch of 8 with AVX-512). Beyond, preparing the columns once pays.
 const batchDirectRows = 2
@@ -298,6 +304,9 @@ func mulDirect(evex bool, w *Matrix, a *acts, i0, i1, j0, j1 int, out []float32,
 		tstride: 4 * rb, ldo: 4 * ldo,
 	}
 	f := directFormats[w.t]
+	if evex && directZ && i1-i0 == 1 && f <= 1 {
+		f += len(directFormats) // Q8_0 or Q4_0 at 512 bits (directz): same bits
+	}
 	o := out[i0*ldo:]
 	if full := (j1 - j0) / 4; full > 0 {
 		p.w = unsafe.Pointer(&w.data[j0*rb])

@@ -27,6 +27,18 @@ func dot32min_avx512_3(p *dot32Args)
 func dot32min_avx512_4(p *dot32Args)
 
 //go:noescape
+func dot32plainz_avx512_1(p *dot32Args)
+
+//go:noescape
+func dot32plainz_avx512_2(p *dot32Args)
+
+//go:noescape
+func dot32plainz_avx512_3(p *dot32Args)
+
+//go:noescape
+func dot32plainz_avx512_4(p *dot32Args)
+
+//go:noescape
 func dotKmin_avx512_1(p *dotKArgs)
 
 //go:noescape
@@ -171,6 +183,12 @@ func directQ5_1_avx2_1(p *directArgs)
 func directQ5_1_avx2_2(p *directArgs)
 
 //go:noescape
+func directQ8_0z_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ4_0z_avx512_1(p *directArgs)
+
+//go:noescape
 func prepQ8_0(w *byte, nb int, dst *byte, hd *uint16, hm *uint16)
 
 //go:noescape
@@ -204,7 +222,7 @@ func prepQ5_K(w *byte, nsb int, dst *byte)
 func prepQ6_K(w *byte, nsb int, dst *byte)
 
 // callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),
-// kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.
+// kind (0 plain, 1 min, 2 AVX2 Q8_0, 3 plain at 512 bits) and row count.
 func callDot32(evex, kind, rm int, p *dot32Args) {
 	switch evex<<8 | kind<<4 | rm {
 	case 1<<8 | 0<<4 | 1:
@@ -223,6 +241,14 @@ func callDot32(evex, kind, rm int, p *dot32Args) {
 		dot32min_avx512_3(p)
 	case 1<<8 | 1<<4 | 4:
 		dot32min_avx512_4(p)
+	case 1<<8 | 3<<4 | 1:
+		dot32plainz_avx512_1(p)
+	case 1<<8 | 3<<4 | 2:
+		dot32plainz_avx512_2(p)
+	case 1<<8 | 3<<4 | 3:
+		dot32plainz_avx512_3(p)
+	case 1<<8 | 3<<4 | 4:
+		dot32plainz_avx512_4(p)
 	case 0<<8 | 0<<4 | 1:
 		dot32plain_avx2_1(p)
 	case 0<<8 | 0<<4 | 2:
@@ -304,6 +330,10 @@ func callDirect(evex, format, rm int, p *directArgs) {
 		directQ5_1_avx2_1(p)
 	case 0<<8 | 4<<4 | 2:
 		directQ5_1_avx2_2(p)
+	case 1<<8 | 5<<4 | 1:
+		directQ8_0z_avx512_1(p)
+	case 1<<8 | 6<<4 | 1:
+		directQ4_0z_avx512_1(p)
 	default:
 		panic("quant: no direct kernel for this tile")
 	}

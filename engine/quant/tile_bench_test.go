@@ -40,15 +40,15 @@ func BenchmarkTile(b *testing.B) {
 		out: unsafe.Pointer(&out[0]), ldo: 16,
 		mask: unsafe.Pointer(&colMasks[4]), s: unsafe.Pointer(&tb.s[0]),
 	}
-	for _, ev := range []int{1, 0} {
-		rm := 4
-		if ev == 0 {
-			rm = 2
-		}
-		b.Run([]string{"avx2", "avx512"}[ev], func(b *testing.B) {
+	for _, v := range []struct {
+		name         string
+		ev, kind, rm int
+	}{{"avx512z", 1, 3, 4}, {"avx512", 1, 0, 4}, {"avx2", 0, 0, 2}} {
+		ev, kind, rm := v.ev, v.kind, v.rm
+		b.Run(v.name, func(b *testing.B) {
 			c0 := cpuTime()
 			for b.Loop() {
-				callDot32(ev, 0, rm, &p)
+				callDot32(ev, kind, rm, &p)
 			}
 			cpu := (cpuTime() - c0).Seconds()
 			b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*rm*4), "cycles/block/row/col@2.8GHz")
@@ -65,8 +65,26 @@ func BenchmarkDirect(b *testing.B) {
 			n := 16 * 576 / k
 			w, _ := testMatrix(b, typ, k, n, r)
 			x := gaussian(r, k, 1)
+			type variant struct {
+				ks *kernelSet
+				z  bool
+			}
+			var vs []variant
 			for _, ks := range supportedKernels()[:len(supportedKernels())-1] {
-				b.Run(fmt.Sprintf("%v/K%d/%s", typ, k, ks.name), func(b *testing.B) {
+				vs = append(vs, variant{ks, false})
+				if ks == avx512Kernels && typ != gguf.TypeQ5_0 {
+					vs = append(vs, variant{ks, true})
+				}
+			}
+			for _, v := range vs {
+				ks := v.ks
+				name := ks.name
+				if v.z {
+					name += "z"
+				}
+				b.Run(fmt.Sprintf("%v/K%d/%s", typ, k, name), func(b *testing.B) {
+					defer func(z bool) { directZ = z }(directZ)
+					directZ = v.z
 					var a acts
 					a.quantize32(1, x, k, k, laneMode(typ), ks.row32)
 					out := make([]float32, n)

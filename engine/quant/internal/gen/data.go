@@ -30,6 +30,12 @@ func words(v uint16, n int) []byte {
 
 func (g *gen) constants() {
 	g.data("c80", rep(0x80, 32))
+	g.data("z80", rep(0x80, 64))
+	g.data("z0f", rep(0x0f, 64))
+	g.data("zsrl4", []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0})
 	g.data("c01", rep(0x01, 32))
 	g.data("c0f", rep(0x0f, 32))
 	g.data("c08", rep(0x08, 32))

@@ -1,6 +1,7 @@
 // Command gen writes the quantized products' assembly, kernels_amd64.s, and its Go
 // declarations, kernels_gen_amd64.go, into the current directory; go generate runs it
-// in engine/quant. All code is AVX-512 (VL, BW, VNNI) at 256-bit width or AVX2.
+// in engine/quant. All code is AVX-512 (VL, BW, VNNI) or AVX2, at 256-bit width
+// except the 512-bit kernels of tilez.go and directz.go.
 //
 // Three families of routines, each in its own file:
 //
@@ -32,9 +33,11 @@ import (
 	"strings"
 )
 
-// isa is one instruction set the dot kernels are written for. Both use 256-bit
-// vectors only: a 512-bit instruction would switch off port 1's vector units for a
-// while and so halve the throughput of the 256-bit code around it.
+// isa is one instruction set the dot kernels are written for, at 256 bits: on some
+// Intel cores a 512-bit instruction switches off port 1's vector units for a while.
+// The plain formats' prompt tiles and one-row decode also have 512-bit kernels
+// (dot32z, directz), which on Zen 4/5 cost per instruction what 256-bit ones do and
+// halve the instructions; they are chosen wherever AVX-512 VNNI is.
 type isa struct {
 	name  string
 	maxRM int  // activation rows per tile
@@ -131,14 +134,19 @@ func main() {
 	// Dispatch by switch, not through func values, which would make the argument
 	// structs escape to the heap.
 	var sw32, swK bytes.Buffer
-	kinds := []kind32{{name: "plain"}, {name: "min", min: true}, {name: "q8", signed: true}}
+	kinds := []kind32{{name: "plain"}, {name: "min", min: true}, {name: "q8", signed: true}, {name: "plainz", zmm: true}}
 	for _, is := range []isa{avx512, avx2} {
 		for ki, k := range kinds {
-			if k.signed && is.evex {
+			if k.signed && is.evex || k.zmm && !is.evex {
 				continue
 			}
 			for rm := 1; rm <= is.maxRM; rm++ {
-				n := g.dot32(is, k, rm)
+				var n string
+				if k.zmm {
+					n = g.dot32z(rm)
+				} else {
+					n = g.dot32(is, k, rm)
+				}
 				declare(n, "p *dot32Args")
 				fmt.Fprintf(&sw32, "\tcase %d<<8 | %d<<4 | %d:\n\t\t%s(p)\n", boolInt(is.evex), ki, rm, n)
 			}
@@ -161,6 +169,13 @@ func main() {
 			}
 		}
 	}
+	// The one-row 512-bit direct kernels follow as formats len(unpackers32)+0 (Q8_0)
+	// and +1 (Q4_0).
+	for zi, u := range unpackers32[:2] {
+		n := g.directz(u)
+		declare(n, "p *directArgs")
+		fmt.Fprintf(&swD, "\tcase 1<<8 | %d<<4 | 1:\n\t\t%s(p)\n", len(unpackers32)+zi, n)
+	}
 	for _, u := range unpackers32 {
 		declare(g.prep32(u), "w *byte, nb int, dst *byte, hd *uint16, hm *uint16")
 	}
@@ -171,7 +186,7 @@ func main() {
 		declare(g.prepK(t), "w *byte, nsb int, dst *byte")
 	}
 	fmt.Fprintf(&decl, "// callDot32 runs the 32-value tile kernel for the instruction set (1 for AVX-512),\n")
-	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0) and row count.\n")
+	fmt.Fprintf(&decl, "// kind (0 plain, 1 min, 2 AVX2 Q8_0, 3 plain at 512 bits) and row count.\n")
 	dispatch(&decl, "callDot32", "kind", "dot32Args", "32-value", sw32.String())
 	decl.WriteString("\n")
 	fmt.Fprintf(&decl, "// callDirect runs the direct kernel for the instruction set (1 for AVX-512),\n")

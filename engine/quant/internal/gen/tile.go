@@ -9,6 +9,7 @@ type kind32 struct {
 	name   string
 	min    bool // also fold lane sums times min*dx (Q4_1, Q5_1)
 	signed bool // AVX2 Q8_0: sign trick instead of unsigned activations and biases
+	zmm    bool // AVX-512 plain formats at 512 bits (dot32z)
 }
 
 // dot32 writes the tile kernel for rm rows of a 32-value format.
