@@ -71,7 +71,7 @@ func newTestRegistrar(t *testing.T, a *fakeAgent) *Registrar {
 	t.Helper()
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	c, err := NewClient(strings.TrimPrefix(srv.URL, "http://"), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	c, err := NewClient(strings.TrimPrefix(srv.URL, "http://"), "", slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
