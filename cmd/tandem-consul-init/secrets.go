@@ -100,11 +100,16 @@ func makeSecrets(ctx context.Context, d dirs, consul string, stdout io.Writer) e
 			return err
 		}
 	}
-	if err := writeFile(filepath.Join(d.server, "server.hcl"), serverConfig(strings.TrimSpace(key), t)); err != nil {
-		return err
+	// Agents read every .hcl in their directory (-config-dir), merging blocks
+	// across files; one file cannot repeat a block.
+	files := map[string]string{
+		filepath.Join(d.server, "common.hcl"): common(strings.TrimSpace(key), t), filepath.Join(d.server, "server.hcl"): serverConfig(t),
+		filepath.Join(d.client, "common.hcl"): common(strings.TrimSpace(key), t), filepath.Join(d.client, "client.hcl"): clientConfig(),
 	}
-	if err := writeFile(filepath.Join(d.client, "client.hcl"), clientConfig(strings.TrimSpace(key), t)); err != nil {
-		return err
+	for path, content := range files {
+		if err := writeFile(path, content); err != nil {
+			return err
+		}
 	}
 	for _, r := range roles[1:] {
 		if err := os.MkdirAll(d.tokenDir(r), 0o700); err != nil {
@@ -134,10 +139,6 @@ encrypt = %q
 encrypt_verify_incoming = true
 encrypt_verify_outgoing = true
 retry_join = ["server-1", "server-2", "server-3"]
-ports {
-  grpc = -1
-  dns = -1
-}
 acl {
   enabled = true
   default_policy = "deny"
@@ -150,8 +151,8 @@ acl {
 `, datacenter, key, t.Roles["agent"].Secret)
 }
 
-func serverConfig(key string, t tokens) string {
-	return common(key, t) + fmt.Sprintf(`server = true
+func serverConfig(t tokens) string {
+	return fmt.Sprintf(`server = true
 bootstrap_expect = 3
 acl {
   tokens {
@@ -165,6 +166,8 @@ addresses {
 }
 ports {
   https = 8501
+  grpc = -1
+  dns = -1
 }
 tls {
   defaults {
@@ -184,8 +187,12 @@ tls {
 `, t.Management)
 }
 
-func clientConfig(key string, t tokens) string {
-	return common(key, t) + `tls {
+func clientConfig() string {
+	return `ports {
+  grpc = -1
+  dns = -1
+}
+tls {
   defaults {
     ca_file = "/secrets/client/ca.pem"
     cert_file = "/secrets/client/client.pem"
