@@ -80,12 +80,12 @@ func consulServerDown(t *testing.T, c *composeRun, admin *api.Client, load *mhLo
 	}
 	mhReport(t, "consul server down: a restarted prefill worker registered and passed again %s after its restart", since(restart))
 
-	set := time.Now()
 	c.operator(t, "set", "decode", `{"short_prefill_threshold": 100000}`)
+	set := time.Now()
 	if !testutil.Eventually(30*time.Second, 500*time.Millisecond, func() bool { return c.longPath(t) == "local" }) {
 		t.Fatal("a long prompt is still prefilled remotely 30s after short_prefill_threshold 100000 was written with a server down")
 	}
-	mhReport(t, "consul server down: short_prefill_threshold 100000 written by tandem config applied in %s (a long prompt went local)", since(set))
+	mhReport(t, "consul server down: short_prefill_threshold 100000 written by tandem config applied in %s (a long prompt went local; timed from the write's return)", since(set))
 	c.operator(t, "set", "decode", `{"short_prefill_threshold": 128}`)
 	if !testutil.Eventually(30*time.Second, 500*time.Millisecond, func() bool { return c.longPath(t) == "remote" }) {
 		t.Fatal("a long prompt is not prefilled remotely 30s after short_prefill_threshold went back to 128")
@@ -112,10 +112,13 @@ func decodeHostKilled(t *testing.T, c *composeRun, admin *api.Client, load *mhLo
 	names := []string{c.container(t, "host-3"), c.container(t, "prefill-3"), c.container(t, "decode-3")}
 	// A dead machine does not come back by itself.
 	docker(t, append([]string{"update", "--restart", "no"}, names...)...)
-	testutil.WaitForWithin(t, 30*time.Second, "a request streams from "+victim, func() bool {
-		time.Sleep(10 * time.Millisecond)
-		return load.inflightOn(victim) > 0
-	})
+	// Kill it while long answers stream from it, so that some are cut mid-way.
+	if !testutil.Eventually(30*time.Second, 10*time.Millisecond, func() bool { return load.inflightLongOn(victim) >= 2 }) {
+		testutil.WaitForWithin(t, 30*time.Second, "a request streams from "+victim, func() bool {
+			time.Sleep(10 * time.Millisecond)
+			return load.inflightOn(victim) > 0
+		})
+	}
 	inflight := load.inflightOn(victim)
 	t0 := time.Now()
 	docker(t, append([]string{"kill"}, names...)...)

@@ -182,6 +182,7 @@ func splitHostPort(addr string) (string, int, error) {
 type metrics struct {
 	errors        *prometheus.CounterVec
 	registrations prometheus.Counter
+	staleRemoved  prometheus.Counter
 	watchUpdates  *prometheus.CounterVec
 	configApplied *prometheus.CounterVec
 	configReject  *prometheus.CounterVec
@@ -196,6 +197,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		registrations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_consul_registrations_total", Help: "Times this service registered itself (again after a Consul restart).",
 		}),
+		staleRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_consul_stale_registrations_removed_total",
+			Help: "Registrations of this service's name and address under another id (a predecessor that died without deregistering) removed from the local agent.",
+		}),
 		watchUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_consul_membership_updates_total", Help: "Membership changes seen by blocking queries, by service.",
 		}, []string{"service"}),
@@ -209,6 +214,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_consul_passing_instances", Help: "Passing instances of a watched service.",
 		}, []string{"service"}),
 	}
-	reg.MustRegister(m.errors, m.registrations, m.watchUpdates, m.configApplied, m.configReject, m.members)
+	reg.MustRegister(m.errors, m.registrations, m.staleRemoved, m.watchUpdates, m.configApplied, m.configReject, m.members)
 	return m
 }
