@@ -104,9 +104,9 @@ func consulServerDown(t *testing.T, c *composeRun, admin *api.Client, load *mhLo
 	}
 }
 
-// A whole host with a decode worker (its agent, prefill and decode worker) is
-// killed while it streams: its requests end, none hangs, and new requests stop
-// going there.
+// A whole host with a decode worker (its agent, prefill and decode worker) dies
+// while it streams, network first: its requests end, none hangs, and new
+// requests stop going there.
 func decodeHostKilled(t *testing.T, c *composeRun, admin *api.Client, load *mhLoad) {
 	victim := on(t, admin, "tandem-decode", "host-3")
 	names := []string{c.container(t, "host-3"), c.container(t, "prefill-3"), c.container(t, "decode-3")}
@@ -121,6 +121,10 @@ func decodeHostKilled(t *testing.T, c *composeRun, admin *api.Client, load *mhLo
 	}
 	inflight := load.inflightOn(victim)
 	t0 := time.Now()
+	// The network goes first, as when a machine loses power: no process on it
+	// gets to send a RST or FIN, so its peers hear silence.
+	network := mhProject + "_default"
+	docker(t, "network", "disconnect", network, names[0])
 	docker(t, append([]string{"kill"}, names...)...)
 	var gone time.Duration
 	if testutil.Eventually(time.Minute, 100*time.Millisecond, func() bool { _, ok := mhPassing(admin, "tandem-decode")[victim]; return !ok }) {
@@ -166,6 +170,7 @@ func decodeHostKilled(t *testing.T, c *composeRun, admin *api.Client, load *mhLo
 	}
 
 	docker(t, append([]string{"update", "--restart", "unless-stopped"}, names...)...)
+	docker(t, "network", "connect", "--ip", mhHosts["host-3"], "--alias", "host-3", network, names[0])
 	docker(t, "start", names[0])
 	c.waitRunning(t, time.Minute, "host-3")
 	docker(t, "start", names[1], names[2])
