@@ -249,7 +249,8 @@ func checkACLs(t *testing.T, c *composeRun, admin *api.Client) {
 // operator runs tandem config with the operator's token through compose.
 func (c *composeRun) operator(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := c.output(time.Minute, append([]string{"run", "--rm", "-T", "operator", "config"}, args...)...)
+	// docker-compose 1.29's run took over a minute on a crowded 2-core machine.
+	out, err := c.output(3*time.Minute, append([]string{"run", "--rm", "-T", "operator", "config"}, args...)...)
 	if err != nil {
 		t.Fatalf("operator config %v: %v\n%s", args, err, out)
 	}
