@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the image that compose/compose.yaml runs, tandem:local, FROM scratch:
+# Builds the image that compose/compose.yaml and compose/multihost.yaml run,
+# tandem:local, FROM scratch:
 #
 #   compose/build.sh            # then: docker-compose -f compose/compose.yaml up
 #
@@ -29,10 +30,21 @@ mkdir -p "$ctx/tmp"
 chmod 1777 "$ctx/tmp"
 # An empty directory is not always copied; a file keeps /tmp in the image.
 : >"$ctx/tmp/.keep"
+# Mount points of compose/multihost.yaml's volumes, owned by nobody in the image
+# so that Docker gives a new volume that owner: Consul's data, and the secrets
+# tandem-consul-init makes (one directory per volume).
+for d in data secrets/ca secrets/server secrets/client secrets/token-frontend secrets/token-router \
+  secrets/token-prefill secrets/token-decode secrets/token-operator; do
+  mkdir -p "$ctx/$d"
+  : >"$ctx/$d/.keep"
+done
 
 log "building a static tandem"
 (cd "$root" && CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags='-s -w' -o "$ctx/tandem.new" ./cmd/tandem)
 mv -f "$ctx/tandem.new" "$ctx/tandem"
+log "building a static tandem-consul-init (compose/multihost.yaml's setup)"
+(cd "$root" && CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags='-s -w' -o "$ctx/tandem-consul-init.new" ./cmd/tandem-consul-init)
+mv -f "$ctx/tandem-consul-init.new" "$ctx/tandem-consul-init"
 
 consul=${TANDEM_CONSUL_BIN:-}
 if [ -z "$consul" ]; then

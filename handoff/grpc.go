@@ -2,8 +2,10 @@ package handoff
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	prefillv1 "github.com/tandem-serve/tandem/proto/tandem/prefill/v1"
 )
@@ -44,7 +46,10 @@ const (
 
 // ServerOptions are a KV transfer port's grpc-go server settings.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.WriteBufferSize(WriteBufferBytes), grpc.SharedWriteBuffer(true)}
+	return []grpc.ServerOption{grpc.WriteBufferSize(WriteBufferBytes), grpc.SharedWriteBuffer(true),
+		// Clients ping a connection with calls in flight after 10 s of silence, to
+		// find a dead host; grpc-go's default policy (5 min) would close it for that.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second})}
 }
 
 // DialOptions are added to the usual client options when dialling a KV transfer

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,16 +34,8 @@ func TestComposeSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the compose smoke test builds an image and starts containers; skipped with -short")
 	}
-	c := newComposeRun(t)
-	start := time.Now()
-
-	buildCtx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(buildCtx, "../compose/build.sh")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("compose/build.sh: %v\n%s", err, out)
-	}
-	t.Logf("compose/build.sh took %s", time.Since(start).Round(100*time.Millisecond))
+	c := newComposeRun(t, composeProject, "../compose/compose.yaml")
+	buildComposeImage(t)
 
 	c.run(time.Minute, "down", "-v", "--remove-orphans") // leftovers of a killed run
 	t.Cleanup(func() {
@@ -123,27 +116,53 @@ func TestComposeSmoke(t *testing.T) {
 	t.Logf("scaling decode to 2 until both served took %s (%d requests: %v)", time.Since(scaleStart).Round(100*time.Millisecond), attempt, seen)
 }
 
-// composeRun runs docker compose (v2, or else docker-compose 1.x) on
-// compose/compose.yaml as project composeProject, with the published ports on free
-// loopback ports.
+// buildComposeImage runs compose/build.sh once per test binary: the compose
+// tests share its image.
+func buildComposeImage(t *testing.T) {
+	t.Helper()
+	imageOnce.Do(func() {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, "../compose/build.sh").CombinedOutput(); err != nil {
+			imageErr = fmt.Errorf("compose/build.sh: %v\n%s", err, out)
+		}
+		t.Logf("compose/build.sh took %s", time.Since(start).Round(100*time.Millisecond))
+	})
+	if imageErr != nil {
+		t.Fatal(imageErr)
+	}
+}
+
+var (
+	imageOnce sync.Once
+	imageErr  error
+)
+
+// composeRun runs docker compose (v2, or else docker-compose 1.x) on a compose
+// file as a project, with the published ports on free loopback ports.
 type composeRun struct {
 	t        *testing.T
+	project  string
+	file     string
 	cmd      []string // "docker", "compose" or "docker-compose"
 	env      []string
 	frontend string // host:port of the published OpenAI API
 	consul   *api.Client
+	// consulAddr is the published Consul agent's host:port.
+	consulAddr string
 }
 
 // newComposeRun skips the test, saying why, when there is no Docker engine or no
 // compose tool.
-func newComposeRun(t *testing.T) *composeRun {
+func newComposeRun(t *testing.T, project, file string) *composeRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
 		t.Skipf("no Docker engine: docker info: %v %s", err, bytes.TrimSpace(out))
 	}
-	c := &composeRun{t: t}
+	c := &composeRun{t: t, project: project, file: file}
 	if exec.CommandContext(ctx, "docker", "compose", "version").Run() == nil {
 		c.cmd = []string{"docker", "compose"}
 	} else if _, err := exec.LookPath("docker-compose"); err == nil {
@@ -157,7 +176,8 @@ func newComposeRun(t *testing.T) *composeRun {
 		"TANDEM_HTTP_ADDR=127.0.0.1", fmt.Sprintf("TANDEM_HTTP_PORT=%d", httpPort),
 		fmt.Sprintf("TANDEM_CONSUL_PORT=%d", consulPort))
 	cfg := api.DefaultConfig()
-	cfg.Address = fmt.Sprintf("127.0.0.1:%d", consulPort)
+	c.consulAddr = fmt.Sprintf("127.0.0.1:%d", consulPort)
+	cfg.Address = c.consulAddr
 	var err error
 	if c.consul, err = api.NewClient(cfg); err != nil {
 		t.Fatal(err)
@@ -166,7 +186,7 @@ func newComposeRun(t *testing.T) *composeRun {
 }
 
 func (c *composeRun) command(ctx context.Context, args ...string) *exec.Cmd {
-	full := append(append(slices.Clone(c.cmd[1:]), "-p", composeProject, "-f", "../compose/compose.yaml"), args...)
+	full := append(append(slices.Clone(c.cmd[1:]), "-p", c.project, "-f", c.file), args...)
 	cmd := exec.CommandContext(ctx, c.cmd[0], full...)
 	cmd.Env = c.env
 	return cmd
@@ -219,7 +239,7 @@ func (ct *composeContainer) ip() string {
 // containers lists the project's containers, running or not.
 func (c *composeRun) containers() []composeContainer {
 	c.t.Helper()
-	ids, err := exec.Command("docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="+composeProject).Output()
+	ids, err := exec.Command("docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="+c.project).Output()
 	if err != nil {
 		c.t.Fatalf("docker ps: %v", err)
 	}

@@ -45,17 +45,18 @@ else
 fi
 
 step "go test"
-# The compose smoke test (integration/TestComposeSmoke) needs a Docker engine and
-# docker compose; without them it skips, and a skip inside `go test ./...` is silent,
-# so say it here.
+# The compose tests (integration/TestComposeSmoke, TestMultihostFaults) need a
+# Docker engine and docker compose; without them they skip, and a skip inside
+# `go test ./...` is silent, so say it here.
 if ! docker info >/dev/null 2>&1; then
-  echo "SKIPPED: the compose smoke test (TestComposeSmoke): no Docker engine (docker info failed)"
+  echo "SKIPPED: the compose tests (TestComposeSmoke, TestMultihostFaults): no Docker engine (docker info failed)"
 elif ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
-  echo "SKIPPED: the compose smoke test (TestComposeSmoke): neither docker compose nor docker-compose is installed"
+  echo "SKIPPED: the compose tests (TestComposeSmoke, TestMultihostFaults): neither docker compose nor docker-compose is installed"
 else
-  echo "the compose smoke test runs: $(docker compose version 2>/dev/null || docker-compose version --short)"
+  echo "the compose tests run: $(docker compose version 2>/dev/null || docker-compose version --short)"
 fi
-go test -race -count=1 -timeout 20m ./...
+# 30m: the integration package holds the multi-host fault test (about 6 of them).
+go test -race -count=1 -timeout 30m ./...
 
 step "the dashboard's and alert rules' PromQL, parsed by Prometheus (a module of its own)"
 (cd deploy/monitoring/promcheck && go vet ./... && go test -count=1 ./...)

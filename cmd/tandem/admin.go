@@ -122,6 +122,8 @@ func runWorkers(ctx context.Context, args []string, getenv func(string) string, 
 func runConfig(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("config", `config get|set router|decode|planner ['{"field": value, ...}']`, stderr)
 	consulAddr := fs.String("consul", "127.0.0.1:8500", "Consul agent HTTP address")
+	tokenFile := fs.String("consul-token-file", "",
+		"file holding the Consul ACL token, one that may write tandem/config/ for set (default: CONSUL_HTTP_TOKEN_FILE or CONSUL_HTTP_TOKEN)")
 	if err := parse(fs, args, getenv); err != nil {
 		return err
 	}
@@ -134,12 +136,12 @@ func runConfig(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	switch op, which := fs.Arg(0), fs.Arg(1); op {
 	case "get":
-		return admin.GetPolicy(ctx, *consulAddr, which, stdout)
+		return admin.GetPolicy(ctx, *consulAddr, *tokenFile, which, stdout)
 	case "set":
 		if fs.NArg() != 3 {
 			return errors.New(`config set: want one JSON object, e.g. '{"short_prefill_threshold": 128}'`)
 		}
-		return admin.SetPolicy(ctx, *consulAddr, which, []byte(fs.Arg(2)), stdout)
+		return admin.SetPolicy(ctx, *consulAddr, *tokenFile, which, []byte(fs.Arg(2)), stdout)
 	default:
 		return fmt.Errorf("config: %q: want get or set", op)
 	}

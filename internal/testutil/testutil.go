@@ -32,6 +32,20 @@ func WaitForWithin(t testing.TB, limit time.Duration, what string, cond func() b
 	}
 }
 
+// Eventually polls cond every interval until it holds or limit passes, and
+// reports whether it held: for conditions that cost a process or a round trip
+// (docker, Consul), and for waits whose failure the caller reports itself.
+func Eventually(limit, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+	return true
+}
+
 // Drain reads s to its end and closes it, as a client does, returning the
 // tokens; an error before the end fails the test.
 func Drain(t testing.TB, ctx context.Context, s engine.Stream) []uint32 {

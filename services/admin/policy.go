@@ -44,13 +44,14 @@ func policyOf(which string) (policy, error) {
 }
 
 // GetPolicy prints on w the runtime policy of which ("router" or "decode") that
-// the Consul agent at addr holds.
-func GetPolicy(ctx context.Context, addr, which string, w io.Writer) error {
+// the Consul agent at addr holds, reading with the ACL token in tokenFile (or,
+// when that is empty, the environment's CONSUL_HTTP_TOKEN_FILE or CONSUL_HTTP_TOKEN).
+func GetPolicy(ctx context.Context, addr, tokenFile, which string, w io.Writer) error {
 	p, err := policyOf(which)
 	if err != nil {
 		return err
 	}
-	kv, err := consulKV(addr)
+	kv, err := consulKV(addr, tokenFile)
 	if err != nil {
 		return err
 	}
@@ -90,12 +91,12 @@ func checkPolicy(which string, value []byte) (policy, error) {
 
 // SetPolicy writes value, a JSON object, as the runtime policy of which, after
 // checking it the way the services will (CheckPolicy); it says what it wrote on w.
-func SetPolicy(ctx context.Context, addr, which string, value []byte, w io.Writer) error {
+func SetPolicy(ctx context.Context, addr, tokenFile, which string, value []byte, w io.Writer) error {
 	p, err := checkPolicy(which, value)
 	if err != nil {
 		return err
 	}
-	kv, err := consulKV(addr)
+	kv, err := consulKV(addr, tokenFile)
 	if err != nil {
 		return err
 	}
@@ -106,10 +107,8 @@ func SetPolicy(ctx context.Context, addr, which string, value []byte, w io.Write
 	return nil
 }
 
-func consulKV(addr string) (*api.KV, error) {
-	cfg := api.DefaultConfig()
-	cfg.Address = addr
-	client, err := api.NewClient(cfg)
+func consulKV(addr, tokenFile string) (*api.KV, error) {
+	client, err := consul.NewAPI(addr, tokenFile)
 	if err != nil {
 		return nil, err
 	}

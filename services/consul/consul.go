@@ -41,6 +41,10 @@ const (
 type Config struct {
 	// Addr is the agent's HTTP address; empty means no Consul.
 	Addr string
+	// TokenFile holds the ACL token sent to the agent; empty leaves the token to
+	// CONSUL_HTTP_TOKEN_FILE or CONSUL_HTTP_TOKEN, as Consul's own tools read them.
+	// There is no flag taking the token itself: ps would show it.
+	TokenFile string
 	// Advertise is the host:port other services reach this one at; empty means the
 	// listen address, with an unspecified host replaced by this host's address.
 	Advertise       string
@@ -60,6 +64,8 @@ type Config struct {
 // RegisterFlags registers the Consul flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "consul", "", "Consul agent HTTP address (host:port) for registration, discovery and runtime config; CONSUL_HTTP_ADDR also works")
+	fs.StringVar(&c.TokenFile, "consul-token-file", "",
+		"file holding the Consul ACL token (default: CONSUL_HTTP_TOKEN_FILE or CONSUL_HTTP_TOKEN from the environment)")
 	fs.StringVar(&c.Advertise, "advertise", "",
 		"host:port to register in Consul (default: the listen address, or this host's address when listening on all interfaces)")
 	fs.DurationVar(&c.CheckInterval, "check-interval", 2*time.Second, "interval of Consul's gRPC health check of this service")
@@ -114,15 +120,31 @@ type Client struct {
 	metrics *metrics
 }
 
-// NewClient returns a client for the agent at addr.
-func NewClient(addr string, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+// NewClient returns a client for the agent at addr, sending the ACL token in
+// tokenFile (or, when that is empty, the one the environment names).
+func NewClient(addr, tokenFile string, log *slog.Logger, reg prometheus.Registerer) (*Client, error) {
+	c, err := NewAPI(addr, tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{API: c, log: log, metrics: newMetrics(reg)}, nil
+}
+
+// NewAPI returns a Consul API client for the agent at addr. The api package's
+// defaults read CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE, CONSUL_HTTP_SSL and
+// CONSUL_CACERT; tokenFile, when given, wins over both token variables.
+func NewAPI(addr, tokenFile string) (*api.Client, error) {
 	cfg := api.DefaultConfig()
 	cfg.Address = addr
+	if tokenFile != "" {
+		// Read by api.NewClient, ahead of both environment variables.
+		cfg.TokenFile = tokenFile
+	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul client for %s: %w", addr, err)
 	}
-	return &Client{API: c, log: log, metrics: newMetrics(reg)}, nil
+	return c, nil
 }
 
 // AdvertiseAddr is the address to register for a service listening on listen.
@@ -164,6 +186,7 @@ func splitHostPort(addr string) (string, int, error) {
 type metrics struct {
 	errors        *prometheus.CounterVec
 	registrations prometheus.Counter
+	staleRemoved  prometheus.Counter
 	watchUpdates  *prometheus.CounterVec
 	configApplied *prometheus.CounterVec
 	configReject  *prometheus.CounterVec
@@ -178,6 +201,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		registrations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_consul_registrations_total", Help: "Times this service registered itself (again after a Consul restart).",
 		}),
+		staleRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_consul_stale_registrations_removed_total",
+			Help: "Registrations of this service's name and address under another id (a predecessor that died without deregistering) removed from the local agent.",
+		}),
 		watchUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_consul_membership_updates_total", Help: "Membership changes seen by blocking queries, by service.",
 		}, []string{"service"}),
@@ -191,6 +218,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_consul_passing_instances", Help: "Passing instances of a watched service.",
 		}, []string{"service"}),
 	}
-	reg.MustRegister(m.errors, m.registrations, m.watchUpdates, m.configApplied, m.configReject, m.members)
+	reg.MustRegister(m.errors, m.registrations, m.staleRemoved, m.watchUpdates, m.configApplied, m.configReject, m.members)
 	return m
 }

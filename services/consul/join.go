@@ -27,7 +27,7 @@ func Join(cfg Config, log *slog.Logger, reg prometheus.Registerer, name, id, lis
 	if err != nil {
 		return nil, err
 	}
-	c, err := NewClient(cfg.Addr, log, reg)
+	c, err := NewClient(cfg.Addr, cfg.TokenFile, log, reg)
 	if err != nil {
 		return nil, err
 	}

@@ -83,6 +83,7 @@ func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 				r.c.metrics.registrations.Inc()
 				r.c.log.Info("consul: registered", "consul_service", r.reg.Name, "id", r.reg.ID, "address", r.reg.Address, "port", r.reg.Port)
 				registered = true
+				r.removeStale(cctx)
 			}
 		}
 		cancel()
@@ -92,6 +93,32 @@ func (r *Registrar) Run(ctx context.Context, interval time.Duration) {
 			return
 		case <-time.After(interval):
 		}
+	}
+}
+
+// removeStale deregisters the registrations of this service's name at its
+// address under another id: a predecessor killed without deregistering, which
+// its host's agent restored from its data directory. Its health check dials this
+// address, so this process would keep it passing, a ghost worker in routing.
+func (r *Registrar) removeStale(ctx context.Context) {
+	filter := fmt.Sprintf("Service == %q and Address == %q and Port == %d", r.reg.Name, r.reg.Address, r.reg.Port)
+	services, err := r.c.API.Agent().ServicesWithFilterOpts(filter, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		r.c.metrics.errors.WithLabelValues("stale_lookup").Inc()
+		r.c.log.Warn("consul: cannot list this agent's services to remove stale registrations", "error", err)
+		return
+	}
+	for id := range services {
+		if id == r.reg.ID {
+			continue
+		}
+		if err := r.c.API.Agent().ServiceDeregisterOpts(id, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
+			r.c.metrics.errors.WithLabelValues("stale_deregister").Inc()
+			r.c.log.Warn("consul: cannot remove a stale registration at this address", "stale_id", id, "error", err)
+			continue
+		}
+		r.c.metrics.staleRemoved.Inc()
+		r.c.log.Info("consul: removed a stale registration at this address", "consul_service", r.reg.Name, "stale_id", id, "id", r.reg.ID)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-serve/tandem/internal/testutil"
 )
 
 // fakeAgent answers the agent endpoints the registrar uses and records the calls.
@@ -40,6 +42,12 @@ func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		a.registered = true
 		a.mu.Unlock()
+	case r.URL.Path == "/v1/agent/services":
+		// A predecessor at the same address, as an agent restores one from its
+		// data directory after a host restart.
+		_, _ = w.Write([]byte(`{"svc-0":{"ID":"svc-0","Service":"tandem-decode","Address":"127.0.0.1","Port":9000},` +
+			`"svc-1":{"ID":"svc-1","Service":"tandem-decode","Address":"127.0.0.1","Port":9000}}`))
+	case strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/svc-0"):
 	case strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/"):
 		a.mu.Lock()
 		a.registered = false
@@ -71,7 +79,7 @@ func newTestRegistrar(t *testing.T, a *fakeAgent) *Registrar {
 	t.Helper()
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	c, err := NewClient(strings.TrimPrefix(srv.URL, "http://"), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	c, err := NewClient(strings.TrimPrefix(srv.URL, "http://"), "", slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +89,22 @@ func newTestRegistrar(t *testing.T, a *fakeAgent) *Registrar {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// A worker that registers removes the registration its killed predecessor left at
+// its address (which its own health check would keep passing), and only that one.
+func TestRegisterRemovesStalePredecessor(t *testing.T) {
+	a := &fakeAgent{}
+	r := newTestRegistrar(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx, time.Hour); close(done) }()
+	testutil.WaitFor(t, "the stale registration is removed", func() bool { return a.count("PUT /v1/agent/service/deregister/svc-0") == 1 })
+	cancel()
+	<-done
+	if n := a.count("PUT /v1/agent/service/deregister/svc-1"); n != 0 {
+		t.Errorf("the registrar deregistered itself %d times", n)
+	}
 }
 
 // TestDeregisterIsFinal: once the drain has deregistered the service, the

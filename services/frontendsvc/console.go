@@ -26,7 +26,7 @@ func newConsole(cfg Config, f *frontend.Frontend, env *process.Env) *console.Con
 		Log:     env.Logger,
 	}
 	if cfg.Consul.Enabled() {
-		opts.Policy = consulPolicy{addr: cfg.Consul.Addr}
+		opts.Policy = consulPolicy{addr: cfg.Consul.Addr, tokenFile: cfg.Consul.TokenFile}
 	}
 	c := console.New(opts)
 	f.OnOutcome(c.Record)
@@ -34,12 +34,12 @@ func newConsole(cfg Config, f *frontend.Frontend, env *process.Env) *console.Con
 }
 
 // consulPolicy is tandem config set's code path: the same check, the same keys.
-type consulPolicy struct{ addr string }
+type consulPolicy struct{ addr, tokenFile string }
 
 func (p consulPolicy) Check(target string, value []byte) error {
 	return admin.CheckPolicy(target, value)
 }
 
 func (p consulPolicy) Set(ctx context.Context, target string, value []byte) error {
-	return admin.SetPolicy(ctx, p.addr, target, value, io.Discard)
+	return admin.SetPolicy(ctx, p.addr, p.tokenFile, target, value, io.Discard)
 }

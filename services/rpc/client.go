@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -43,6 +44,15 @@ type ClientConfig struct {
 	// service's provider) and sends its W3C traceparent.
 	Tracer trace.TracerProvider
 }
+
+// A connection with calls in flight that has carried nothing for KeepaliveTime is
+// pinged, and closed (failing its calls with Unavailable) when no answer comes
+// within KeepaliveTimeout: a dead host is found in 10-15 s. 10 s is grpc-go's
+// least; servers must let pings that often in (handoff.ServerOptions does).
+const (
+	KeepaliveTime    = 10 * time.Second
+	KeepaliveTimeout = 5 * time.Second
+)
 
 // Clients dials service-to-service connections that share one set of interceptors
 // and one set of client metrics.
@@ -100,6 +110,9 @@ func (c *Clients) DialWith(addr string, extra ...grpc.DialOption) (*grpc.ClientC
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		// A peer whose host dies sends no RST: without pings a stream waiting for
+		// its next token would wait forever.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
 		grpc.WithChainUnaryInterceptor(
 			propagateUnary,
 			c.metrics.UnaryClientInterceptor(),
