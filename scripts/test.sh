@@ -71,23 +71,9 @@ step "the dashboard's and alert rules' PromQL, parsed by Prometheus (a module of
 # target here.
 step "fuzz (${TANDEM_FUZZTIME:=8000x} per target)"
 fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "$TANDEM_FUZZTIME" "$1"; }
-fuzz ./frontend FuzzChatRequest
-fuzz ./frontend FuzzCompletionRequest
-fuzz ./frontend FuzzChatTemplate
-fuzz ./tokenizer FuzzTokenizer
-fuzz ./tokenizer FuzzVocabRoundTrip
-fuzz ./tokenizer FuzzSplitters
-fuzz ./tokenizer FuzzHuggingFace
-fuzz ./handoff FuzzHandoff
-fuzz ./handoff FuzzParseChunk
-fuzz ./chattemplate FuzzRender
-fuzz ./toolcall FuzzParse
-fuzz ./services/consul FuzzOverlay
-fuzz ./console FuzzPolicyRequest
-fuzz ./gguf FuzzParse
-fuzz ./engine/quant FuzzMulAdd
-fuzz ./engine/kvevents FuzzDecodeBatch
-fuzz ./engine/openaihttp FuzzParseCompletion
-fuzz ./engine/openaihttp FuzzParseMetrics
-fuzz ./engine/openaihttp FuzzEvents
-fuzz ./bench FuzzParseTrace
+# Every target in the repository, found rather than listed, so a new one cannot be
+# left out.
+git grep -n -E '^func Fuzz[A-Za-z0-9_]*\(' -- '*_test.go' | while IFS=: read -r file _ decl; do
+  name=${decl#func }
+  fuzz "./$(dirname "$file")" "${name%%(*}" || exit 1
+done
