@@ -18,32 +18,42 @@ import (
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
-// Shape is a llama-architecture decoder's hyperparameters.
+// Shape is a decoder's hyperparameters.
 type Shape struct {
 	Name                                  string
+	Arch                                  string // GGUF architecture; "" is llama
 	D, Layers, Heads, KVHeads, FFN, Vocab int
 	Context                               int
 	Theta                                 float64
+	Eps                                   float64 // RMS norm epsilon; 0 is 1e-5
 }
 
 // Shapes are the shapes MakeModel knows by name. smollm2-135m is SmolLM2-135M's
 // (143 M parameters with its separate output matrix), a model llama.cpp's
-// llama-bench can run on the same file; smoke is a small one (rows of 320 and 256 values, so both the
+// llama-bench can run on the same file; olmo2-1b is OLMo-2-0425-1B's (1.48 B
+// parameters), an architecture tandem added that the llama.cpp of the side-by-side
+// harness also runs; smoke is a small one (rows of 320 and 256 values, so both the
 // K-quants and their fallbacks appear) that tests and smoke runs make in milliseconds.
 var Shapes = []Shape{
 	{Name: "smollm2-135m", D: 576, Layers: 30, Heads: 9, KVHeads: 3, FFN: 1536, Vocab: 32000, Context: 8192, Theta: 100000},
+	{Name: "olmo2-1b", Arch: "olmo2", D: 2048, Layers: 16, Heads: 16, KVHeads: 16, FFN: 8192, Vocab: 100352, Context: 4096, Theta: 500000, Eps: 1e-6},
 	{Name: "smoke", D: 320, Layers: 3, Heads: 5, KVHeads: 1, FFN: 512, Vocab: 1000, Context: 1024, Theta: 10000},
+}
+
+// ShapeNames lists the shapes' names.
+func ShapeNames() []string {
+	names := make([]string, len(Shapes))
+	for j, s := range Shapes {
+		names[j] = s.Name
+	}
+	return names
 }
 
 // LookupShape returns the named shape.
 func LookupShape(name string) (Shape, error) {
 	i := slices.IndexFunc(Shapes, func(s Shape) bool { return s.Name == name })
 	if i < 0 {
-		names := make([]string, len(Shapes))
-		for j, s := range Shapes {
-			names[j] = s.Name
-		}
-		return Shape{}, fmt.Errorf("enginebench: unknown shape %q (known: %s)", name, strings.Join(names, ", "))
+		return Shape{}, fmt.Errorf("enginebench: unknown shape %q (known: %s)", name, strings.Join(ShapeNames(), ", "))
 	}
 	return Shapes[i], nil
 }
@@ -117,13 +127,19 @@ func MakeModel(s Shape, fileType string, seed uint64) ([]byte, error) {
 		return nil, err
 	}
 	var f gguf.Writer
-	const arch = "llama"
+	arch, eps := s.Arch, s.Eps
+	if arch == "" {
+		arch = "llama"
+	}
+	if eps == 0 {
+		eps = 1e-5
+	}
 	f.Set("general.architecture", arch).Set("general.name", fmt.Sprintf("%s-random-%s", s.Name, fileType)).
 		Set("general.file_type", fileTypeCodes[fileType])
 	f.Set(arch+".embedding_length", uint32(s.D)).Set(arch+".block_count", uint32(s.Layers)).
 		Set(arch+".attention.head_count", uint32(s.Heads)).Set(arch+".attention.head_count_kv", uint32(s.KVHeads)).
 		Set(arch+".feed_forward_length", uint32(s.FFN)).Set(arch+".context_length", uint32(s.Context)).
-		Set(arch+".rope.freq_base", float32(s.Theta)).Set(arch+".attention.layer_norm_rms_epsilon", float32(1e-5)).
+		Set(arch+".rope.freq_base", float32(s.Theta)).Set(arch+".attention.layer_norm_rms_epsilon", float32(eps)).
 		Set(arch+".rope.dimension_count", uint32(s.D/s.Heads)).Set(arch+".vocab_size", uint32(s.Vocab))
 	if err := writeTokenizer(&f, s.Vocab); err != nil {
 		return nil, err

@@ -101,6 +101,35 @@ func TestMakeModelLoads(t *testing.T) {
 	}
 }
 
+// A shape of another architecture writes that architecture's keys and tensors: a
+// small OLMo 2 (the olmo2-1b shape's family) loads as OLMo 2, not as llama.
+func TestMakeModelOfAnotherArchitecture(t *testing.T) {
+	s, _ := LookupShape("olmo2-1b")
+	s.D, s.Layers, s.Heads, s.KVHeads, s.FFN, s.Vocab = 256, 2, 4, 4, 512, 1000
+	b, err := MakeModel(s, "q8_0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := f.String("general.architecture"); got != "olmo2" {
+		t.Errorf("architecture %q, want olmo2", got)
+	}
+	if _, ok := f.Tensor("blk.0.attn_norm.weight"); ok {
+		t.Error("an OLMo 2 file with llama's pre-attention norm")
+	}
+	e, err := native.New(native.Config{File: f, NumBlocks: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if info := e.Info(); info.VocabSize != s.Vocab || info.Layout.Layers != s.Layers {
+		t.Errorf("loaded %+v, want the small OLMo 2", info)
+	}
+}
+
 // Run prints one row per test and thread count, with positive rates.
 func TestRunPrintsTheTable(t *testing.T) {
 	s, _ := LookupShape("smoke")

@@ -41,8 +41,8 @@ func runBenchEngine(ctx context.Context, args []string, getenv func(string) stri
 // runBenchMakeModel is `tandem bench make-model`: a GGUF file of a real model's shape
 // with random weights, for `tandem bench engine` and for llama-bench on the same file.
 func runBenchMakeModel(_ context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench make-model", "bench make-model [--shape smollm2-135m] [--type f32|f16|q8_0|q4_0|q4_k_m] [--seed N] OUT.gguf", stderr)
-	shape := fs.String("shape", "smollm2-135m", "model shape")
+	fs := newFlagSet("bench make-model", "bench make-model [--shape smollm2-135m|olmo2-1b|smoke] [--type f32|f16|q8_0|q4_0|q4_k_m] [--seed N] OUT.gguf", stderr)
+	shape := fs.String("shape", "smollm2-135m", "model shape: "+strings.Join(enginebench.ShapeNames(), ", "))
 	typ := fs.String("type", "q8_0", "weight format: "+strings.Join(enginebench.FileTypes, ", "))
 	seed := fs.Uint64("seed", 1, "seed of the random weights")
 	if err := parse(fs, args, getenv); err != nil {
