@@ -14,6 +14,10 @@
 # and pass its build directory (or the bin directory under it). Random-weight files
 # of SmolLM2-135M's shape come from `tandem bench make-model` (docs/BENCHMARKS.md).
 #
+# With COMPARE_BATCH=B (default 8; 0 leaves it out) tandem also runs tgN xB, B sequences
+# generating together, and its row is set against llama.cpp's one-sequence tgN: the
+# issue's aggregate-throughput goal, not a like-for-like cell.
+#
 # Environment: COMPARE_PROMPT (default 512), COMPARE_GEN (128), COMPARE_REPS (3),
 # COMPARE_THREADS (1,2), TANDEM_BIN (default bin/tandem, built into a temporary
 # directory when missing), LLAMA_CPP_COMMIT (when the build says "unknown" and is not
@@ -31,7 +35,12 @@ fi
 prompt=${COMPARE_PROMPT:-512}
 gen=${COMPARE_GEN:-128}
 reps=${COMPARE_REPS:-3}
+batch=${COMPARE_BATCH:-8}
 threads=${COMPARE_THREADS:-1,2}
+if ! [[ $batch =~ ^[0-9]+$ ]]; then
+	echo "COMPARE_BATCH must be a non-negative integer, got $batch" >&2
+	exit 2
+fi
 for v in "$prompt" "$gen" "$reps"; do
 	if ! [[ $v =~ ^[0-9]+$ ]] || [ "$v" -lt 1 ]; then
 		echo "COMPARE_PROMPT, COMPARE_GEN and COMPARE_REPS must be positive integers, got $prompt, $gen, $reps" >&2
@@ -87,12 +96,12 @@ lcommit=${LLAMA_CPP_COMMIT:-$(git -C "$lbdir" rev-parse --short HEAD 2>/dev/null
 rates() {
 	awk -F'|' '
 		/^\|/ && tcol == 0 { for (i = 1; i <= NF; i++) { h = $i; gsub(/ /, "", h); if (h == "test") tcol = i; if (h == "t/s") rcol = i }; next }
-		/^\|/ && tcol > 0 { t = $tcol; gsub(/ /, "", t); if (t ~ /^(pp|tg)[0-9]+$/) { split($rcol, r, "±"); gsub(/ /, "", r[1]); print t, r[1] } }
+		/^\|/ && tcol > 0 { t = $tcol; gsub(/ /, "", t); if (t ~ /^(pp|tg)[0-9]+(x[0-9]+)?$/) { split($rcol, r, "±"); gsub(/ /, "", r[1]); print t, r[1] } }
 	' "$1"
 }
 
 run_tandem() { # FILE THREADS
-	"$bin" bench engine --model "$1" --threads "$2" --prompt "$prompt" --gen "$gen" --batch 0 --reps "$reps" >"$out/tandem.md"
+	"$bin" bench engine --model "$1" --threads "$2" --prompt "$prompt" --gen "$gen" --batch "$batch" --reps "$reps" >"$out/tandem.md"
 	rates "$out/tandem.md" | while read -r test rate; do printf '%s\t%s\t%s\ttandem\t%s\n' "$1" "$2" "$test" "$rate"; done >>"$out/cells"
 }
 
@@ -128,7 +137,8 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "tandem: $tcommit"
 echo "llama.cpp: ${lcommit:-unknown}"
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo 2>/dev/null | head -1), load $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-echo "settings: -p $prompt -n $gen -r $reps, threads $threads; tokens/s, mean of the repetitions"
+echo "settings: -p $prompt -n $gen -r $reps, threads $threads, tandem batch $batch; tokens/s, mean of the repetitions"
+echo "(a tgNxB row is tandem's B sequences together, set against llama.cpp's one-sequence tgN)"
 echo
 echo "| file | threads | test | tandem | llama.cpp | tandem / llama.cpp |"
 echo "| --- | ---: | --- | ---: | ---: | ---: |"
@@ -139,6 +149,8 @@ awk -F'\t' '
 			split(order[i], k, SUBSEP)
 			f = k[1]; sub(/.*\//, "", f)
 			tr = rate[order[i], "tandem"]; lr = rate[order[i], "llama"]
+			base = k[3]; sub(/x[0-9]+$/, "", base)
+			if (base != k[3]) lr = rate[k[1] SUBSEP k[2] SUBSEP base, "llama"]
 			ratio = (tr != "" && lr != "" && lr > 0) ? sprintf("%.2fx", tr / lr) : "-"
 			printf "| %s | %s | %s | %s | %s | %s |\n", f, k[2], k[3], tr == "" ? "-" : tr, lr == "" ? "-" : lr, ratio
 		}
