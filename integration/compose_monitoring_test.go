@@ -25,8 +25,9 @@ const monitoringProject = "tandem-monitoring"
 // loaded every rule of deploy/monitoring/alerts.yaml, and after a few requests
 // answers the dashboard's queries with data. A decode worker that dies (SIGKILL,
 // so it leaves its Consul registration behind, as a crash does) is a target down,
-// and TandemTargetDown goes pending and then fires, naming that worker, before
-// Consul forgets the registration (--deregister-after, 1m) and with it the target.
+// and TandemTargetDown goes pending and then fires (its for: is 2m), naming that
+// worker, before Consul forgets the registration (compose.yaml's
+// --deregister-after, 5m) and with it the target.
 func TestComposeMonitoring(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the compose monitoring test builds images and starts containers; skipped with -short")
@@ -109,6 +110,7 @@ func TestComposeMonitoring(t *testing.T) {
 		_, path, _ := c.streamChat(t, long, 4)
 		return path == "remote"
 	})
+	sent := 0
 	for _, q := range []struct{ panel, label, value string }{
 		{"Requests by status", "code", "200"},
 		{"Prefill decisions by path and reason", "path", "remote"},
@@ -116,8 +118,13 @@ func TestComposeMonitoring(t *testing.T) {
 		expr := dashboardExpr(t, q.panel)
 		start = time.Now()
 		var res []promSample
-		// rate() needs two scrapes after the requests: the scrape interval is 10s.
+		// rate() needs a counter's increase between two scrapes (10s apart), so
+		// requests go on while the query is polled.
 		if !poll(time.Minute, func() bool {
+			// A new first sentence each time: a prompt the decode worker has cached
+			// is short in uncached tokens, and prefilled locally.
+			sent++
+			c.streamChat(t, fmt.Sprintf("Request %d. %s", sent, long), 4)
 			res = prom.query(expr)
 			return slices.ContainsFunc(res, func(s promSample) bool { return s.Metric[q.label] == q.value && s.value() != "0" })
 		}) {

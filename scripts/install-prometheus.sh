@@ -18,7 +18,7 @@
 #     remove_all_sd,enable_consul_sd,enable_dns_sd): the others pull in the
 #     cloud SDKs and take most of the build time, and tandem is found in Consul;
 #   - no web UI: its assets are built with npm and are not in the Go module (the
-#     builtinassets tag would not compile), so the UI's pages answer 404, while
+#     builtinassets tag would not compile), so the UI's pages answer 500, while
 #     the HTTP API (/api/v1/...), /metrics and /-/ready work as in a release.
 set -euo pipefail
 
