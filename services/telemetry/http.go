@@ -12,8 +12,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/tandem-serve/tandem/engine/openaihttp"
 )
 
 // TraceHTTP makes a server span of every API request h serves (the child of the
@@ -86,14 +84,14 @@ func (s spanCapture) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // spanBody ends the engine request's span when closed: Error on a failed read,
-// else the status StreamEnded gave, else otelhttp's from the HTTP status.
+// else the status StreamEnded gave, else otelhttp's from the HTTP status. It is
+// an openaihttp.StreamEnder (TestTraceTransportStreamStatus holds it to that;
+// telemetry imports no engine package).
 type spanBody struct {
 	io.ReadCloser
 	span trace.Span
 	once sync.Once
 }
-
-var _ openaihttp.StreamEnder = (*spanBody)(nil)
 
 func (b *spanBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
