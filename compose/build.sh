@@ -2,26 +2,41 @@
 # Builds the image that compose/compose.yaml and compose/multihost.yaml run,
 # tandem:local, FROM scratch:
 #
-#   compose/build.sh            # then: docker-compose -f compose/compose.yaml up
+#   compose/build.sh               # then: docker-compose -f compose/compose.yaml up
+#   compose/build.sh --monitoring  # also tandem-prometheus:local, for --profile monitoring
 #
 # 1. builds a static tandem (CGO_ENABLED=0) on this host with its Go toolchain
 #    (no builder image: nothing is pulled from a registry);
 # 2. takes the static Consul agent from scripts/install-consul.sh (built once and
 #    cached outside the clone), or from TANDEM_CONSUL_BIN when that is set;
-# 3. puts both in the build context compose/.build and runs docker build.
+# 3. puts both in the build context compose/.build and runs docker build;
+# 4. with --monitoring, builds the image of the monitoring profile's Prometheus
+#    server (compose/Dockerfile.prometheus) around the static binary of
+#    scripts/install-prometheus.sh (built once and cached outside the clone, the
+#    first time in several minutes), or TANDEM_PROMETHEUS_BIN when that is set.
 #
-# Environment: TANDEM_IMAGE (default tandem:local) names the image; GOARCH may
-# be set to build for another architecture (the Consul binary must match it).
+# Environment: TANDEM_IMAGE (default tandem:local) and TANDEM_PROMETHEUS_IMAGE
+# (default tandem-prometheus:local) name the images; GOARCH may be set to build
+# for another architecture (the Consul and Prometheus binaries must match it).
 # Running it again rebuilds only what changed (go build's and docker's caches).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 image=${TANDEM_IMAGE:-tandem:local}
+prom_image=${TANDEM_PROMETHEUS_IMAGE:-tandem-prometheus:local}
 ctx=$here/.build
 
 log() { printf 'compose/build.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+monitoring=false
+for arg in "$@"; do
+  case $arg in
+    --monitoring) monitoring=true ;;
+    *) die "unknown argument '$arg' (the only one is --monitoring)" ;;
+  esac
+done
 
 command -v go >/dev/null 2>&1 || die "go is not on PATH"
 command -v docker >/dev/null 2>&1 || die "docker is not on PATH"
@@ -61,3 +76,21 @@ fi
 log "docker build -t $image"
 docker build -t "$image" -f "$here/Dockerfile" "$ctx"
 log "built $image"
+
+$monitoring || exit 0
+prom=${TANDEM_PROMETHEUS_BIN:-}
+if [ -z "$prom" ]; then
+  log "finding the Prometheus server (scripts/install-prometheus.sh)"
+  prom=$("$root/scripts/install-prometheus.sh" | tail -n 1)
+fi
+[ -x "$prom" ] || die "no Prometheus binary at '$prom'"
+pctx=$here/.build-prometheus
+mkdir -p "$pctx/data"
+: >"$pctx/data/.keep"
+if ! cmp -s "$prom" "$pctx/prometheus"; then
+  cp -f "$prom" "$pctx/prometheus.new"
+  mv -f "$pctx/prometheus.new" "$pctx/prometheus"
+fi
+log "docker build -t $prom_image"
+docker build -t "$prom_image" -f "$here/Dockerfile.prometheus" "$pctx"
+log "built $prom_image"

@@ -259,7 +259,8 @@ func (c *composeRun) containers() []composeContainer {
 }
 
 // waitHealthy waits until the project has exactly want[service] containers of each
-// service, all running and healthy (compose 1.x has no `up --wait`).
+// service, all running and healthy, or running where the image has no health check
+// (the monitoring profile's Prometheus); compose 1.x has no `up --wait`.
 func (c *composeRun) waitHealthy(want map[string]int, limit time.Duration) {
 	c.t.Helper()
 	var last string
@@ -268,7 +269,7 @@ func (c *composeRun) waitHealthy(want map[string]int, limit time.Duration) {
 		healthy, states := map[string]int{}, []string{}
 		for _, ct := range c.containers() {
 			states = append(states, ct.Name+"="+ct.health())
-			if ct.health() == "running/healthy" {
+			if h := ct.health(); h == "running/healthy" || h == "running/no healthcheck" {
 				healthy[ct.service()]++
 			}
 		}

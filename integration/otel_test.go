@@ -395,7 +395,11 @@ func TestTracingGPUEngineAndFallback(t *testing.T) {
 		}
 	}
 	if engineSpan == nil || !ancestor(spans, named(spans, "tandem.decode.v1.DecodeService/Generate"), engineSpan) {
-		t.Errorf("no span of the decode engine's request under the decode worker's%s", dumpSpans(spans))
+		t.Fatalf("no span of the decode engine's request under the decode worker's%s", dumpSpans(spans))
+	}
+	// The streamed engine request finished, and its span says so (not only "200").
+	if engineSpan.status != tracepb.Status_STATUS_CODE_OK.String() {
+		t.Errorf("the decode engine's streamed request ended %s, want OK%s", engineSpan.status, dumpSpans(spans))
 	}
 }
 

@@ -49,11 +49,16 @@ step "go test"
 # Docker engine and docker compose; without them they skip, and a skip inside
 # `go test ./...` is silent, so say it here.
 if ! docker info >/dev/null 2>&1; then
-  echo "SKIPPED: the compose tests (TestComposeSmoke, TestMultihostFaults): no Docker engine (docker info failed)"
+  echo "SKIPPED: the compose tests (TestComposeSmoke, TestComposeMonitoring, TestMultihostFaults): no Docker engine (docker info failed)"
 elif ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
-  echo "SKIPPED: the compose tests (TestComposeSmoke, TestMultihostFaults): neither docker compose nor docker-compose is installed"
+  echo "SKIPPED: the compose tests (TestComposeSmoke, TestComposeMonitoring, TestMultihostFaults): neither docker compose nor docker-compose is installed"
 else
   echo "the compose tests run: $(docker compose version 2>/dev/null || docker-compose version --short)"
+  # Built here, outside go test's timeout: the first build takes minutes.
+  step "Prometheus for the compose monitoring test (built once, cached outside the clone)"
+  TANDEM_PROMETHEUS_BIN=$(./scripts/install-prometheus.sh | tail -n 1)
+  export TANDEM_PROMETHEUS_BIN
+  "$TANDEM_PROMETHEUS_BIN" --version | head -n 1 || true
 fi
 # 30m: the integration package holds the multi-host fault test (about 6 of them).
 go test -race -count=1 -timeout 30m ./...

@@ -54,8 +54,26 @@ func isEventStream(ct string) bool {
 func notAStream(resp *http.Response) error {
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	return &ProtocolError{Msg: fmt.Sprintf("answered HTTP %d with Content-Type %q where an event stream was expected: %q",
+	err := &ProtocolError{Msg: fmt.Sprintf("answered HTTP %d with Content-Type %q where an event stream was expected: %q",
 		resp.StatusCode, resp.Header.Get("Content-Type"), strings.TrimSpace(string(head)))}
+	streamEnded(resp.Body, err)
+	return err
+}
+
+// StreamEnder is a response body that hears how the stream it carried ended,
+// before it is closed: the tracing transport's (services/telemetry), whose
+// client span then ends OK or with the stream's error, where the HTTP status
+// alone says 200 of a stream that broke halfway. err is nil for a stream that
+// reached its end (the engine's finish, max_tokens or a stop token).
+type StreamEnder interface {
+	StreamEnded(err error)
+}
+
+// streamEnded tells body how its stream ended, if it wants to know.
+func streamEnded(body io.ReadCloser, err error) {
+	if e, ok := body.(StreamEnder); ok {
+		e.StreamEnded(err)
+	}
 }
 
 // post sends body as JSON to path with the request id both legs of a

@@ -95,8 +95,7 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 		if !s.finished {
 			s.finish, s.finished = engine.FinishLength, true
 		}
-		s.done = true
-		s.dog.stop()
+		s.reachedEnd()
 	}
 	return tok, nil
 }
@@ -107,19 +106,21 @@ func (s *stream) Next(ctx context.Context) (uint32, error) {
 // cancel would otherwise pass every engine failure off as a client's cancel.
 func (s *stream) fail(ctx context.Context, err error) error {
 	callerErr, cause := ctx.Err(), context.Cause(s.ctx)
-	s.Close()
 	var stall *StallError
 	switch {
 	case callerErr != nil:
-		return callerErr
+		err = callerErr
 	case errors.As(cause, &stall):
-		return stall
+		err = stall
 	case cause != nil:
-		return cause // the request's context ended, or Close ran meanwhile
+		err = cause // the request's context ended, or Close ran meanwhile
 	case errors.Is(err, engine.ErrUnavailable):
-		return err
+	default:
+		err = fmt.Errorf("%s: %w", s.e.where(), err)
 	}
-	return fmt.Errorf("%s: %w", s.e.where(), err)
+	streamEnded(s.body, err)
+	s.Close()
+	return err
 }
 
 // bind makes ctx's end abort the engine's request. The caller's context may
@@ -140,9 +141,18 @@ func (s *stream) bind(ctx context.Context) {
 }
 
 func (s *stream) end(f engine.FinishReason) {
-	s.dog.stop()
-	s.finish, s.finished, s.done = f, true, true
+	s.finish, s.finished = f, true
 	s.pending, s.pendingLP, s.pendingText = nil, nil, nil
+	s.reachedEnd()
+}
+
+// reachedEnd marks the stream done, on the reading goroutine (Close may run on
+// another): a stream closed before this, and without failing, says nothing of
+// how it ended (its caller stopped reading).
+func (s *stream) reachedEnd() {
+	s.done = true
+	s.dog.stop()
+	streamEnded(s.body, nil)
 }
 
 // read takes the next event off the wire into pending.
@@ -154,8 +164,7 @@ func (s *stream) read() error {
 			// A stream that ends with [DONE] but no finish reason ended on its own.
 			s.finish, s.finished = engine.FinishStop, true
 		}
-		s.done = true
-		s.dog.stop()
+		s.reachedEnd()
 		return nil
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("the stream ended without a finish reason after %d tokens: %w", s.returned, io.ErrUnexpectedEOF)

@@ -30,6 +30,9 @@ const (
 	// StreamStall sends the headers and FaultAfter tokens, then nothing more while
 	// holding the connection open.
 	StreamStall StreamFault = "stall"
+	// StreamTruncated sends FaultAfter tokens, then ends the response cleanly with
+	// neither a finish reason nor [DONE]: a proxy that closes long responses.
+	StreamTruncated StreamFault = "truncated"
 )
 
 // SetStreamFault makes the following completions fail so, after `after` tokens
@@ -104,6 +107,8 @@ func (s *Server) faultAt(w http.ResponseWriter, r *http.Request, i int) bool {
 	case StreamStall:
 		<-r.Context().Done()
 		s.cancel(r)
+		return true
+	case StreamTruncated:
 		return true
 	}
 	return false
