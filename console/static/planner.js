@@ -48,7 +48,7 @@ function renderPlanner() {
       el("td", { text: new Date(s.time).toLocaleTimeString([], { hour12: false }) }),
       el("td", { text: rolesText(s.roles) }),
       el("td", { class: "num", text: s.isl_threshold ? fmtNum(s.isl_threshold) : "–" }),
-      el("td", { class: "reason", text: (s.pinned ? "[pin] " : "") + s.reason })));
+      el("td", { class: "reason", text: (s.pinned ? "[pin] " : "") + s.reason, title: s.reason })));
   }
   const writable = !!(state.hello && state.hello.policy_writable);
   $("planner-pin").hidden = !writable || p.pinned;
