@@ -18,7 +18,10 @@ import (
 // switch, and no worker holds a block afterwards. The console's events carry
 // the plan, its reason and each lender's role.
 func TestUpPlannerMovesALender(t *testing.T) {
-	args := append([]string{"--engine", "sim", "--decode", "1", "--prefill", "0", "--lenders", "2"}, twitchyPlanner...)
+	// A dwell of 30 s after the first switch: the shape holds while the test
+	// checks it (the 1 s dwell of twitchyPlanner lets a loaded machine's noisy
+	// mix move it back within seconds).
+	args := append(append([]string{"--engine", "sim", "--decode", "1", "--prefill", "0", "--lenders", "2"}, twitchyPlanner...), "--planner-dwell", "30s")
 	proc, url := startUp(t, args...)
 	rc, raddr := dialRouter(t, proc)
 	_, events := consoleEvents(t, http.DefaultClient, url, "")
