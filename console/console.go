@@ -26,8 +26,8 @@ import (
 // PolicyStore changes the runtime policy of a deployment (Consul KV); the router
 // and decode workers watch it and apply what passes their checks.
 type PolicyStore interface {
-	// Check says what is wrong with value as the policy of target ("router" or
-	// "decode"), exactly as the services that watch it would.
+	// Check says what is wrong with value as the policy of target ("router",
+	// "decode" or "planner"), exactly as the services that watch it would.
 	Check(target string, value []byte) error
 	// Set writes it.
 	Set(ctx context.Context, target string, value []byte) error

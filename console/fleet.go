@@ -94,7 +94,7 @@ func fleetOf(m *routerv1.WatchFleetResponse) Fleet {
 			Draining: w.GetDraining(), Reported: l != nil,
 			Running: l.GetRunningSequences(), Waiting: l.GetWaitingSequences(), WaitingTokens: l.GetWaitingTokens(),
 			KVTotalBlocks: l.GetTotalBlocks(), CachedBlocks: fw.GetIndexedBlocks(), Synced: fw.GetSynced(), Routed: fw.GetRouted(),
-			NoKVEvents: fw.GetNoKvEvents(), Lending: fw.GetWithheldFromDecode(),
+			NoKVEvents: fw.GetNoKvEvents(), Lending: fw.GetWithheldFromDecode(), Role: fw.GetRole(),
 		}
 		if total, free := l.GetTotalBlocks(), l.GetFreeBlocks(); total > 0 {
 			// Free counts evictable cached blocks too: used is what requests hold.
@@ -109,5 +109,34 @@ func fleetOf(m *routerv1.WatchFleetResponse) Fleet {
 		}
 		f.Workers = append(f.Workers, out)
 	}
+	f.Planner = plannerOf(m.GetPlanner())
 	return f
+}
+
+func plannerOf(v *routerv1.PlannerView) *Planner {
+	if v == nil {
+		return nil
+	}
+	p := &Planner{
+		Source: v.GetSource(), Decided: v.GetDecidedUnixMs(), Reason: v.GetReason(),
+		PrefillWorkers: v.GetPrefillWorkers(), DecodeWorkers: v.GetDecodeWorkers(), ISLThreshold: v.GetIslThreshold(),
+		Roles: v.GetRoles(), Pinned: v.GetPinned(),
+		ArrivalRate: round3(v.GetArrivalRate()), ProjectedCapacity: round3(v.GetProjectedCapacity()), BestCapacity: round3(v.GetBestCapacity()),
+		Switches: make([]PlannerSwitch, 0, len(v.GetSwitches())),
+	}
+	if p.Roles == nil {
+		p.Roles = map[string]string{}
+	}
+	if pin := v.GetPin(); pin != nil {
+		p.Pin = &PlannerPin{Current: pin.GetCurrent(), Prefill: pin.GetPrefill(), ISLThreshold: pin.GetIslThreshold()}
+	}
+	for _, s := range v.GetSwitches() {
+		roles := s.GetRoles()
+		if roles == nil {
+			roles = map[string]string{}
+		}
+		p.Switches = append(p.Switches, PlannerSwitch{Time: s.GetAtUnixMs(), Reason: s.GetReason(), Roles: roles,
+			ISLThreshold: s.GetIslThreshold(), Pinned: s.GetPinned()})
+	}
+	return p
 }

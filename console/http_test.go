@@ -25,6 +25,7 @@ func TestPageAndFiles(t *testing.T) {
 		{"GET", "/console/console.js", 200, "text/javascript"},
 		{"GET", "/console/common.js", 200, "text/javascript"},
 		{"GET", "/console/chat.js", 200, "text/javascript"},
+		{"GET", "/console/planner.js", 200, "text/javascript"},
 		{"GET", "/console/console.css", 200, "text/css"},
 		{"GET", "/console/favicon.svg", 200, "image/svg+xml"},
 		{"GET", "/console/nothing.js", 404, ""},

@@ -32,6 +32,54 @@ type Fleet struct {
 	// Router is nil until the router has answered once.
 	Router  *RouterPolicy `json:"router"`
 	Workers []Worker      `json:"workers"`
+	// Planner is the planner's plan the router applies; nil when there is none.
+	Planner *Planner `json:"planner,omitempty"`
+}
+
+// Planner is the plan a planner decided (docs/DESIGN.md, "The planner"), as
+// the router applies it: its shape, why, the operator's pin and the last
+// switches.
+type Planner struct {
+	// Source is "planner" when the router runs the planner, "consul" when it
+	// follows the plan a planner published in Consul KV (tandem/planner/plan).
+	Source string `json:"source"`
+	// Decided is when the planner decided it.
+	Decided        int64  `json:"decided"`
+	Reason         string `json:"reason"`
+	PrefillWorkers uint32 `json:"prefill_workers"`
+	DecodeWorkers  uint32 `json:"decode_workers"`
+	// ISLThreshold is the prompt length from which prompts are prefilled
+	// remotely; 0 when no worker prefills for others.
+	ISLThreshold uint32 `json:"isl_threshold"`
+	// Roles are the lenders' roles by worker id: "prefill" or "decode".
+	Roles  map[string]string `json:"roles"`
+	Pinned bool              `json:"pinned"`
+	// Pin is the operator's pin (tandem/config/planner) that holds the plan.
+	Pin *PlannerPin `json:"pin,omitempty"`
+	// ArrivalRate is the averaged rate it saw, requests/s; ProjectedCapacity
+	// and BestCapacity the capacity its model projects for the plan's shape and
+	// for the best shape it found.
+	ArrivalRate       float64 `json:"arrival_rate"`
+	ProjectedCapacity float64 `json:"projected_capacity"`
+	BestCapacity      float64 `json:"best_capacity"`
+	// Switches are the last plans that moved a lender, newest first.
+	Switches []PlannerSwitch `json:"switches"`
+}
+
+// PlannerPin is a pin with the fields of tandem/config/planner.
+type PlannerPin struct {
+	Current      bool   `json:"current,omitempty"`
+	Prefill      uint32 `json:"prefill"`
+	ISLThreshold uint32 `json:"isl_threshold"`
+}
+
+// PlannerSwitch is one plan that moved a lender.
+type PlannerSwitch struct {
+	Time         int64             `json:"time"`
+	Reason       string            `json:"reason"`
+	Roles        map[string]string `json:"roles"`
+	ISLThreshold uint32            `json:"isl_threshold"`
+	Pinned       bool              `json:"pinned"`
 }
 
 // Worker is one worker of the fleet.
@@ -61,6 +109,9 @@ type Worker struct {
 	// Lending: a lender the router keeps out of the decode candidates while it
 	// prefills for decode workers (lenders_prefill_first).
 	Lending bool `json:"lending"`
+	// Role is a lender's role as the planner set it: "prefill", "decode", or
+	// "" (both).
+	Role string `json:"role,omitempty"`
 	// Routed counts the requests the router sent it since the router started.
 	Routed uint64 `json:"routed"`
 	// PrefillPolicy is a decode worker's; nil for prefill workers.

@@ -14,7 +14,7 @@ const maxPolicyBytes = 64 << 10
 
 // policyRequest is the body of POST /console/policy.
 type policyRequest struct {
-	// Target is "router" or "decode".
+	// Target is "router", "decode" or "planner".
 	Target string `json:"target"`
 	// Value is the JSON object to store, with the fields of tandem config set.
 	Value json.RawMessage `json:"value"`
@@ -62,7 +62,7 @@ func (c *Console) servePolicy(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		fail(http.StatusBadRequest, "the request must be {\"target\": \"router\" or \"decode\", \"value\": {...}}: %v", err)
+		fail(http.StatusBadRequest, "the request must be {\"target\": \"router\", \"decode\" or \"planner\", \"value\": {...}}: %v", err)
 		return
 	}
 	if err := c.opts.Policy.Check(req.Target, req.Value); err != nil {

@@ -59,10 +59,12 @@ type Plan struct {
 	Projected Projection `json:"projected"`
 	Best      Projection `json:"best"`
 	// Switched: this plan changed some worker's role; Moved counts them.
-	Switched bool      `json:"switched"`
-	Moved    int       `json:"moved"`
-	Pinned   bool      `json:"pinned"`
-	At       time.Time `json:"at"`
+	Switched bool `json:"switched"`
+	Moved    int  `json:"moved"`
+	Pinned   bool `json:"pinned"`
+	// Pin is the operator's pin that held this plan, when Pinned.
+	Pin *Pin      `json:"pin,omitempty"`
+	At  time.Time `json:"at"`
 }
 
 // Config is the planner's fixed configuration.
@@ -139,11 +141,19 @@ func New(cfg Config) (*Planner, error) {
 // Last is the last plan decided (nil before the first).
 func (p *Planner) Last() *Plan { return p.last }
 
+// Resume starts from a plan decided before (by a planner that stopped), whose
+// last switch was at lastSwitch: its threshold is the current one, and the
+// dwell runs from that switch.
+func (p *Planner) Resume(plan Plan, lastSwitch time.Time) {
+	p.last = &plan
+	p.lastSwitch = lastSwitch
+}
+
 // Decide returns the plan for obs at now; a pin, when not nil, is applied as
 // given (its Prefill workers prefill, the rest decode), whatever the model says.
 func (p *Planner) Decide(now time.Time, obs Observation, pin *Pin) Plan {
 	if len(obs.Workers) == 0 {
-		plan := Plan{Roles: map[string]Role{}, Reason: "no worker to plan for", At: now, Pinned: pin != nil}
+		plan := Plan{Roles: map[string]Role{}, Reason: "no worker to plan for", At: now, Pinned: pin != nil, Pin: pin}
 		p.last = &plan
 		return plan
 	}
@@ -192,7 +202,8 @@ func (p *Planner) Decide(now time.Time, obs Observation, pin *Pin) Plan {
 			s = Shape{Prefill: min(max(pin.Prefill, fixedPrefill), fixedPrefill+flex, n-1), Threshold: pin.ISLThreshold}
 			s.Decode = n - s.Prefill
 		}
-		plan.Shape, plan.Pinned = s, true
+		pinned := *pin
+		plan.Shape, plan.Pinned, plan.Pin = s, true, &pinned
 		plan.Projected = proj(s)
 		plan.Projected.Capacity = capOf(s)
 		plan.Moved = p.move(&plan, obs, s.Prefill-fixedPrefill)

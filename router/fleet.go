@@ -74,9 +74,10 @@ func (r *Router) fleetView() (*routerv1.WatchFleetResponse, <-chan struct{}) {
 		view.Workers = append(view.Workers, &routerv1.FleetWorker{
 			Worker: workerProto(st.w), Load: st.load, IndexedBlocks: uint32(r.ix.Held(st.ref)), Synced: st.synced,
 			Routed: st.routedTotal, PrefillPolicy: st.policy, NoKvEvents: st.w.NoKVEvents,
-			WithheldFromDecode: st.withheld,
+			WithheldFromDecode: st.withheld, Role: string(r.lenderRole(st)),
 		})
 	}
+	view.Planner = r.plannerView
 	if r.fleetChanged == nil {
 		r.fleetChanged = make(chan struct{})
 	}

@@ -4,6 +4,9 @@ import (
 	"maps"
 	"math/bits"
 
+	"google.golang.org/protobuf/proto"
+
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 )
 
@@ -63,6 +66,26 @@ func (r *Router) Roles() map[string]Role {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.roles)
+}
+
+// SetPlannerView sets the plan WatchFleet shows beside the roles (nil: none).
+// v is not changed afterwards; the caller gives a new one for a new plan.
+func (r *Router) SetPlannerView(v *routerv1.PlannerView) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if proto.Equal(v, r.plannerView) {
+		return
+	}
+	r.plannerView = v
+	r.fleetChange()
+}
+
+// lenderRole is st's role when it is a lender ("" otherwise); r.mu is held.
+func (r *Router) lenderRole(st *state) Role {
+	if st.w.Mode != workerv1.WorkerMode_WORKER_MODE_AGGREGATED || !st.w.LendsPrefill {
+		return ""
+	}
+	return r.roles[st.w.ID]
 }
 
 // roleKind is st's kind narrowed by its role; r.mu is held.

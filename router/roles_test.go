@@ -1,7 +1,10 @@
 package router_test
 
 import (
+	"math/rand/v2"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
@@ -68,4 +71,36 @@ func TestRolesThatLeaveNoDecoderAreDropped(t *testing.T) {
 			t.Errorf("roles after a request found no decoder: %v, want none", roles)
 		}
 	})
+}
+
+// The fleet stream shows each lender's role and the plan it comes from, and
+// follows a new plan; a worker whose mode fixes what it does shows none.
+func TestWatchFleetShowsRolesAndThePlan(t *testing.T) {
+	lender := router.Worker{ID: "agg-lender", Address: "10.0.0.5:7001", Mode: workerv1.WorkerMode_WORKER_MODE_AGGREGATED, LendsPrefill: true}
+	r, err := router.New(router.Config{BlockSize: 16, Params: router.DefaultParams()}, rand.New(rand.NewPCG(1, 2)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []router.Worker{decodeA, lender} {
+		join(t, r, w, nil)
+	}
+	recv := watchFleet(t, r, "grpc")
+	if msg, err := recv(); err != nil || msg.GetPlanner() != nil || fleetWorker(msg, lender.ID).GetRole() != "" {
+		t.Fatalf("before any plan: %v %v; want no plan and no role", msg, err)
+	}
+	r.SetRoles(map[string]router.Role{lender.ID: router.RolePrefill, decodeA.ID: router.RolePrefill})
+	r.SetPlannerView(&routerv1.PlannerView{Source: "planner", Reason: "a reason", PrefillWorkers: 1, DecodeWorkers: 1, IslThreshold: 256})
+	msg := nextUntil(t, recv, "the plan", func(m *routerv1.WatchFleetResponse) bool { return m.GetPlanner().GetReason() == "a reason" })
+	if got := fleetWorker(msg, lender.ID).GetRole(); got != "prefill" {
+		t.Errorf("lender's role %q, want prefill", got)
+	}
+	if got := fleetWorker(msg, decodeA.ID).GetRole(); got != "" {
+		t.Errorf("decode worker's role %q, want none: its mode fixes what it does", got)
+	}
+	r.SetRoles(map[string]router.Role{lender.ID: router.RoleDecode})
+	r.SetPlannerView(&routerv1.PlannerView{Source: "consul", Reason: "another"})
+	msg = nextUntil(t, recv, "the new plan", func(m *routerv1.WatchFleetResponse) bool { return m.GetPlanner().GetReason() == "another" })
+	if got := fleetWorker(msg, lender.ID).GetRole(); got != "decode" || msg.GetPlanner().GetSource() != "consul" {
+		t.Errorf("after the new plan: role %q, source %q; want decode, consul", got, msg.GetPlanner().GetSource())
+	}
 }

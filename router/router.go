@@ -215,6 +215,8 @@ type Router struct {
 	lockHeld func(time.Duration)
 	// roles are the planner's roles for lenders, by worker ID (roles.go).
 	roles map[string]Role
+	// plannerView is the plan the roles come from, for WatchFleet (roles.go).
+	plannerView *routerv1.PlannerView
 	// traffic is what was routed since the planner last took it (roles.go).
 	traffic Traffic
 }

@@ -40,10 +40,12 @@ function onEvent(name, data) {
       $("version").textContent = data.version || "dev";
       if (data.model) $("model").textContent = data.model;
       renderPolicy();
+      if (state.fleet) renderPlanner();
       break;
     case "fleet":
       state.fleet = data;
       renderFleet();
+      renderPlanner();
       renderPolicy();
       break;
     case "history":
@@ -110,7 +112,8 @@ function renderFleet() {
     const stateCell = el("td", {}, pill(st, st));
     if (!w.synced) stateCell.append(" ", pill("resync", "resync"));
     if (w.lending) stateCell.append(" ", pill("lending", "lending"));
-    body.append(el("tr", { class: w.draining ? "draining" : "", "data-worker": w.id, "data-state": st,
+    if (w.role) stateCell.append(" ", pill(w.role + " role", "role " + w.role));
+    body.append(el("tr", { class: w.draining ? "draining" : "", "data-worker": w.id, "data-state": st, "data-role": w.role || "",
       "data-running": w.running, "data-routed": w.routed, "data-cached": w.cached_blocks },
       el("td", { class: "id" }, w.id + " ", pill(w.mode, "mode"), el("div", { class: "addr", text: w.address })),
       stateCell,

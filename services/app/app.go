@@ -54,7 +54,10 @@ type Config struct {
 
 	// tandem up: the workers it runs, and where the frontend listens.
 	Prefill, Decode int
-	HTTPAddr        string
+	// Lenders are aggregated workers lending prefill, which the planner moves
+	// between prefill and decode.
+	Lenders  int
+	HTTPAddr string
 }
 
 // RegisterFlags registers target's flags. A role's command takes every flag of
@@ -73,6 +76,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, target string) {
 		fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "address of the frontend: OpenAI HTTP API, Connect and gRPC")
 		fs.IntVar(&c.Prefill, "prefill", 1, "prefill workers to run")
 		fs.IntVar(&c.Decode, "decode", 1, "decode workers to run")
+		fs.IntVar(&c.Lenders, "lenders", 0, "aggregated workers lending prefill (--lend-prefill) to run beside them, which --planner moves between prefill and decode")
 		c.Worker.Serve.RegisterDrainFlag(fs)
 		c.Worker.RegisterRoleFlags(fs, Decode)
 		c.Frontend.RegisterRoleFlags(fs)
@@ -139,8 +143,8 @@ func Run(ctx context.Context, cfg Config, target string, stdout, stderr io.Write
 	if !a.up {
 		return reg.Run(ctx, []string{target}, nil, nil)
 	}
-	if cfg.Decode < 1 || cfg.Prefill < 0 {
-		return errors.New("up: --decode must be at least 1 and --prefill at least 0")
+	if cfg.Decode < 1 || cfg.Prefill < 0 || cfg.Lenders < 0 {
+		return errors.New("up: --decode must be at least 1, --prefill and --lenders at least 0")
 	}
 	if cfg.Worker.Mode == "prefill" {
 		return errors.New("up: --mode is the decode workers' mode: decode or aggregated")
@@ -181,9 +185,19 @@ func (a *app) startPrefill(ctx context.Context) ([]modules.Service, error) {
 	if !a.up {
 		return a.startWorker(ctx, a.cfg.Worker, Prefill)
 	}
-	return a.startWorkers(ctx, a.cfg.Prefill, &a.prefillAddrs, func(cfg *workersvc.Config, i int) {
+	svcs, err := a.startWorkers(ctx, a.cfg.Prefill, &a.prefillAddrs, func(cfg *workersvc.Config, i int) {
 		cfg.Mode, cfg.ID = "prefill", fmt.Sprintf("prefill-%d", i)
 	})
+	if err != nil {
+		return svcs, err
+	}
+	// Lenders prefill for the decode workers, which find them among their
+	// prefill workers; the router, asking each who it is, sees that they
+	// decode too.
+	lenders, err := a.startWorkers(ctx, a.cfg.Lenders, &a.prefillAddrs, func(cfg *workersvc.Config, i int) {
+		cfg.Mode, cfg.LendPrefill, cfg.ID = "aggregated", true, fmt.Sprintf("lender-%d", i)
+	})
+	return append(svcs, lenders...), err
 }
 
 // startDecode starts tandem up's decode workers, on the prefill workers it runs,

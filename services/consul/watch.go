@@ -117,6 +117,17 @@ func (c *Client) WatchInstances(ctx context.Context, name string, update func([]
 // WatchKey calls apply with the value of key whenever it changes. A value apply
 // rejects is logged and counted, and the last good one stays in force.
 func (c *Client) WatchKey(ctx context.Context, key string, apply func([]byte) error) {
+	c.watchKey(ctx, key, false, apply)
+}
+
+// WatchState is WatchKey for state a service publishes for the others (the
+// planner's plan): apply is called with nil when the key is deleted, and a
+// value applied is counted, not logged, for it changes at every publication.
+func (c *Client) WatchState(ctx context.Context, key string, apply func([]byte) error) {
+	c.watchKey(ctx, key, true, apply)
+}
+
+func (c *Client) watchKey(ctx context.Context, key string, state bool, apply func([]byte) error) {
 	var index uint64
 	var last []byte
 	backoff := 250 * time.Millisecond
@@ -142,6 +153,13 @@ func (c *Client) WatchKey(ctx context.Context, key string, apply func([]byte) er
 		} else {
 			index = meta.LastIndex
 		}
+		if pair == nil && state && last != nil {
+			last = nil
+			if err := apply(nil); err != nil {
+				c.log.Error("consul: applying the deletion of a key failed", "key", key, "error", err)
+			}
+			continue
+		}
 		if pair == nil || bytes.Equal(pair.Value, last) {
 			continue
 		}
@@ -152,6 +170,8 @@ func (c *Client) WatchKey(ctx context.Context, key string, apply func([]byte) er
 			continue
 		}
 		c.metrics.configApplied.WithLabelValues(key).Inc()
-		c.log.Info("consul: applied runtime config", "key", key, "value", string(pair.Value))
+		if !state {
+			c.log.Info("consul: applied runtime config", "key", key, "value", string(pair.Value))
+		}
 	}
 }

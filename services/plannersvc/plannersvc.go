@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"maps"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/planner"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
 )
@@ -23,6 +23,7 @@ type Router interface {
 	Roles() map[string]router.Role
 	Params() router.Params
 	SetParams(router.Params) error
+	SetPlannerView(*routerv1.PlannerView)
 }
 
 var _ Router = (*router.Router)(nil)
@@ -45,6 +46,8 @@ type Service struct {
 
 	mu  sync.Mutex
 	pin *planner.Pin
+	// doc is the last plan decided, with the switches before it.
+	doc *Document
 	// Averages of the traffic, per second (Config.Smoothing).
 	rate               float64
 	count, prompt, eff [router.TrafficBuckets]float64
@@ -107,22 +110,43 @@ func (s *Service) Step(ctx context.Context, now time.Time) planner.Plan {
 	obs := s.observe(now)
 	s.mu.Lock()
 	pin := s.pin
+	last := s.doc
 	s.mu.Unlock()
+	var switches []Switch
+	if last != nil {
+		switches = last.Switches
+		if len(obs.Workers) == 0 {
+			// The router knows no worker (just started, or Consul lost them for a
+			// moment): nothing to decide on, and the last plan stays.
+			s.log.Debug("planner: no worker to plan for; the last plan stays")
+			return last.Plan
+		}
+	}
 	plan := s.pl.Decide(now, obs, pin)
+	doc := Document{Plan: plan, Rate: obs.Rate, Lengths: obs.Lengths, Switches: switches}
+	if plan.Switched {
+		sw := Switch{At: now, Reason: plan.Reason, Roles: plan.Roles, Pinned: plan.Pinned, Rate: obs.Rate}
+		if plan.Shape.Prefill > 0 {
+			sw.ISLThreshold = plan.Shape.Threshold
+		}
+		doc.Switches = append([]Switch{sw}, switches[:min(len(switches), KeepSwitches-1)]...)
+	}
+	s.mu.Lock()
+	s.doc = &doc
+	s.mu.Unlock()
 	s.apply(plan)
+	s.r.SetPlannerView(doc.View("planner"))
 	s.m.note(plan, obs)
 	if plan.Switched {
-		s.log.Info("planner: switched roles", "reason", plan.Reason, "roles", plan.Roles, "isl_threshold", plan.Shape.Threshold,
-			"rate", obs.Rate, "lengths", obs.Lengths, "workers", obs.Workers, "pinned", plan.Pinned)
+		s.log.Info("planner: switched roles", "reason", plan.Reason, "roles", plan.Roles, "moved", plan.Moved,
+			"isl_threshold", plan.Shape.Threshold, "prefill_workers", plan.Shape.Prefill, "decode_workers", plan.Shape.Decode,
+			"rate", obs.Rate, "lengths", obs.Lengths, "workers", obs.Workers, "attainment", obs.Attainment,
+			"projected_capacity", plan.Projected.Capacity, "best_capacity", plan.Best.Capacity, "pinned", plan.Pinned)
 	} else {
 		s.log.Debug("planner: decided", "reason", plan.Reason, "rate", obs.Rate)
 	}
 	if s.publish != nil {
-		b, err := json.Marshal(struct {
-			planner.Plan
-			Rate    float64          `json:"rate"`
-			Lengths []planner.Length `json:"lengths"`
-		}{plan, obs.Rate, obs.Lengths})
+		b, err := json.Marshal(doc)
 		if err == nil {
 			err = s.publish(ctx, b)
 		}
@@ -131,6 +155,35 @@ func (s *Service) Step(ctx context.Context, now time.Time) planner.Plan {
 		}
 	}
 	return plan
+}
+
+// Resume starts from a plan a planner published before (this one, before a
+// restart, or another): the router gets its roles and threshold at once, the
+// dwell runs from its last switch, and its switches are kept.
+func (s *Service) Resume(doc Document) {
+	var lastSwitch time.Time
+	if len(doc.Switches) > 0 {
+		lastSwitch = doc.Switches[0].At
+	}
+	s.pl.Resume(doc.Plan, lastSwitch)
+	s.mu.Lock()
+	s.doc = &doc
+	s.mu.Unlock()
+	s.apply(doc.Plan)
+	s.r.SetPlannerView(doc.View("planner"))
+	s.log.Info("planner: resumed from the published plan", "reason", doc.Reason, "roles", doc.Roles, "decided", doc.At)
+}
+
+// Overlay is p with the last plan's gating (PlanParams), or p before any plan:
+// the router's service lays it over tandem/config/router, which the planner's
+// threshold overrides.
+func (s *Service) Overlay(p router.Params) router.Params {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.doc == nil {
+		return p
+	}
+	return PlanParams(p, s.doc.Plan)
 }
 
 // observe takes the traffic since the last step into the averages and reads
@@ -187,22 +240,10 @@ func (s *Service) observe(now time.Time) planner.Observation {
 
 // apply gives the router the plan's roles and threshold.
 func (s *Service) apply(plan planner.Plan) {
-	roles := map[string]router.Role{}
-	for id, r := range plan.Roles {
-		roles[id] = router.Role(r)
-	}
-	if !maps.Equal(roles, s.r.Roles()) {
-		s.r.SetRoles(roles)
-	}
-	p := s.r.Params()
-	want := p
-	want.ISLGate, want.ISLAdaptive, want.ISLThreshold = true, false, plan.Shape.Threshold
-	if plan.Shape.Prefill == 0 || want.ISLThreshold == 0 {
-		want.ISLThreshold = NoRemote
-	}
-	if want != p {
-		if err := s.r.SetParams(want); err != nil {
-			s.log.Error("planner: the router refused the plan's threshold", "error", err, "isl_threshold", want.ISLThreshold)
+	applyRoles(s.r, plan)
+	if p := s.r.Params(); PlanParams(p, plan) != p {
+		if err := s.r.SetParams(PlanParams(p, plan)); err != nil {
+			s.log.Error("planner: the router refused the plan's threshold", "error", err, "isl_threshold", plan.Shape.Threshold)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-serve/tandem/planner"
+	routerv1 "github.com/tandem-serve/tandem/proto/tandem/router/v1"
 	workerv1 "github.com/tandem-serve/tandem/proto/tandem/worker/v1"
 	"github.com/tandem-serve/tandem/router"
 )
@@ -23,6 +24,7 @@ type fakeRouter struct {
 	traffic router.Traffic
 	roles   map[string]router.Role
 	params  router.Params
+	view    *routerv1.PlannerView
 }
 
 func (f *fakeRouter) Workers() []router.WorkerView {
@@ -38,10 +40,11 @@ func (f *fakeRouter) TakeTraffic() router.Traffic {
 	f.traffic = router.Traffic{}
 	return t
 }
-func (f *fakeRouter) SetRoles(r map[string]router.Role) { f.roles = maps.Clone(r) }
-func (f *fakeRouter) Roles() map[string]router.Role     { return maps.Clone(f.roles) }
-func (f *fakeRouter) Params() router.Params             { return f.params }
-func (f *fakeRouter) SetParams(p router.Params) error   { f.params = p; return p.Validate() }
+func (f *fakeRouter) SetRoles(r map[string]router.Role)      { f.roles = maps.Clone(r) }
+func (f *fakeRouter) Roles() map[string]router.Role          { return maps.Clone(f.roles) }
+func (f *fakeRouter) Params() router.Params                  { return f.params }
+func (f *fakeRouter) SetParams(p router.Params) error        { f.params = p; return p.Validate() }
+func (f *fakeRouter) SetPlannerView(v *routerv1.PlannerView) { f.view = v }
 
 // route records n requests of prompt tokens over an interval.
 func (f *fakeRouter) route(n, prompt int) {

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -23,6 +26,10 @@ import (
 	"github.com/tandem-serve/tandem/services/process"
 	"github.com/tandem-serve/tandem/services/server"
 )
+
+// followEvery is how often a router applies the plan it follows again (after
+// it dropped roles that left no worker to decode).
+const followEvery = 5 * time.Second
 
 // Config is the router's flags.
 type Config struct {
@@ -97,9 +104,18 @@ type Service struct {
 	srv     *server.Server
 	tracker *discovery.Tracker
 	member  *consul.Member
+	log     *slog.Logger
 	Router  *router.Router
 	// Planner is the planner running beside the router (nil: off).
 	Planner *plannersvc.Service
+	// follower applies the plan another router's planner published (with
+	// Consul, when this router runs none).
+	follower *plannersvc.Follower
+
+	mu sync.Mutex
+	// configured is the routing parameters of the flags and tandem/config/router,
+	// before a plan's gating.
+	configured router.Params
 }
 
 // Start opens the listener; the router reports SERVING once every configured
@@ -130,7 +146,7 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 		srv.OnDrain(member.Deregister)
 	}
 	srv.OnDrain(r.Stop)
-	s := &Service{cfg: cfg, srv: srv, tracker: tracker, member: member, Router: r}
+	s := &Service{cfg: cfg, srv: srv, tracker: tracker, member: member, log: env.Logger, Router: r, configured: cfg.Params}
 	if cfg.Planner.Enabled {
 		var publish plannersvc.Publish
 		if member != nil {
@@ -144,8 +160,48 @@ func Start(env *process.Env, cfg Config) (*Service, error) {
 			srv.Close()
 			return nil, err
 		}
+	} else if member != nil {
+		s.follower = plannersvc.NewFollower(r, s.configuredParams, env.Logger.With("component", "planner"))
 	}
 	return s, nil
+}
+
+func (s *Service) configuredParams() router.Params {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.configured
+}
+
+// withPlan is p with the gating of the plan in force, the planner's or the
+// one followed.
+func (s *Service) withPlan(p router.Params) router.Params {
+	switch {
+	case s.Planner != nil:
+		return s.Planner.Overlay(p)
+	case s.follower != nil:
+		return s.follower.Overlay(p)
+	}
+	return p
+}
+
+// resumePlan gives the planner the plan in Consul KV, when there is one: a
+// router restarted with the planner keeps the fleet's shape, and its dwell.
+func (s *Service) resumePlan(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pair, _, err := s.member.Client.API.KV().Get(consul.PlannerPlanKey, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || pair == nil {
+		if err != nil {
+			s.log.Warn("planner: could not read the published plan; starting afresh", "error", err)
+		}
+		return
+	}
+	doc, err := plannersvc.ParseDocument(pair.Value)
+	if err != nil {
+		s.log.Warn("planner: the published plan is unreadable; starting afresh", "error", err)
+		return
+	}
+	s.Planner.Resume(doc)
 }
 
 // Addr is where the router listens.
@@ -168,10 +224,18 @@ func (s *Service) Run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			return s.Router.SetParams(p)
+			s.mu.Lock()
+			s.configured = p
+			s.mu.Unlock()
+			return s.Router.SetParams(s.withPlan(p))
 		})
 		if s.Planner != nil {
+			s.resumePlan(ctx)
 			go s.member.Client.WatchKey(ctx, consul.PlannerConfigKey, s.Planner.SetPolicy)
+		}
+		if s.follower != nil {
+			go s.member.Client.WatchState(ctx, consul.PlannerPlanKey, s.follower.SetPlan)
+			go s.follower.Run(ctx, followEvery)
 		}
 		// With Consul there may be no worker yet; the router serves and answers
 		// Unavailable until one joins.

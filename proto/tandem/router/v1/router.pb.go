@@ -699,8 +699,11 @@ type FleetWorker struct {
 	// A lender out of the decode candidates while it prefills for decode workers
 	// (lenders_prefill_first).
 	WithheldFromDecode bool `protobuf:"varint,8,opt,name=withheld_from_decode,json=withheldFromDecode,proto3" json:"withheld_from_decode,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// A lender's role as a planner set it: "prefill" (no new decodes), "decode"
+	// (no prefill to lend), or "" (both, as without a planner).
+	Role          string `protobuf:"bytes,9,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetWorker) Reset() {
@@ -787,6 +790,13 @@ func (x *FleetWorker) GetWithheldFromDecode() bool {
 		return x.WithheldFromDecode
 	}
 	return false
+}
+
+func (x *FleetWorker) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 // RoutingParams are the router's parameters in force (router.Params).
@@ -927,7 +937,9 @@ type WatchFleetResponse struct {
 	Params    *RoutingParams `protobuf:"bytes,2,opt,name=params,proto3" json:"params,omitempty"`
 	BlockSize uint32         `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	// (block, worker) entries in the KV index.
-	IndexBlocks   uint64 `protobuf:"varint,4,opt,name=index_blocks,json=indexBlocks,proto3" json:"index_blocks,omitempty"`
+	IndexBlocks uint64 `protobuf:"varint,4,opt,name=index_blocks,json=indexBlocks,proto3" json:"index_blocks,omitempty"`
+	// The planner's plan this router applies; absent when there is none.
+	Planner       *PlannerView `protobuf:"bytes,5,opt,name=planner,proto3" json:"planner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -990,6 +1002,305 @@ func (x *WatchFleetResponse) GetIndexBlocks() uint64 {
 	return 0
 }
 
+func (x *WatchFleetResponse) GetPlanner() *PlannerView {
+	if x != nil {
+		return x.Planner
+	}
+	return nil
+}
+
+// PlannerView is the planner's last plan as a router applies it (the plan a
+// planner publishes in Consul KV, tandem/planner/plan).
+type PlannerView struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "planner" when this router runs the planner; "consul" when it follows the
+	// plan a planner published (one that may have stopped since).
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// When the planner decided it, Unix milliseconds.
+	DecidedUnixMs int64 `protobuf:"varint,2,opt,name=decided_unix_ms,json=decidedUnixMs,proto3" json:"decided_unix_ms,omitempty"`
+	// Why, with the figures, in one sentence.
+	Reason         string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	PrefillWorkers uint32 `protobuf:"varint,4,opt,name=prefill_workers,json=prefillWorkers,proto3" json:"prefill_workers,omitempty"`
+	DecodeWorkers  uint32 `protobuf:"varint,5,opt,name=decode_workers,json=decodeWorkers,proto3" json:"decode_workers,omitempty"`
+	// Prompts with at least this many uncached tokens are prefilled remotely; 0
+	// when no worker prefills for others.
+	IslThreshold uint32 `protobuf:"varint,6,opt,name=isl_threshold,json=islThreshold,proto3" json:"isl_threshold,omitempty"`
+	// The lenders' roles by worker id: "prefill" or "decode".
+	Roles map[string]string `protobuf:"bytes,7,rep,name=roles,proto3" json:"roles,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// An operator's pin holds the plan; pin says which.
+	Pinned bool        `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Pin    *PlannerPin `protobuf:"bytes,9,opt,name=pin,proto3" json:"pin,omitempty"`
+	// The arrival rate the planner saw, requests/s, and the projected capacity of
+	// the plan's shape and of the best shape it found.
+	ArrivalRate       float64 `protobuf:"fixed64,10,opt,name=arrival_rate,json=arrivalRate,proto3" json:"arrival_rate,omitempty"`
+	ProjectedCapacity float64 `protobuf:"fixed64,11,opt,name=projected_capacity,json=projectedCapacity,proto3" json:"projected_capacity,omitempty"`
+	BestCapacity      float64 `protobuf:"fixed64,12,opt,name=best_capacity,json=bestCapacity,proto3" json:"best_capacity,omitempty"`
+	// The last switches, newest first.
+	Switches      []*PlannerSwitch `protobuf:"bytes,13,rep,name=switches,proto3" json:"switches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerView) Reset() {
+	*x = PlannerView{}
+	mi := &file_tandem_router_v1_router_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerView) ProtoMessage() {}
+
+func (x *PlannerView) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_router_v1_router_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerView.ProtoReflect.Descriptor instead.
+func (*PlannerView) Descriptor() ([]byte, []int) {
+	return file_tandem_router_v1_router_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PlannerView) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PlannerView) GetDecidedUnixMs() int64 {
+	if x != nil {
+		return x.DecidedUnixMs
+	}
+	return 0
+}
+
+func (x *PlannerView) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PlannerView) GetPrefillWorkers() uint32 {
+	if x != nil {
+		return x.PrefillWorkers
+	}
+	return 0
+}
+
+func (x *PlannerView) GetDecodeWorkers() uint32 {
+	if x != nil {
+		return x.DecodeWorkers
+	}
+	return 0
+}
+
+func (x *PlannerView) GetIslThreshold() uint32 {
+	if x != nil {
+		return x.IslThreshold
+	}
+	return 0
+}
+
+func (x *PlannerView) GetRoles() map[string]string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *PlannerView) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *PlannerView) GetPin() *PlannerPin {
+	if x != nil {
+		return x.Pin
+	}
+	return nil
+}
+
+func (x *PlannerView) GetArrivalRate() float64 {
+	if x != nil {
+		return x.ArrivalRate
+	}
+	return 0
+}
+
+func (x *PlannerView) GetProjectedCapacity() float64 {
+	if x != nil {
+		return x.ProjectedCapacity
+	}
+	return 0
+}
+
+func (x *PlannerView) GetBestCapacity() float64 {
+	if x != nil {
+		return x.BestCapacity
+	}
+	return 0
+}
+
+func (x *PlannerView) GetSwitches() []*PlannerSwitch {
+	if x != nil {
+		return x.Switches
+	}
+	return nil
+}
+
+// PlannerPin is an operator's pin (tandem/config/planner): the shape the fleet
+// has (current), or prefill workers and the ISL threshold.
+type PlannerPin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Current       bool                   `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
+	Prefill       uint32                 `protobuf:"varint,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	IslThreshold  uint32                 `protobuf:"varint,3,opt,name=isl_threshold,json=islThreshold,proto3" json:"isl_threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerPin) Reset() {
+	*x = PlannerPin{}
+	mi := &file_tandem_router_v1_router_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerPin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerPin) ProtoMessage() {}
+
+func (x *PlannerPin) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_router_v1_router_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerPin.ProtoReflect.Descriptor instead.
+func (*PlannerPin) Descriptor() ([]byte, []int) {
+	return file_tandem_router_v1_router_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PlannerPin) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+func (x *PlannerPin) GetPrefill() uint32 {
+	if x != nil {
+		return x.Prefill
+	}
+	return 0
+}
+
+func (x *PlannerPin) GetIslThreshold() uint32 {
+	if x != nil {
+		return x.IslThreshold
+	}
+	return 0
+}
+
+// PlannerSwitch is one plan that changed some lender's role.
+type PlannerSwitch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtUnixMs      int64                  `protobuf:"varint,1,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Roles         map[string]string      `protobuf:"bytes,3,rep,name=roles,proto3" json:"roles,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	IslThreshold  uint32                 `protobuf:"varint,4,opt,name=isl_threshold,json=islThreshold,proto3" json:"isl_threshold,omitempty"`
+	Pinned        bool                   `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerSwitch) Reset() {
+	*x = PlannerSwitch{}
+	mi := &file_tandem_router_v1_router_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerSwitch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerSwitch) ProtoMessage() {}
+
+func (x *PlannerSwitch) ProtoReflect() protoreflect.Message {
+	mi := &file_tandem_router_v1_router_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerSwitch.ProtoReflect.Descriptor instead.
+func (*PlannerSwitch) Descriptor() ([]byte, []int) {
+	return file_tandem_router_v1_router_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PlannerSwitch) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *PlannerSwitch) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PlannerSwitch) GetRoles() map[string]string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *PlannerSwitch) GetIslThreshold() uint32 {
+	if x != nil {
+		return x.IslThreshold
+	}
+	return 0
+}
+
+func (x *PlannerSwitch) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
 var File_tandem_router_v1_router_proto protoreflect.FileDescriptor
 
 const file_tandem_router_v1_router_proto_rawDesc = "" +
@@ -1048,7 +1359,7 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x12ListWorkersRequest\"I\n" +
 	"\x13ListWorkersResponse\x122\n" +
 	"\aworkers\x18\x01 \x03(\v2\x18.tandem.router.v1.WorkerR\aworkers\"\x13\n" +
-	"\x11WatchFleetRequest\"\xde\x02\n" +
+	"\x11WatchFleetRequest\"\xf2\x02\n" +
 	"\vFleetWorker\x120\n" +
 	"\x06worker\x18\x01 \x01(\v2\x18.tandem.router.v1.WorkerR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.tandem.worker.v1.LoadR\x04load\x12%\n" +
@@ -1058,7 +1369,8 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\x0eprefill_policy\x18\x06 \x01(\v2\x1f.tandem.worker.v1.PrefillPolicyR\rprefillPolicy\x12 \n" +
 	"\fno_kv_events\x18\a \x01(\bR\n" +
 	"noKvEvents\x120\n" +
-	"\x14withheld_from_decode\x18\b \x01(\bR\x12withheldFromDecode\"\x9f\x03\n" +
+	"\x14withheld_from_decode\x18\b \x01(\bR\x12withheldFromDecode\x12\x12\n" +
+	"\x04role\x18\t \x01(\tR\x04role\"\x9f\x03\n" +
 	"\rRoutingParams\x12%\n" +
 	"\x0eprefill_weight\x18\x01 \x01(\x01R\rprefillWeight\x12!\n" +
 	"\fqueue_weight\x18\x02 \x01(\x01R\vqueueWeight\x12 \n" +
@@ -1071,13 +1383,49 @@ const file_tandem_router_v1_router_proto_rawDesc = "" +
 	"\aisl_max\x18\t \x01(\rR\x06islMax\x12$\n" +
 	"\x0eisl_itl_weight\x18\n" +
 	" \x01(\x01R\fislItlWeight\x122\n" +
-	"\x15lenders_prefill_first\x18\v \x01(\bR\x13lendersPrefillFirst\"\xc8\x01\n" +
+	"\x15lenders_prefill_first\x18\v \x01(\bR\x13lendersPrefillFirst\"\x81\x02\n" +
 	"\x12WatchFleetResponse\x127\n" +
 	"\aworkers\x18\x01 \x03(\v2\x1d.tandem.router.v1.FleetWorkerR\aworkers\x127\n" +
 	"\x06params\x18\x02 \x01(\v2\x1f.tandem.router.v1.RoutingParamsR\x06params\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x03 \x01(\rR\tblockSize\x12!\n" +
-	"\findex_blocks\x18\x04 \x01(\x04R\vindexBlocks2\x9f\x02\n" +
+	"\findex_blocks\x18\x04 \x01(\x04R\vindexBlocks\x127\n" +
+	"\aplanner\x18\x05 \x01(\v2\x1d.tandem.router.v1.PlannerViewR\aplanner\"\xd0\x04\n" +
+	"\vPlannerView\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12&\n" +
+	"\x0fdecided_unix_ms\x18\x02 \x01(\x03R\rdecidedUnixMs\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
+	"\x0fprefill_workers\x18\x04 \x01(\rR\x0eprefillWorkers\x12%\n" +
+	"\x0edecode_workers\x18\x05 \x01(\rR\rdecodeWorkers\x12#\n" +
+	"\risl_threshold\x18\x06 \x01(\rR\fislThreshold\x12>\n" +
+	"\x05roles\x18\a \x03(\v2(.tandem.router.v1.PlannerView.RolesEntryR\x05roles\x12\x16\n" +
+	"\x06pinned\x18\b \x01(\bR\x06pinned\x12.\n" +
+	"\x03pin\x18\t \x01(\v2\x1c.tandem.router.v1.PlannerPinR\x03pin\x12!\n" +
+	"\farrival_rate\x18\n" +
+	" \x01(\x01R\varrivalRate\x12-\n" +
+	"\x12projected_capacity\x18\v \x01(\x01R\x11projectedCapacity\x12#\n" +
+	"\rbest_capacity\x18\f \x01(\x01R\fbestCapacity\x12;\n" +
+	"\bswitches\x18\r \x03(\v2\x1f.tandem.router.v1.PlannerSwitchR\bswitches\x1a8\n" +
+	"\n" +
+	"RolesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
+	"\n" +
+	"PlannerPin\x12\x18\n" +
+	"\acurrent\x18\x01 \x01(\bR\acurrent\x12\x18\n" +
+	"\aprefill\x18\x02 \x01(\rR\aprefill\x12#\n" +
+	"\risl_threshold\x18\x03 \x01(\rR\fislThreshold\"\xfe\x01\n" +
+	"\rPlannerSwitch\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x01 \x01(\x03R\batUnixMs\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12@\n" +
+	"\x05roles\x18\x03 \x03(\v2*.tandem.router.v1.PlannerSwitch.RolesEntryR\x05roles\x12#\n" +
+	"\risl_threshold\x18\x04 \x01(\rR\fislThreshold\x12\x16\n" +
+	"\x06pinned\x18\x05 \x01(\bR\x06pinned\x1a8\n" +
+	"\n" +
+	"RolesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x9f\x02\n" +
 	"\rRouterService\x12M\n" +
 	"\x05Route\x12\x1e.tandem.router.v1.RouteRequest\x1a\x1f.tandem.router.v1.RouteResponse\"\x03\x90\x02\x01\x12_\n" +
 	"\vListWorkers\x12$.tandem.router.v1.ListWorkersRequest\x1a%.tandem.router.v1.ListWorkersResponse\"\x03\x90\x02\x01\x12^\n" +
@@ -1097,7 +1445,7 @@ func file_tandem_router_v1_router_proto_rawDescGZIP() []byte {
 	return file_tandem_router_v1_router_proto_rawDescData
 }
 
-var file_tandem_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_tandem_router_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_tandem_router_v1_router_proto_goTypes = []any{
 	(*RouteRequest)(nil),        // 0: tandem.router.v1.RouteRequest
 	(*Worker)(nil),              // 1: tandem.router.v1.Worker
@@ -1111,12 +1459,17 @@ var file_tandem_router_v1_router_proto_goTypes = []any{
 	(*FleetWorker)(nil),         // 9: tandem.router.v1.FleetWorker
 	(*RoutingParams)(nil),       // 10: tandem.router.v1.RoutingParams
 	(*WatchFleetResponse)(nil),  // 11: tandem.router.v1.WatchFleetResponse
-	(v1.WorkerMode)(0),          // 12: tandem.worker.v1.WorkerMode
-	(*v1.Load)(nil),             // 13: tandem.worker.v1.Load
-	(*v1.PrefillPolicy)(nil),    // 14: tandem.worker.v1.PrefillPolicy
+	(*PlannerView)(nil),         // 12: tandem.router.v1.PlannerView
+	(*PlannerPin)(nil),          // 13: tandem.router.v1.PlannerPin
+	(*PlannerSwitch)(nil),       // 14: tandem.router.v1.PlannerSwitch
+	nil,                         // 15: tandem.router.v1.PlannerView.RolesEntry
+	nil,                         // 16: tandem.router.v1.PlannerSwitch.RolesEntry
+	(v1.WorkerMode)(0),          // 17: tandem.worker.v1.WorkerMode
+	(*v1.Load)(nil),             // 18: tandem.worker.v1.Load
+	(*v1.PrefillPolicy)(nil),    // 19: tandem.worker.v1.PrefillPolicy
 }
 var file_tandem_router_v1_router_proto_depIdxs = []int32{
-	12, // 0: tandem.router.v1.Worker.mode:type_name -> tandem.worker.v1.WorkerMode
+	17, // 0: tandem.router.v1.Worker.mode:type_name -> tandem.worker.v1.WorkerMode
 	1,  // 1: tandem.router.v1.RankedWorker.worker:type_name -> tandem.router.v1.Worker
 	1,  // 2: tandem.router.v1.CandidateCost.worker:type_name -> tandem.router.v1.Worker
 	3,  // 3: tandem.router.v1.Explanation.candidates:type_name -> tandem.router.v1.CandidateCost
@@ -1125,21 +1478,26 @@ var file_tandem_router_v1_router_proto_depIdxs = []int32{
 	4,  // 6: tandem.router.v1.RouteResponse.explanation:type_name -> tandem.router.v1.Explanation
 	1,  // 7: tandem.router.v1.ListWorkersResponse.workers:type_name -> tandem.router.v1.Worker
 	1,  // 8: tandem.router.v1.FleetWorker.worker:type_name -> tandem.router.v1.Worker
-	13, // 9: tandem.router.v1.FleetWorker.load:type_name -> tandem.worker.v1.Load
-	14, // 10: tandem.router.v1.FleetWorker.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
+	18, // 9: tandem.router.v1.FleetWorker.load:type_name -> tandem.worker.v1.Load
+	19, // 10: tandem.router.v1.FleetWorker.prefill_policy:type_name -> tandem.worker.v1.PrefillPolicy
 	9,  // 11: tandem.router.v1.WatchFleetResponse.workers:type_name -> tandem.router.v1.FleetWorker
 	10, // 12: tandem.router.v1.WatchFleetResponse.params:type_name -> tandem.router.v1.RoutingParams
-	0,  // 13: tandem.router.v1.RouterService.Route:input_type -> tandem.router.v1.RouteRequest
-	6,  // 14: tandem.router.v1.RouterService.ListWorkers:input_type -> tandem.router.v1.ListWorkersRequest
-	8,  // 15: tandem.router.v1.RouterService.WatchFleet:input_type -> tandem.router.v1.WatchFleetRequest
-	5,  // 16: tandem.router.v1.RouterService.Route:output_type -> tandem.router.v1.RouteResponse
-	7,  // 17: tandem.router.v1.RouterService.ListWorkers:output_type -> tandem.router.v1.ListWorkersResponse
-	11, // 18: tandem.router.v1.RouterService.WatchFleet:output_type -> tandem.router.v1.WatchFleetResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	12, // 13: tandem.router.v1.WatchFleetResponse.planner:type_name -> tandem.router.v1.PlannerView
+	15, // 14: tandem.router.v1.PlannerView.roles:type_name -> tandem.router.v1.PlannerView.RolesEntry
+	13, // 15: tandem.router.v1.PlannerView.pin:type_name -> tandem.router.v1.PlannerPin
+	14, // 16: tandem.router.v1.PlannerView.switches:type_name -> tandem.router.v1.PlannerSwitch
+	16, // 17: tandem.router.v1.PlannerSwitch.roles:type_name -> tandem.router.v1.PlannerSwitch.RolesEntry
+	0,  // 18: tandem.router.v1.RouterService.Route:input_type -> tandem.router.v1.RouteRequest
+	6,  // 19: tandem.router.v1.RouterService.ListWorkers:input_type -> tandem.router.v1.ListWorkersRequest
+	8,  // 20: tandem.router.v1.RouterService.WatchFleet:input_type -> tandem.router.v1.WatchFleetRequest
+	5,  // 21: tandem.router.v1.RouterService.Route:output_type -> tandem.router.v1.RouteResponse
+	7,  // 22: tandem.router.v1.RouterService.ListWorkers:output_type -> tandem.router.v1.ListWorkersResponse
+	11, // 23: tandem.router.v1.RouterService.WatchFleet:output_type -> tandem.router.v1.WatchFleetResponse
+	21, // [21:24] is the sub-list for method output_type
+	18, // [18:21] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_tandem_router_v1_router_proto_init() }
@@ -1153,7 +1511,7 @@ func file_tandem_router_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_router_v1_router_proto_rawDesc), len(file_tandem_router_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
