@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // repoRoot is the tandem repository this module sits in.
@@ -128,10 +130,21 @@ func TestCommandsStart(t *testing.T) {
 	for _, f := range valuesFiles {
 		t.Run(f, func(t *testing.T) {
 			vals := values(t, f)
-			for _, tc := range tandemContainers(t, render(t, vals, KubeVersions[1]), vals) {
+			objs := render(t, vals, KubeVersions[1])
+			for _, tc := range tandemContainers(t, objs, vals) {
 				out, err := runCheck(t, tc)
 				if err != nil || !strings.Contains(out, "configuration ok") {
 					t.Errorf("Deployment/%s: %v\n%s", tc.dep.Name, err, out)
+				}
+			}
+			// helm test's pod runs tandem health: its flags parse (--help after
+			// them stops it before it calls anything).
+			for _, p := range Of[*corev1.Pod](objs) {
+				for _, c := range p.Spec.Containers {
+					out, err := exec.Command(tandem(t), append(c.Args, "--help")...).CombinedOutput()
+					if err != nil || !strings.Contains(string(out), "Usage: tandem "+c.Args[0]) {
+						t.Errorf("Pod/%s: tandem %s --help: %v\n%s", p.Name, strings.Join(c.Args, " "), err, out)
+					}
 				}
 			}
 		})

@@ -99,6 +99,10 @@ func TestPodsServe(t *testing.T) {
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 		ip("-n", ns, "link", "set", "lo", "up")
 	}
+	if out, err := exec.Command("ip", "netns", "add", node).CombinedOutput(); err != nil {
+		t.Skipf("cannot make a network namespace here: %v %s", err, bytes.TrimSpace(out))
+	}
+	_ = exec.Command("ip", "netns", "del", node).Run()
 	nsAdd(node)
 	ip("-n", node, "link", "add", "br0", "type", "bridge")
 	ip("-n", node, "addr", "add", nodeNet+".1/24", "dev", "br0")
