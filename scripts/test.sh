@@ -66,6 +66,16 @@ go test -race -count=1 -timeout 30m ./...
 step "the dashboard's and alert rules' PromQL, parsed by Prometheus (a module of its own)"
 (cd deploy/monitoring/promcheck && go vet ./... && go test -count=1 ./...)
 
+step "the Helm chart: helm lint and template over each values file, every object decoded strictly, every command checked by tandem --check-config (deploy/, a module of its own)"
+# Like the compose tests', this skip is silent inside go test: say it here.
+if [ -z "${KUBECONFIG:-}" ]; then
+  echo "SKIPPED: installing the chart into a cluster (deploy/helmcheck TestInstallIntoCluster): KUBECONFIG is not set"
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIPPED: running the chart's pods in network namespaces (deploy/helmcheck TestPodsServe): not root"
+fi
+(cd deploy && go vet ./... && go test -count=1 -timeout 20m ./...)
+
 # go test above replays every fuzz target's seeds and committed corpus
 # (testdata/fuzz/); here each target also explores for a few seconds. -fuzz takes
 # one target per run. A failure writes its input under the package's testdata/fuzz/.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 
@@ -15,6 +16,11 @@ func role(target, synopsis string) func(ctx context.Context, args []string, gete
 		var cfg app.Config
 		fs := newFlagSet(target, synopsis, stderr)
 		cfg.RegisterFlags(fs, target)
+		var check bool
+		if target != app.Up {
+			fs.BoolVar(&check, "check-config", false, "check the flags, the environment and the files they name as the service would "+
+				"at start, print 'configuration ok' and exit without serving (exit 1 with the first problem)")
+		}
 		if err := parse(fs, args, getenv); err != nil {
 			return err
 		}
@@ -22,6 +28,13 @@ func role(target, synopsis string) func(ctx context.Context, args []string, gete
 			consulFromEnv(c, getenv)
 		}
 		cfg.Tracing.TracingFromEnv(getenv)
+		if check {
+			if err := app.Check(cfg, target); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(stdout, "tandem %s: configuration ok\n", target)
+			return err
+		}
 		return app.Run(ctx, cfg, target, stdout, stderr)
 	}
 }
