@@ -13,7 +13,7 @@ package native
 import "github.com/tandem-serve/tandem/internal/parallel"
 
 const (
-	maxRows   = 6  // rows per micro-kernel call
+	maxRows   = 6  // rows per AVX2 micro-kernel call (12 with AVX-512: gemmRows)
 	rowsBlock = 96 // rows of A per pass over a panel, so A stays in L2 while W streams
 )
 
@@ -37,12 +37,13 @@ func gemm(m int, a []float32, lda int, w *packed, c []float32, ldc int) {
 			}
 			return
 		}
+		rows := gemmRows()
 		for r0 := 0; r0 < m; r0 += rowsBlock {
 			r1 := min(m, r0+rowsBlock)
 			for p := lo; p < hi; p++ {
 				b := w.panel(p)
-				for r := r0; r < r1; r += maxRows {
-					mr := min(maxRows, r1-r)
+				for r := r0; r < r1; r += rows {
+					mr := min(rows, r1-r)
 					microKernel(mr, k, a[r*lda:], lda, b, c[r*ldc+p*panelWidth:], ldc)
 				}
 			}

@@ -1,7 +1,7 @@
 //go:build ignore
 
-// gen_kernels writes kernels_amd64.s: the AVX2/FMA micro-kernels kern1..kern6 and
-// the FMA peak loop. Run with go generate.
+// gen_kernels writes kernels_amd64.s: the AVX2/FMA micro-kernels kern1..kern6,
+// kern1x4 for decode, the AVX-512 kern12z for prompts, and the FMA peak loop. Run with go generate.
 package main
 
 import (
@@ -144,6 +144,75 @@ func main() {
 		for i := 0; i < 8; i++ {
 			w("\tVADDPS %d(DX), Y%d, Y%d", 32*i, i, i)
 			w("\tVMOVUPS Y%d, %d(DX)", i, 32*i)
+		}
+		w("\tVZEROUPPER")
+		w("\tRET")
+	}
+	// kern12z: twelve rows by one panel at 512 bits, where AVX-512 is. Each row's 16
+	// outputs are one zmm chain, summed over k in order from zero and then added to C,
+	// as kernN sums them, so the bits are the same; the twelve chains hide the FMA
+	// latency, and each A value is an embedded broadcast of the FMA's memory operand.
+	{
+		name := "kern12z"
+		aRows := []string{"(SI)", "(SI)(DI*1)", "(SI)(DI*2)", "(R9)", "(R9)(DI*1)", "(R9)(DI*2)",
+			"(R10)", "(R10)(DI*1)", "(R10)(DI*2)", "(R13)", "(R13)(DI*1)", "(R13)(DI*2)"}
+		cRows := []string{"(DX)", "(DX)(R8*1)", "(DX)(R8*2)", "(R11)", "(R11)(R8*1)", "(R11)(R8*2)",
+			"(R12)", "(R12)(R8*1)", "(R12)(R8*2)", "(R14)", "(R14)(R8*1)", "(R14)(R8*2)"}
+		w("")
+		w("// func %s(k int, a *float32, lda int, b *float32, c *float32, ldc int)", name)
+		w("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+		w("\tMOVQ k+0(FP), CX")
+		w("\tMOVQ a+8(FP), SI")
+		w("\tMOVQ lda+16(FP), DI")
+		w("\tSHLQ $2, DI")
+		w("\tMOVQ b+24(FP), BX")
+		w("\tMOVQ c+32(FP), DX")
+		w("\tMOVQ ldc+40(FP), R8")
+		w("\tSHLQ $2, R8")
+		w("\tLEAQ (DI)(DI*2), AX") // 3 rows
+		w("\tLEAQ (SI)(AX*1), R9")
+		w("\tLEAQ (R9)(AX*1), R10")
+		w("\tLEAQ (R10)(AX*1), R13")
+		for i := 0; i < 12; i++ {
+			w("\tVPXORD Z%d, Z%d, Z%d", i, i, i)
+		}
+		step := func(off int) {
+			bz := 12 + off%2
+			w("\tVMOVUPS %d(BX), Z%d", off*64, bz)
+			for r := 0; r < 12; r++ {
+				w("\tVFMADD231PS.BCST %d%s, Z%d, Z%d", off*4, aRows[r], bz, r)
+			}
+		}
+		w("loop_%s:", name)
+		w("\tCMPQ CX, $4")
+		w("\tJLT tail_%s", name)
+		for u := 0; u < 4; u++ {
+			step(u)
+		}
+		for _, r := range []string{"SI", "R9", "R10", "R13"} {
+			w("\tADDQ $16, %s", r)
+		}
+		w("\tADDQ $256, BX")
+		w("\tSUBQ $4, CX")
+		w("\tJMP loop_%s", name)
+		w("tail_%s:", name)
+		w("\tTESTQ CX, CX")
+		w("\tJZ store_%s", name)
+		step(0)
+		for _, r := range []string{"SI", "R9", "R10", "R13"} {
+			w("\tADDQ $4, %s", r)
+		}
+		w("\tADDQ $64, BX")
+		w("\tDECQ CX")
+		w("\tJMP tail_%s", name)
+		w("store_%s:", name)
+		w("\tLEAQ (R8)(R8*2), AX")
+		w("\tLEAQ (DX)(AX*1), R11")
+		w("\tLEAQ (R11)(AX*1), R12")
+		w("\tLEAQ (R12)(AX*1), R14")
+		for r := 0; r < 12; r++ {
+			w("\tVADDPS %s, Z%d, Z%d", cRows[r], r, r)
+			w("\tVMOVUPS Z%d, %s", r, cRows[r])
 		}
 		w("\tVZEROUPPER")
 		w("\tRET")

@@ -4,6 +4,9 @@ package native
 
 const haveAsm = false
 
+// gemmRows is how many rows of a prompt one micro-kernel call takes.
+func gemmRows() int { return maxRows }
+
 func microKernel(mr, k int, a []float32, lda int, b []float32, c []float32, ldc int) {
 	kernelGo(mr, k, a, lda, b, c, ldc)
 }

@@ -25,7 +25,7 @@ func TestKernelAsmMatchesPortable(t *testing.T) {
 		t.Skip("no AVX2/FMA on this CPU")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	for mr := 1; mr <= maxRows; mr++ {
+	for mr := 1; mr <= 12; mr++ {
 		for _, k := range []int{1, 3, 4, 7, 32, 129} {
 			lda, ldc := k+5, 16+3
 			a := randSlice(r, mr*lda)
@@ -49,6 +49,29 @@ func TestKernelAsmMatchesPortable(t *testing.T) {
 	}
 }
 
+// The 512-bit twelve-row kernel gives each row the bits the 256-bit kernels give it.
+func TestKern12zMatchesKern6(t *testing.T) {
+	if !haveAsmZ {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, k := range []int{1, 3, 4, 5, 64, 129, 576} {
+		lda, ldc := k+3, 16+5
+		a := randSlice(r, 12*lda)
+		b := randSlice(r, k*panelWidth)
+		c0 := randSlice(r, 12*ldc)
+		c1 := append([]float32(nil), c0...)
+		kern12z(k, &a[0], lda, &b[0], &c1[0], ldc)
+		kern6(k, &a[0], lda, &b[0], &c0[0], ldc)
+		kern6(k, &a[6*lda], lda, &b[0], &c0[6*ldc], ldc)
+		for i := range c0 {
+			if math.Float32bits(c0[i]) != math.Float32bits(c1[i]) {
+				t.Fatalf("k=%d: c[%d][%d] kern12z %v, kern6 %v", k, i/ldc, i%ldc, c1[i], c0[i])
+			}
+		}
+	}
+}
+
 // A row's result must not depend on the rows sharing its tile: this is what makes
 // batched decode and chunked prefill bit-identical to single-sequence runs.
 func TestGemmRowsIndependentOfBatch(t *testing.T) {
@@ -57,10 +80,11 @@ func TestGemmRowsIndependentOfBatch(t *testing.T) {
 	w := newPacked(k, n)
 	copy(w.data, randSlice(r, len(w.data)))
 	ldc := w.panels * panelWidth
-	a := randSlice(r, 13*k)
-	full := make([]float32, 13*ldc)
-	gemm(13, a, k, w, full, ldc)
-	for row := range 13 {
+	const rows = 29 // two twelve-row tiles and a tail of five with AVX-512
+	a := randSlice(r, rows*k)
+	full := make([]float32, rows*ldc)
+	gemm(rows, a, k, w, full, ldc)
+	for row := range rows {
 		one := make([]float32, ldc)
 		gemm(1, a[row*k:], k, w, one, ldc)
 		for j := range n {
@@ -70,7 +94,7 @@ func TestGemmRowsIndependentOfBatch(t *testing.T) {
 		}
 	}
 	// And against a plain triple loop.
-	for row := range 13 {
+	for row := range rows {
 		for j := range n {
 			var want float64
 			for p := range k {
