@@ -262,7 +262,16 @@ type directArgs struct {
 	out     unsafe.Pointer // output row 0, the first tile's first column
 	ldo     int            // bytes between output rows
 	mask    unsafe.Pointer // 4 int32, -1 for the columns to write
+	pf      int            // one-row kernels: bytes from a column to where they prefetch
 }
+
+// prefetchBytes is how far ahead of the tile the one-row direct kernels prefetch, in
+// whole tiles (at least one): on Zen 5, Q8_0 decode from memory ran 1.4 to 2 times as
+// fast with 4 tiles of K=576 (10 KB) ahead as with 1, and Q4_K with 2 tiles of K=2048.
+const prefetchBytes = 10 << 10
+
+// prefetchAhead is directArgs.pf for tiles of tstride bytes.
+func prefetchAhead(tstride int) int { return tstride * max(1, prefetchBytes/tstride) }
 
 // directFormats are the formats with direct kernels, in the generator's order.
 var directFormats = map[gguf.Type]int{
@@ -287,7 +296,7 @@ var directKFormats = map[gguf.Type]int{
 // read in place, so decode does not unpack every column into a prepared copy first.
 func mulDirectK(w *Matrix, a *acts, j0, j1 int, out []float32) {
 	rb := w.rowBytes
-	p := directArgs{nb: a.nb, x: unsafe.Pointer(&a.q8k[0]), ldx: a.nb * q8kBytes, tstride: 4 * rb}
+	p := directArgs{nb: a.nb, x: unsafe.Pointer(&a.q8k[0]), ldx: a.nb * q8kBytes, tstride: 4 * rb, pf: prefetchAhead(4 * rb)}
 	f := directKFormats[w.t]
 	if full := (j1 - j0) / 4; full > 0 {
 		p.w = unsafe.Pointer(&w.data[j0*rb])
@@ -340,7 +349,7 @@ func mulDirect(evex bool, w *Matrix, a *acts, i0, i1, j0, j1 int, out []float32,
 	p := directArgs{
 		nb: a.nb, x: unsafe.Pointer(&a.x[i0*a.nb*xBlock]), ldx: a.nb * xBlock,
 		dx: unsafe.Pointer(&a.d[i0*a.nbp]), ldd: 4 * a.nbp,
-		tstride: 4 * rb, ldo: 4 * ldo,
+		tstride: 4 * rb, ldo: 4 * ldo, pf: prefetchAhead(4 * rb),
 	}
 	f := directFormats[w.t]
 	if evex && directZ && i1-i0 == 1 && f <= 1 {

@@ -14063,7 +14063,7 @@ directQ8_0z_avx512_1_tile:
 	XORQ CX, CX
 	XORQ R14, R14
 directQ8_0z_avx512_1_block:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -14152,7 +14152,7 @@ directQ4_0z_avx512_1_tile:
 	XORQ CX, CX
 	XORQ R14, R14
 directQ4_0z_avx512_1_block:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -14249,7 +14249,7 @@ directQ4_K_avx512_1_tile:
 	VPXORD Y19, Y19, Y19
 	XORQ R14, R14
 directQ4_K_avx512_1_sb:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 0(R10)(AX*1)
 	PREFETCHT0 64(R10)(AX*1)
@@ -14664,7 +14664,7 @@ directQ5_K_avx512_1_tile:
 	VPXORD Y19, Y19, Y19
 	XORQ R14, R14
 directQ5_K_avx512_1_sb:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 0(R10)(AX*1)
 	PREFETCHT0 64(R10)(AX*1)
@@ -15147,7 +15147,7 @@ directQ6_K_avx512_1_tile:
 	VPXORD Y19, Y19, Y19
 	XORQ R14, R14
 directQ6_K_avx512_1_sb:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 0(R10)(AX*1)
 	PREFETCHT0 64(R10)(AX*1)

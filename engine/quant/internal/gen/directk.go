@@ -41,9 +41,9 @@ func (g *gen) directK(typ string) string {
 	}
 	g.op("XORQ R14, R14")
 	g.label(name + "_sb")
-	// As in direct: prefetch the same place of the next tile, every line of the
-	// super-block.
-	g.op("MOVQ directArgs_tstride(BX), AX")
+	// As in directz: prefetch every line of the super-block at the same place of a
+	// tile a few KB ahead.
+	g.op("MOVQ directArgs_pf(BX), AX")
 	g.op("ADDQ R14, AX")
 	for c := range 4 {
 		for off := 0; off < bytes; off += 64 {
