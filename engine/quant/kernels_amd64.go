@@ -278,9 +278,14 @@ var directFormats = map[gguf.Type]int{
 	gguf.TypeQ8_0: 0, gguf.TypeQ4_0: 1, gguf.TypeQ4_1: 2, gguf.TypeQ5_0: 3, gguf.TypeQ5_1: 4,
 }
 
-// directZ selects the 512-bit one-row direct kernels for Q8_0 and Q4_0 (a variable
-// so that the benchmark can set them against the 256-bit ones).
+// directZ selects the 512-bit one-row direct kernels for Q8_0, Q4_0 and Q5_0 (a
+// variable so that the benchmark can set them against the 256-bit ones).
 var directZ = true
+
+// directZFormats are those kernels, in the generator's order.
+var directZFormats = map[gguf.Type]int{
+	gguf.TypeQ8_0: len(directFormats), gguf.TypeQ4_0: len(directFormats) + 1, gguf.TypeQ5_0: len(directFormats) + 5,
+}
 
 // directK selects the one-row K-quant direct kernels (directk.go), a variable so that
 // the benchmark can set them against preparing the columns.
@@ -352,8 +357,8 @@ func mulDirect(evex bool, w *Matrix, a *acts, i0, i1, j0, j1 int, out []float32,
 		tstride: 4 * rb, ldo: 4 * ldo, pf: prefetchAhead(4 * rb),
 	}
 	f := directFormats[w.t]
-	if evex && directZ && i1-i0 == 1 && f <= 1 {
-		f += len(directFormats) // Q8_0 or Q4_0 at 512 bits (directz): same bits
+	if z, ok := directZFormats[w.t]; ok && evex && directZ && i1-i0 == 1 {
+		f = z // at 512 bits (directz): same bits
 	}
 	o := out[i0*ldo:]
 	if full := (j1 - j0) / 4; full > 0 {

@@ -26,6 +26,15 @@ DATA z0f<>+40(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA z0f<>+48(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA z0f<>+56(SB)/8, $0x0f0f0f0f0f0f0f0f
 GLOBL z0f<>(SB), RODATA|NOPTR, $64
+DATA z10<>+0(SB)/8, $0x1010101010101010
+DATA z10<>+8(SB)/8, $0x1010101010101010
+DATA z10<>+16(SB)/8, $0x1010101010101010
+DATA z10<>+24(SB)/8, $0x1010101010101010
+DATA z10<>+32(SB)/8, $0x1010101010101010
+DATA z10<>+40(SB)/8, $0x1010101010101010
+DATA z10<>+48(SB)/8, $0x1010101010101010
+DATA z10<>+56(SB)/8, $0x1010101010101010
+GLOBL z10<>(SB), RODATA|NOPTR, $64
 DATA zsrl4<>+0(SB)/8, $0x0000000000000000
 DATA zsrl4<>+8(SB)/8, $0x0000000000000000
 DATA zsrl4<>+16(SB)/8, $0x0000000400000004
@@ -7379,7 +7388,7 @@ directQ8_0_avx512_1_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 96(SP)
 directQ8_0_avx512_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -7531,7 +7540,7 @@ directQ8_0_avx512_2_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 224(SP)
 directQ8_0_avx512_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -7727,7 +7736,7 @@ directQ8_0_avx512_3_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 352(SP)
 directQ8_0_avx512_3_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -7967,7 +7976,7 @@ directQ8_0_avx512_4_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 480(SP)
 directQ8_0_avx512_4_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -8191,7 +8200,7 @@ directQ4_0_avx512_1_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 96(SP)
 directQ4_0_avx512_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -8347,7 +8356,7 @@ directQ4_0_avx512_2_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 224(SP)
 directQ4_0_avx512_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -8547,7 +8556,7 @@ directQ4_0_avx512_3_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 352(SP)
 directQ4_0_avx512_3_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -8791,7 +8800,7 @@ directQ4_0_avx512_4_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 480(SP)
 directQ4_0_avx512_4_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -9039,7 +9048,7 @@ directQ4_1_avx512_1_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1120(SP)
 directQ4_1_avx512_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -9231,7 +9240,7 @@ directQ4_1_avx512_2_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1248(SP)
 directQ4_1_avx512_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -9483,7 +9492,7 @@ directQ4_1_avx512_3_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1376(SP)
 directQ4_1_avx512_3_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -9795,7 +9804,7 @@ directQ4_1_avx512_4_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1504(SP)
 directQ4_1_avx512_4_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -10055,7 +10064,7 @@ directQ5_0_avx512_1_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 96(SP)
 directQ5_0_avx512_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -10219,7 +10228,7 @@ directQ5_0_avx512_2_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 224(SP)
 directQ5_0_avx512_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -10427,7 +10436,7 @@ directQ5_0_avx512_3_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 352(SP)
 directQ5_0_avx512_3_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -10679,7 +10688,7 @@ directQ5_0_avx512_4_block:
 	VMULPS Y18, Y23, Y19
 	VMOVUPS Y19, 480(SP)
 directQ5_0_avx512_4_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -10935,7 +10944,7 @@ directQ5_1_avx512_1_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1120(SP)
 directQ5_1_avx512_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -11135,7 +11144,7 @@ directQ5_1_avx512_2_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1248(SP)
 directQ5_1_avx512_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -11395,7 +11404,7 @@ directQ5_1_avx512_3_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1376(SP)
 directQ5_1_avx512_3_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -11715,7 +11724,7 @@ directQ5_1_avx512_4_block:
 	VMULPS Y18, Y27, Y19
 	VMOVUPS Y19, 1504(SP)
 directQ5_1_avx512_4_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -12000,7 +12009,7 @@ directQ8_0_avx2_1_block:
 	VMULPS (AX), Y12, Y14
 	VMOVUPS Y14, 96(SP)
 directQ8_0_avx2_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -12175,7 +12184,7 @@ directQ8_0_avx2_2_block:
 	VMULPS (AX), Y12, Y14
 	VMOVUPS Y14, 224(SP)
 directQ8_0_avx2_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -12370,7 +12379,7 @@ directQ4_0_avx2_1_block:
 	VMULPS (AX), Y12, Y14
 	VMOVUPS Y14, 96(SP)
 directQ4_0_avx2_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -12553,7 +12562,7 @@ directQ4_0_avx2_2_block:
 	VMULPS (AX), Y12, Y14
 	VMOVUPS Y14, 224(SP)
 directQ4_0_avx2_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -12776,7 +12785,7 @@ directQ4_1_avx2_1_block:
 	VMULPS (AX), Y13, Y14
 	VMOVUPS Y14, 1120(SP)
 directQ4_1_avx2_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -12991,7 +13000,7 @@ directQ4_1_avx2_2_block:
 	VMULPS (AX), Y13, Y14
 	VMOVUPS Y14, 1248(SP)
 directQ4_1_avx2_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -13202,7 +13211,7 @@ directQ5_0_avx2_1_block:
 	VMULPS (AX), Y12, Y14
 	VMOVUPS Y14, 96(SP)
 directQ5_0_avx2_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -13409,7 +13418,7 @@ directQ5_0_avx2_2_block:
 	VMULPS (AX), Y12, Y14
 	VMOVUPS Y14, 224(SP)
 directQ5_0_avx2_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -13656,7 +13665,7 @@ directQ5_1_avx2_1_block:
 	VMULPS (AX), Y13, Y14
 	VMOVUPS Y14, 1120(SP)
 directQ5_1_avx2_1_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -13895,7 +13904,7 @@ directQ5_1_avx2_2_block:
 	VMULPS (AX), Y13, Y14
 	VMOVUPS Y14, 1248(SP)
 directQ5_1_avx2_2_noscales:
-	MOVQ directArgs_tstride(BX), AX
+	MOVQ directArgs_pf(BX), AX
 	ADDQ R14, AX
 	PREFETCHT0 (R10)(AX*1)
 	PREFETCHT0 (R11)(AX*1)
@@ -15477,6 +15486,107 @@ directQ6_K_avx512_1_sb:
 	ADDQ AX, 8(SP)
 	DECQ 0(SP)
 	JNZ directQ6_K_avx512_1_tile
+	VZEROUPPER
+	RET
+
+// func directQ5_0z_avx512_1(p *directArgs)
+TEXT ·directQ5_0z_avx512_1(SB), $24-8
+	MOVQ p+0(FP), BX
+	MOVQ directArgs_ntiles(BX), AX
+	MOVQ AX, 0(SP)
+	MOVQ directArgs_w(BX), AX
+	MOVQ AX, 8(SP)
+	MOVQ directArgs_out(BX), AX
+	MOVQ AX, 16(SP)
+directQ5_0z_avx512_1_tile:
+	MOVQ directArgs_x(BX), SI
+	MOVQ directArgs_dx(BX), R8
+	MOVQ 8(SP), AX
+	MOVQ directArgs_coff+0(BX), R10
+	ADDQ AX, R10
+	MOVQ directArgs_coff+8(BX), R11
+	ADDQ AX, R11
+	MOVQ directArgs_coff+16(BX), R12
+	ADDQ AX, R12
+	MOVQ directArgs_coff+24(BX), R13
+	ADDQ AX, R13
+	VXORPS Y0, Y0, Y0
+	VXORPS Y2, Y2, Y2
+	XORQ CX, CX
+	XORQ R14, R14
+directQ5_0z_avx512_1_block:
+	MOVQ directArgs_pf(BX), AX
+	ADDQ R14, AX
+	PREFETCHT0 (R10)(AX*1)
+	PREFETCHT0 (R11)(AX*1)
+	PREFETCHT0 (R12)(AX*1)
+	PREFETCHT0 (R13)(AX*1)
+	VBROADCASTI64X4 (SI), Z16
+	VPXORD z80<>(SB), Z16, Z16
+	VBROADCASTI64X4 32(SI), Z17
+	VBROADCASTI32X4 6(R10)(R14*1), Y20
+	VBROADCASTI32X4 6(R11)(R14*1), Y26
+	VINSERTI64X4 $1, Y26, Z20, Z20
+	VPSRLVD zsrl4<>(SB), Z20, Z20
+	VPANDD z0f<>(SB), Z20, Z20
+	KMOVD 2(R10)(R14*1), K2
+	KMOVD 2(R11)(R14*1), K3
+	KUNPCKDQ K2, K3, K4
+	VPADDB z10<>(SB), Z20, K4, Z20
+	VPBROADCASTW (R10)(R14*1), X22
+	VPBROADCASTW (R11)(R14*1), X28
+	VINSERTI32X4 $1, X28, Y22, Y22
+	VCVTPH2PS Y22, Z22
+	VMULPS.BCST (R8), Z22, Z22
+	VMOVDQA64 Z17, Z24
+	VPDPBUSD Z16, Z20, Z24
+	VCVTDQ2PS Z24, Z24
+	VFMADD231PS Z22, Z24, Z0
+	VBROADCASTI32X4 6(R12)(R14*1), Y21
+	VBROADCASTI32X4 6(R13)(R14*1), Y27
+	VINSERTI64X4 $1, Y27, Z21, Z21
+	VPSRLVD zsrl4<>(SB), Z21, Z21
+	VPANDD z0f<>(SB), Z21, Z21
+	KMOVD 2(R12)(R14*1), K2
+	KMOVD 2(R13)(R14*1), K3
+	KUNPCKDQ K2, K3, K4
+	VPADDB z10<>(SB), Z21, K4, Z21
+	VPBROADCASTW (R12)(R14*1), X23
+	VPBROADCASTW (R13)(R14*1), X29
+	VINSERTI32X4 $1, X29, Y23, Y23
+	VCVTPH2PS Y23, Z23
+	VMULPS.BCST (R8), Z23, Z23
+	VMOVDQA64 Z17, Z25
+	VPDPBUSD Z16, Z21, Z25
+	VCVTDQ2PS Z25, Z25
+	VFMADD231PS Z23, Z25, Z2
+	ADDQ $64, SI
+	ADDQ $4, R8
+	ADDQ $22, R14
+	INCQ CX
+	CMPQ CX, directArgs_nb(BX)
+	JLT directQ5_0z_avx512_1_block
+	// out[0:4] += the reduced accumulators, under the column mask
+	VEXTRACTF64X4 $1, Z0, Y1
+	VEXTRACTF64X4 $1, Z2, Y3
+	MOVQ directArgs_mask(BX), R13
+	MOVQ 16(SP), DX
+	MOVQ directArgs_ldo(BX), R14
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVDQU (R13), X1
+	VMASKMOVPS (DX), X1, X2
+	VADDPS X0, X2, X0
+	VMASKMOVPS X0, X1, (DX)
+	ADDQ R14, DX
+	ADDQ $16, 16(SP)
+	MOVQ directArgs_tstride(BX), AX
+	ADDQ AX, 8(SP)
+	DECQ 0(SP)
+	JNZ directQ5_0z_avx512_1_tile
 	VZEROUPPER
 	RET
 

@@ -198,6 +198,9 @@ func directQ5_K_avx512_1(p *directArgs)
 func directQ6_K_avx512_1(p *directArgs)
 
 //go:noescape
+func directQ5_0z_avx512_1(p *directArgs)
+
+//go:noescape
 func prepQ8_0(w *byte, nb int, dst *byte, hd *uint16, hm *uint16)
 
 //go:noescape
@@ -349,6 +352,8 @@ func callDirect(evex, format, rm int, p *directArgs) {
 		directQ5_K_avx512_1(p)
 	case 1<<8 | 9<<4 | 1:
 		directQ6_K_avx512_1(p)
+	case 1<<8 | 10<<4 | 1:
+		directQ5_0z_avx512_1(p)
 	default:
 		panic("quant: no direct kernel for this tile")
 	}

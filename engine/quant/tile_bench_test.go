@@ -72,7 +72,7 @@ func BenchmarkDirect(b *testing.B) {
 			var vs []variant
 			for _, ks := range supportedKernels()[:len(supportedKernels())-1] {
 				vs = append(vs, variant{ks, false})
-				if ks == avx512Kernels && typ != gguf.TypeQ5_0 {
+				if ks == avx512Kernels {
 					vs = append(vs, variant{ks, true})
 				}
 			}

@@ -16,7 +16,7 @@
 //     type.
 //   - direct.go: for a few rows (decode), the 32-value formats are read in place from
 //     the GGUF bytes, every 4-column tile of the call in one assembly call; directz.go
-//     and directk.go do one row, of Q8_0 and Q4_0 at 512 bits and of the K-quants.
+//     and directk.go do one row, of Q8_0, Q4_0 and Q5_0 at 512 bits and of the K-quants.
 //   - quantize.go: the activation quantizers.
 //
 // Arithmetic (see ../../dot.go; the portable kernels do the same): per block, lane l of
@@ -184,6 +184,10 @@ func main() {
 		declare(n, "p *directArgs")
 		fmt.Fprintf(&swD, "\tcase 1<<8 | %d<<4 | 1:\n\t\t%s(p)\n", len(unpackers32)+2+ki, n)
 	}
+	// Q5_0's one-row 512-bit kernel follows as format len(unpackers32)+5.
+	n := g.directz(unpackers32[3])
+	declare(n, "p *directArgs")
+	fmt.Fprintf(&swD, "\tcase 1<<8 | %d<<4 | 1:\n\t\t%s(p)\n", len(unpackers32)+5, n)
 	for _, u := range unpackers32 {
 		declare(g.prep32(u), "w *byte, nb int, dst *byte, hd *uint16, hm *uint16")
 	}
