@@ -189,6 +189,18 @@ func directQ8_0z_avx512_1(p *directArgs)
 func directQ4_0z_avx512_1(p *directArgs)
 
 //go:noescape
+func directQ4_K_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ5_K_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ6_K_avx512_1(p *directArgs)
+
+//go:noescape
+func directQ5_0z_avx512_1(p *directArgs)
+
+//go:noescape
 func prepQ8_0(w *byte, nb int, dst *byte, hd *uint16, hm *uint16)
 
 //go:noescape
@@ -334,6 +346,14 @@ func callDirect(evex, format, rm int, p *directArgs) {
 		directQ8_0z_avx512_1(p)
 	case 1<<8 | 6<<4 | 1:
 		directQ4_0z_avx512_1(p)
+	case 1<<8 | 7<<4 | 1:
+		directQ4_K_avx512_1(p)
+	case 1<<8 | 8<<4 | 1:
+		directQ5_K_avx512_1(p)
+	case 1<<8 | 9<<4 | 1:
+		directQ6_K_avx512_1(p)
+	case 1<<8 | 10<<4 | 1:
+		directQ5_0z_avx512_1(p)
 	default:
 		panic("quant: no direct kernel for this tile")
 	}

@@ -72,7 +72,7 @@ func BenchmarkDirect(b *testing.B) {
 			var vs []variant
 			for _, ks := range supportedKernels()[:len(supportedKernels())-1] {
 				vs = append(vs, variant{ks, false})
-				if ks == avx512Kernels && typ != gguf.TypeQ5_0 {
+				if ks == avx512Kernels {
 					vs = append(vs, variant{ks, true})
 				}
 			}
@@ -96,6 +96,80 @@ func BenchmarkDirect(b *testing.B) {
 					b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*n), "cycles/block/col@2.8GHz")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkDirectK runs one row of a K-quant with AVX-512 on columns that stay in L1:
+// the direct kernels (directk.go) against preparing the columns for the tile kernel.
+func BenchmarkDirectK(b *testing.B) {
+	if !hasAVX512 {
+		b.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, typ := range []gguf.Type{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
+		for _, k := range []int{1536, 4608} {
+			n := 8
+			if k > 2048 {
+				n = 4
+			}
+			w, _ := testMatrix(b, typ, k, n, r)
+			x := gaussian(r, k, 1)
+			for _, direct := range []bool{false, true} {
+				name := "prep"
+				if direct {
+					name = "direct"
+				}
+				b.Run(fmt.Sprintf("%v/K%d/%s", typ, k, name), func(b *testing.B) {
+					defer func(d bool) { directK = d }(directK)
+					directK = direct
+					var a acts
+					a.quantizeK(1, x, k, k, quantRowKAsm)
+					out := make([]float32, n)
+					c0 := cpuTime()
+					for b.Loop() {
+						mulAsm(true, w, &a, 0, n, out, n)
+					}
+					cpu := (cpuTime() - c0).Seconds()
+					b.ReportMetric(cpu*2.8e9/float64(b.N*a.nb*n), "cycles/superblock/col@2.8GHz")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkDirectKStream is BenchmarkMulAddStream's decode from memory for the
+// K-quants, with the direct kernels and with prepared columns.
+func BenchmarkDirectKStream(b *testing.B) {
+	if !hasAVX512 {
+		b.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, typ := range []gguf.Type{gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		const k, n, mats = 2048, 2048, 30
+		ws := make([]*Matrix, mats)
+		bytes := 0
+		for i := range ws {
+			ws[i], _ = testMatrix(b, typ, k, n, r)
+			bytes += len(ws[i].data)
+		}
+		x := gaussian(r, k, 1)
+		out := make([]float32, n)
+		for _, direct := range []bool{false, true, false, true} {
+			name := "prep"
+			if direct {
+				name = "direct"
+			}
+			b.Run(fmt.Sprintf("%v/K%d_N%d/x%d/%s", typ, k, n, mats, name), func(b *testing.B) {
+				defer func(d bool) { directK = d }(directK)
+				directK = direct
+				for b.Loop() {
+					for _, w := range ws {
+						w.MulAdd(1, x, k, out, n)
+					}
+				}
+				b.ReportMetric(float64(bytes*b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
 		}
 	}
 }

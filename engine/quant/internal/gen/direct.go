@@ -179,11 +179,11 @@ func (g *gen) direct(is isa, u unpack32, rm int) string {
 	}
 	g.directScales(is, u, rm)
 	g.label(name + "_noscales")
-	// Decode streams every weight from memory once: prefetch the same place of the
-	// next tile (the next 4 rows, tstride bytes on), so that the loads of one tile
-	// overlap the misses of the next. Without it, m=1 over weights larger than the
-	// caches ran at a quarter of its in-cache speed.
-	g.op("MOVQ directArgs_tstride(BX), AX")
+	// Decode streams every weight from memory once: prefetch the same place of a tile
+	// a few KB on (directArgs.pf, whole tiles), so that the loads of one tile overlap
+	// the misses of later ones. Without it, m=1 over weights larger than the caches
+	// ran at a quarter of its in-cache speed.
+	g.op("MOVQ directArgs_pf(BX), AX")
 	g.op("ADDQ R14, AX")
 	for c := range 4 {
 		g.op("PREFETCHT0 (%s)(AX*1)", wcol[c])

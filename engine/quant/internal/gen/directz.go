@@ -2,8 +2,8 @@ package main
 
 import "fmt"
 
-// directz writes the AVX-512 direct kernel for one activation row (decode) of Q8_0 or
-// Q4_0 at 512-bit width: each zmm register holds two columns' 8 lanes side by side,
+// directz writes the AVX-512 direct kernel for one activation row (decode) of Q8_0,
+// Q4_0 or Q5_0 at 512-bit width: each zmm register holds two columns' 8 lanes side by side,
 // so one VPDPBUSD, conversion and fma serve two outputs, and each block's scale
 // products are made in place (the f16 scales broadcast and converted, times the
 // row's scale) instead of gathered eight blocks at a time. The arithmetic per lane is
@@ -36,8 +36,9 @@ func (g *gen) directz(u unpack32) string {
 	g.op("XORQ CX, CX")
 	g.op("XORQ R14, R14")
 	g.label(name + "_block")
-	// As in direct: prefetch the same place of the next tile.
-	g.op("MOVQ directArgs_tstride(BX), AX")
+	// Prefetch the same place of a tile a few KB ahead (directArgs.pf): one tile
+	// ahead, as direct does, left the memory idle.
+	g.op("MOVQ directArgs_pf(BX), AX")
 	g.op("ADDQ R14, AX")
 	for c := range 4 {
 		g.op("PREFETCHT0 (%s)(AX*1)", wcol[c])
@@ -58,6 +59,12 @@ func (g *gen) directz(u unpack32) string {
 			g.op("VINSERTI64X4 $1, Y%d, %s, %s", 26+p, w, w)
 			g.op("VPSRLVD zsrl4<>(SB), %s, %s", w, w)
 			g.op("VPANDD z0f<>(SB), %s, %s", w, w)
+			if u.qh >= 0 { // +16 where the fifth bit is set: bit l of K4 is byte l's
+				g.op("KMOVD %d(%s), K2", u.qh, c0)
+				g.op("KMOVD %d(%s), K3", u.qh, c1)
+				g.op("KUNPCKDQ K2, K3, K4")
+				g.op("VPADDB z10<>(SB), %s, K4, %s", w, w)
+			}
 		}
 		g.op("VPBROADCASTW (%s), X%d", c0, 22+p)
 		g.op("VPBROADCASTW (%s), X%d", c1, 28+p)

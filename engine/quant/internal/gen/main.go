@@ -15,7 +15,8 @@
 //     d and dmin. Columns are unpacked once per call, so only the unpackers differ by
 //     type.
 //   - direct.go: for a few rows (decode), the 32-value formats are read in place from
-//     the GGUF bytes, every 4-column tile of the call in one assembly call.
+//     the GGUF bytes, every 4-column tile of the call in one assembly call; directz.go
+//     and directk.go do one row, of Q8_0, Q4_0 and Q5_0 at 512 bits and of the K-quants.
 //   - quantize.go: the activation quantizers.
 //
 // Arithmetic (see ../../dot.go; the portable kernels do the same): per block, lane l of
@@ -176,6 +177,17 @@ func main() {
 		declare(n, "p *directArgs")
 		fmt.Fprintf(&swD, "\tcase 1<<8 | %d<<4 | 1:\n\t\t%s(p)\n", len(unpackers32)+zi, n)
 	}
+	// The one-row K-quant direct kernels follow as formats len(unpackers32)+2 (Q4_K),
+	// +3 (Q5_K) and +4 (Q6_K).
+	for ki, t := range []string{"Q4_K", "Q5_K", "Q6_K"} {
+		n := g.directK(t)
+		declare(n, "p *directArgs")
+		fmt.Fprintf(&swD, "\tcase 1<<8 | %d<<4 | 1:\n\t\t%s(p)\n", len(unpackers32)+2+ki, n)
+	}
+	// Q5_0's one-row 512-bit kernel follows as format len(unpackers32)+5.
+	n := g.directz(unpackers32[3])
+	declare(n, "p *directArgs")
+	fmt.Fprintf(&swD, "\tcase 1<<8 | %d<<4 | 1:\n\t\t%s(p)\n", len(unpackers32)+5, n)
 	for _, u := range unpackers32 {
 		declare(g.prep32(u), "w *byte, nb int, dst *byte, hd *uint16, hm *uint16")
 	}
