@@ -43,6 +43,8 @@ type samplingFields struct {
 	// ResponseFormat asks for JSON, enforced by constrained decoding.
 	ResponseFormat *responseFormatField `json:"response_format"`
 	unsupportedFields
+	// echo is completionRequest.Echo, for toGen (max_tokens 0 is allowed with it).
+	echo bool
 }
 
 type chatRequest struct {
@@ -62,6 +64,10 @@ type completionRequest struct {
 	Prompt promptField `json:"prompt"`
 	// Logprobs is the number of alternatives per token (0 for the chosen one only).
 	Logprobs *int64 `json:"logprobs"`
+	// BestOf and Echo shadow unsupportedFields' (a shallower field wins in
+	// encoding/json), which still refuse them on /v1/chat/completions.
+	BestOf *int64 `json:"best_of"`
+	Echo   bool   `json:"echo"`
 }
 
 type chatMessage struct {
