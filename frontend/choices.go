@@ -79,11 +79,11 @@ type choiceEvent struct {
 // per choice) and its own seed (so sampled choices differ; seed+i when the client
 // gave one). Only a prompt's first request asks for the prompt's logprobs (echo):
 // they are the same for all.
-func (f *Frontend) prepareChoices(r *http.Request, rc *reqCtx, prompts []*genRequest, plan *choicePlan) ([]*prepared, error) {
+func (f *Frontend) prepareChoices(ctx context.Context, rc *reqCtx, prompts []*genRequest, plan *choicePlan) ([]*prepared, error) {
 	per := plan.candidates
 	preps := make([]*prepared, 0, len(prompts)*per)
 	for pi, g := range prompts {
-		p, err := f.prepareTraced(r.Context(), g)
+		p, err := f.prepareTraced(ctx, g)
 		if err != nil {
 			if len(prompts) > 1 {
 				ae := *asAPIError(err)
@@ -174,7 +174,7 @@ func (f *Frontend) serveChoices(w http.ResponseWriter, r *http.Request, rc *reqC
 		f.writeError(w, rc, invalidField(field, "%d choices asked for, but this server generates at most %d requests at once", total, m))
 		return
 	}
-	preps, err := f.prepareChoices(r, rc, prompts, &plan)
+	preps, err := f.prepareChoices(r.Context(), rc, prompts, &plan)
 	if err != nil {
 		f.writeError(w, rc, err)
 		return
@@ -203,25 +203,7 @@ func (f *Frontend) serveChoices(w http.ResponseWriter, r *http.Request, rc *reqC
 	}
 	w.Header().Set(HeaderPrefillPath, gens[0].info.Path)
 
-	events := make(chan choiceEvent)
-	for i, g := range gens {
-		run.Add(1)
-		go func() {
-			defer run.Done()
-			for {
-				text, done, err := g.next()
-				ev := choiceEvent{i: i, text: text, lps: g.takeLogprobs(), done: done, err: err}
-				select {
-				case events <- ev:
-				case <-ctx.Done():
-					return
-				}
-				if done || err != nil {
-					return
-				}
-			}
-		}()
-	}
+	events := fanIn(ctx, gens, &run)
 	if s.Stream {
 		f.streamChoices(w, r, rc, gens, &plan, s, out, events)
 		return
@@ -266,6 +248,31 @@ func (f *Frontend) serveChoices(w http.ResponseWriter, r *http.Request, rc *reqC
 		return
 	}
 	writeJSON(w, http.StatusOK, out.wholeChoices(chosen, sumUsage(gens, plan.candidates)))
+}
+
+// fanIn reads every generation on a goroutine of its own (counted in run) and
+// sends what each produces, until it is done or ctx ends.
+func fanIn(ctx context.Context, gens []*generation, run *sync.WaitGroup) <-chan choiceEvent {
+	events := make(chan choiceEvent)
+	for i, g := range gens {
+		run.Add(1)
+		go func() {
+			defer run.Done()
+			for {
+				text, done, err := g.next()
+				ev := choiceEvent{i: i, text: text, lps: g.takeLogprobs(), done: done, err: err}
+				select {
+				case events <- ev:
+				case <-ctx.Done():
+					return
+				}
+				if done || err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return events
 }
 
 // streamChoices streams every generation as a choice: best_of with more

@@ -32,14 +32,16 @@ type samplingFields struct {
 	// end the answer, so it runs to max_tokens (benchmarks that need exact output
 	// lengths send it). Stop strings still apply.
 	IgnoreEOS bool `json:"ignore_eos"`
-	// Penalties and logit bias as OpenAI defines them; repetition_penalty, min_p and
-	// stop_token_ids are vLLM's extensions, with vLLM's meaning.
+	// Penalties and logit bias as OpenAI defines them; repetition_penalty, min_p,
+	// stop_token_ids and top_k are vLLM's extensions, with vLLM's meaning.
 	PresencePenalty   *float64           `json:"presence_penalty"`
 	FrequencyPenalty  *float64           `json:"frequency_penalty"`
 	RepetitionPenalty *float64           `json:"repetition_penalty"`
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	MinP              *float64           `json:"min_p"`
 	StopTokenIDs      []uint32           `json:"stop_token_ids"`
+	// TopK is vLLM's: draw from the k most likely tokens only; 0 or -1 is no cut.
+	TopK *int64 `json:"top_k"`
 	// ResponseFormat asks for JSON, enforced by constrained decoding.
 	ResponseFormat *responseFormatField `json:"response_format"`
 	unsupportedFields
