@@ -2,6 +2,7 @@ package openaihttp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,7 +65,7 @@ func promptLogprobsOf(resp *CompletionResponse, prompt []uint32, top int) ([]eng
 		return nil, &ProtocolError{Msg: "an answer with no choices"}
 	}
 	pl := resp.Choices[0].PromptLogprobs
-	if len(pl) != len(prompt) {
+	if len(prompt) == 0 || len(pl) != len(prompt) {
 		return nil, &ProtocolError{Msg: fmt.Sprintf("%d prompt_logprobs for a prompt of %d tokens (is prompt_logprobs honoured?)", len(pl), len(prompt))}
 	}
 	out := make([]engine.TokenLogprobs, len(prompt)-1)
@@ -84,13 +85,7 @@ func promptLogprobsOf(resp *CompletionResponse, prompt []uint32, top int) ([]eng
 			}
 		}
 		slices.SortFunc(out[i].Top, func(a, b engine.Logprob) int {
-			if a.Logprob != b.Logprob {
-				if a.Logprob > b.Logprob {
-					return -1
-				}
-				return 1
-			}
-			return int(a.Token) - int(b.Token)
+			return cmp.Or(cmp.Compare(b.Logprob, a.Logprob), cmp.Compare(a.Token, b.Token))
 		})
 	}
 	return out, nil
