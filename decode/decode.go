@@ -161,6 +161,9 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	start := time.Now()
 	p := s.Params()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
+	if ereq.PromptLogprobs {
+		cached = 0 // the prompt is computed whole: a cached position has no logits
+	}
 	bs := info.Layout.BlockSize
 	// The router's ranking is the one ranking: it is made with the fleet view
 	// (every prefill worker's queue and cache, whoever sent them work). What this

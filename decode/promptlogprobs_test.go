@@ -15,8 +15,9 @@ import (
 
 // A request for the prompt's logprobs is prefilled on the decode worker, even
 // under always-remote with a prefill worker at hand: a prefill worker hands over
-// KV, not logits. The first message carries one logprob per prompt token after
-// the first, and the prefill worker is never called.
+// KV, not logits. The prompt is computed whole, though cached here (the decision
+// says 0 cached tokens); the first message carries one logprob per prompt token
+// after the first, and the prefill worker is not called.
 func TestPromptLogprobsPrefillLocally(t *testing.T) {
 	pf := &staticPrefillers{}
 	pnode := startPrefill(t, newNativeModel(t, "stories260K"), "p0")
@@ -26,6 +27,12 @@ func TestPromptLogprobsPrefillLocally(t *testing.T) {
 	for i := range p {
 		p[i] %= 512
 	}
+	// The prompt once without: prefilled remotely, its KV now cached here.
+	if r, err := generate(t, context.Background(), dec.client, request("warm", p, 0, 0, "p0")); err != nil ||
+		r.decision.GetPath() != decodev1.PrefillPath_PREFILL_PATH_REMOTE {
+		t.Fatalf("warm-up: %v, path %v", err, r.decision.GetPath())
+	}
+	queried := pnode.eng.Stats().PrefixQueryTokens
 	req := request("echo", p, 0, 0, "p0")
 	req.PromptLogprobs = true
 	stream, err := dec.client.Generate(context.Background(), connect.NewRequest(req))
@@ -43,14 +50,14 @@ func TestPromptLogprobsPrefillLocally(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := first.GetPrefill()
-	if d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_LOCAL || d.GetReason() != "prompt_logprobs" {
-		t.Errorf("path %v reason %q, want local for prompt_logprobs", d.GetPath(), d.GetReason())
+	if d.GetPath() != decodev1.PrefillPath_PREFILL_PATH_LOCAL || d.GetReason() != "prompt_logprobs" || d.GetCachedTokens() != 0 {
+		t.Errorf("path %v reason %q cached %d, want local for prompt_logprobs with nothing reused", d.GetPath(), d.GetReason(), d.GetCachedTokens())
 	}
 	if lps := first.GetPromptLogprobs(); len(lps) != len(p)-1 || len(lps[0].GetTop()) != 3 {
 		t.Errorf("%d prompt logprobs on the first message, want %d with 3 alternatives each", len(lps), len(p)-1)
 	}
-	if st := pnode.eng.Stats(); st.PrefixQueryTokens != 0 {
-		t.Errorf("the prefill worker saw %d prompt tokens", st.PrefixQueryTokens)
+	if st := pnode.eng.Stats(); st.PrefixQueryTokens != queried {
+		t.Errorf("the prefill worker saw %d more prompt tokens", st.PrefixQueryTokens-queried)
 	}
 }
 
