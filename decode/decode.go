@@ -156,10 +156,14 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		ID: m.GetRequestId(), Prompt: m.GetPromptTokenIds(), Sampling: handoff.Sampling(m.GetSampling()),
 		MaxTokens: int(m.GetMaxTokens()), StopTokens: m.GetStopTokenIds(),
 		Logprobs: m.GetSampling().GetLogprobs(), TopLogprobs: int(m.GetSampling().GetTopLogprobs()),
+		PromptLogprobs: m.GetPromptLogprobs(),
 	}
 	start := time.Now()
 	p := s.Params()
 	cached := s.eng.CachedPrefix(ereq.Prompt)
+	if ereq.PromptLogprobs {
+		cached = 0 // the prompt is computed whole: a cached position has no logits
+	}
 	bs := info.Layout.BlockSize
 	// The router's ranking is the one ranking: it is made with the fleet view
 	// (every prefill worker's queue and cache, whoever sent them work). What this
@@ -180,12 +184,17 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 	pol := newPolicy(p)
 	sit := s.situation(pol, p, st, len(ereq.Prompt), cached, queued)
 	c := decide(p, sit)
+	if ereq.PromptLogprobs && c.remote {
+		// The prompt's logprobs come out of its prefill, and a prefill worker
+		// hands over KV, not logits: this one is prefilled here.
+		c = choice{reason: "prompt_logprobs", detail: "the request asks for the prompt's logprobs, computed where it is prefilled: locally"}
+	}
 	decision := &decodev1.PrefillDecision{
 		Path: decodev1.PrefillPath_PREFILL_PATH_LOCAL, Reason: c.reason, Detail: c.detail, Policy: string(p.Policy),
 		PromptTokens: uint32(sit.prompt), CachedTokens: uint32(cached), EffectiveTokens: uint32(sit.effective()),
 	}
 
-	ps := pathsFor(p, sit, len(candidates) > 0)
+	ps := pathsFor(p, sit, len(candidates) > 0 && !ereq.PromptLogprobs)
 	if le := shed(p, sit, c, ps); le != nil {
 		le.Worker = s.cfg.WorkerID
 		return s.reject(ctx, ereq.ID, le)
@@ -213,6 +222,9 @@ func (s *Service) Generate(ctx context.Context, req *connect.Request[decodev1.Ge
 		}
 	}
 	defer stream.Close()
+	if _, ok := stream.(engine.PromptLogprobsStream); ereq.PromptLogprobs && !ok {
+		return errcode.Error(fmt.Errorf("%w: the %s engine does not compute them", engine.ErrNoPromptLogprobs, info.Engine))
+	}
 	// The most tokens it may emit: max_tokens, or the context's room; unknown
 	// (0) when the request set none, which the slo policy reads conservatively.
 	maxTokens := 0

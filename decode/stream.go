@@ -57,6 +57,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 				s.estimator.ObserveLocal(int(decision.EffectiveTokens), localQueued, now.Sub(start))
 			}
 			msg.Prefill, msg.WorkerId, msg.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
+			msg.PromptLogprobs = promptLogprobs(stream)
 			first = false
 		} else {
 			gap := now.Sub(last).Seconds()
@@ -86,6 +87,7 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 	}
 	if first {
 		final.Prefill, final.WorkerId, final.WorkerMode = decision, s.cfg.WorkerID, s.cfg.Mode
+		final.PromptLogprobs = promptLogprobs(stream)
 	}
 	s.metrics.completed.WithLabelValues(stream.Finish().String()).Inc()
 	traceEnd(ctx, stream.Finish().String(), u.CompletionTokens)
@@ -93,6 +95,20 @@ func (s *Service) pump(ctx context.Context, stream engine.Stream, decision *deco
 		s.metrics.engineText.Inc()
 	}
 	return out.Send(final)
+}
+
+// promptLogprobs are the prompt's logprobs a stream reports, for the first message.
+func promptLogprobs(stream engine.Stream) []*workerv1.TokenLogprobs {
+	ps, ok := stream.(engine.PromptLogprobsStream)
+	if !ok {
+		return nil
+	}
+	lps := ps.PromptLogprobs()
+	out := make([]*workerv1.TokenLogprobs, len(lps))
+	for i := range lps {
+		out[i] = handoff.LogprobsProto(&lps[i])
+	}
+	return out
 }
 
 // sampleGap says whether a gap seen while batch streams decode is the one in

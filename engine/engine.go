@@ -123,6 +123,12 @@ type Request struct {
 	// TopLogprobs most likely tokens at that position.
 	Logprobs    bool
 	TopLogprobs int
+	// PromptLogprobs asks for the prompt tokens' log-probabilities too (OpenAI's
+	// echo with logprobs), each with TopLogprobs alternatives, of the model's
+	// logits before penalties and bias: the stream is then a PromptLogprobsStream.
+	// An engine that cannot compute them refuses the request with
+	// ErrNoPromptLogprobs; only Generate computes them.
+	PromptLogprobs bool
 }
 
 // MaxTopLogprobs bounds Request.TopLogprobs (OpenAI allows 20).
@@ -182,6 +188,16 @@ type Stream interface {
 	Usage() Usage
 	// Close ends the sequence and frees its blocks at once. Safe to call twice.
 	Close()
+}
+
+// PromptLogprobsStream is the Stream of a request that asked for PromptLogprobs.
+type PromptLogprobsStream interface {
+	Stream
+	// PromptLogprobs are those of the prompt's tokens after the first, each given
+	// the tokens before it (one fewer than the prompt's tokens); nil before the
+	// first Next has returned (a token, or io.EOF when the first token drawn
+	// ended the sequence).
+	PromptLogprobs() []TokenLogprobs
 }
 
 // TextStream is a Stream whose engine sends the text of what it generated, as a
@@ -269,4 +285,6 @@ var (
 	// ErrBadConstraint is a Sampling.Constraint the engine cannot enforce: a schema
 	// outside the supported subset, or an engine that enforces none.
 	ErrBadConstraint = errors.New("engine: constraint not supported")
+	// ErrNoPromptLogprobs is a Request.PromptLogprobs the engine cannot honour.
+	ErrNoPromptLogprobs = errors.New("engine: prompt logprobs not supported")
 )

@@ -74,13 +74,16 @@ type choiceEvent struct {
 	err  error
 }
 
-// prepareChoices tokenizes each prompt once and makes n requests of it, each with
-// its own request id (so admission, routing and cancellation work per choice)
-// and its own seed (so sampled choices differ; seed+i when the client gave one).
-func (f *Frontend) prepareChoices(r *http.Request, rc *reqCtx, prompts []*genRequest, n int) ([]*prepared, error) {
-	preps := make([]*prepared, 0, len(prompts)*n)
+// prepareChoices tokenizes each prompt once and makes plan.candidates requests of
+// it, each with its own request id (so admission, routing and cancellation work
+// per choice) and its own seed (so sampled choices differ; seed+i when the client
+// gave one). Only a prompt's first request asks for the prompt's logprobs (echo):
+// they are the same for all.
+func (f *Frontend) prepareChoices(ctx context.Context, rc *reqCtx, prompts []*genRequest, plan *choicePlan) ([]*prepared, error) {
+	per := plan.candidates
+	preps := make([]*prepared, 0, len(prompts)*per)
 	for pi, g := range prompts {
-		p, err := f.prepareTraced(r.Context(), g)
+		p, err := f.prepareTraced(ctx, g)
 		if err != nil {
 			if len(prompts) > 1 {
 				ae := *asAPIError(err)
@@ -89,16 +92,22 @@ func (f *Frontend) prepareChoices(r *http.Request, rc *reqCtx, prompts []*genReq
 			}
 			return nil, err
 		}
-		for i := range n {
+		if plan.ranked() {
+			p.req.Sampling.Logprobs = true
+		}
+		for i := range per {
 			q := *p
 			q.req = proto.Clone(p.req).(*decodev1.GenerateRequest)
-			q.req.RequestId = fmt.Sprintf("%s-%d", rc.id, pi*n+i)
+			q.req.RequestId = fmt.Sprintf("%s-%d", rc.id, pi*per+i)
 			switch {
 			case i == 0:
 			case g.seed != nil:
 				q.req.Sampling.Seed = *g.seed + uint64(i)
 			default:
 				q.req.Sampling.Seed = rand.Uint64()
+			}
+			if i > 0 {
+				q.req.PromptLogprobs = false
 			}
 			preps = append(preps, &q)
 		}
@@ -144,28 +153,34 @@ func (f *Frontend) startChoices(ctx context.Context, rc *reqCtx, preps []*prepar
 	return gens, nil
 }
 
-// serveChoices answers a request for several choices (n > 1 or a batch of
-// prompts): one generation per choice through the ordinary path, fanned in. In
-// a stream the choices' chunks interleave as their tokens arrive.
-func (f *Frontend) serveChoices(w http.ResponseWriter, r *http.Request, rc *reqCtx, prompts []*genRequest, n int,
+// serveChoices answers a request for several choices (n > 1, best_of or a batch
+// of prompts; echo too): one generation per candidate through the ordinary path,
+// fanned in. In a stream the choices' chunks interleave as their tokens arrive.
+func (f *Frontend) serveChoices(w http.ResponseWriter, r *http.Request, rc *reqCtx, prompts []*genRequest, plan choicePlan,
 	s *samplingFields, out choicesFormat) {
-	total := len(prompts) * n
-	f.metrics.choiceRequests.WithLabelValues(rc.endpoint).Inc()
-	f.metrics.choices.WithLabelValues(rc.endpoint).Add(float64(total))
-	rc.log.Info("several choices requested", "prompts", len(prompts), "n", n, "choices", total)
+	total := len(prompts) * plan.candidates
+	if returned := len(prompts) * plan.n; returned > 1 {
+		f.metrics.choiceRequests.WithLabelValues(rc.endpoint).Inc()
+		f.metrics.choices.WithLabelValues(rc.endpoint).Add(float64(returned))
+		rc.log.Info("several choices requested", "prompts", len(prompts), "n", plan.n, "best_of", plan.candidates, "choices", returned)
+	}
 	if m := f.cfg.MaxInFlight; m > 0 && total > m {
 		// Each choice holds an admission slot until the answer is written: more
 		// choices than slots would wait for one another until the queue timed out.
-		f.writeError(w, rc, invalidField("n", "%d choices asked for, but this server generates at most %d requests at once", total, m))
+		field := "n"
+		if plan.ranked() {
+			field = "best_of"
+		}
+		f.writeError(w, rc, invalidField(field, "%d choices asked for, but this server generates at most %d requests at once", total, m))
 		return
 	}
-	preps, err := f.prepareChoices(r, rc, prompts, n)
+	preps, err := f.prepareChoices(r.Context(), rc, prompts, &plan)
 	if err != nil {
 		f.writeError(w, rc, err)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
-	gens, err := f.startChoices(ctx, rc, preps, n)
+	gens, err := f.startChoices(ctx, rc, preps, plan.candidates)
 	var run sync.WaitGroup
 	// Every choice ends when the request does, the client gone or one choice
 	// failed; the generations are closed only once nothing reads them.
@@ -183,32 +198,14 @@ func (f *Frontend) serveChoices(w http.ResponseWriter, r *http.Request, rc *reqC
 		return
 	}
 	if err != nil {
-		f.writeError(w, rc, err)
+		f.writeError(w, rc, plan.backendRefusal(err))
 		return
 	}
 	w.Header().Set(HeaderPrefillPath, gens[0].info.Path)
 
-	events := make(chan choiceEvent)
-	for i, g := range gens {
-		run.Add(1)
-		go func() {
-			defer run.Done()
-			for {
-				text, done, err := g.next()
-				ev := choiceEvent{i: i, text: text, lps: g.takeLogprobs(), done: done, err: err}
-				select {
-				case events <- ev:
-				case <-ctx.Done():
-					return
-				}
-				if done || err != nil {
-					return
-				}
-			}
-		}()
-	}
+	events := fanIn(ctx, gens, &run)
 	if s.Stream {
-		f.streamChoices(w, r, rc, gens, n, s, out, events)
+		f.streamChoices(w, r, rc, gens, &plan, s, out, events)
 		return
 	}
 	results := make([]choiceResult, total)
@@ -245,11 +242,44 @@ func (f *Frontend) serveChoices(w http.ResponseWriter, r *http.Request, rc *reqC
 			results[i].lps = []tokenLogprob{}
 		}
 	}
-	writeJSON(w, http.StatusOK, out.wholeChoices(results, sumUsage(gens, n)))
+	chosen, err := plan.choose(results, gens)
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out.wholeChoices(chosen, sumUsage(gens, plan.candidates)))
 }
 
-func (f *Frontend) streamChoices(w http.ResponseWriter, r *http.Request, rc *reqCtx, gens []*generation, n int,
+// fanIn reads every generation on a goroutine of its own (counted in run) and
+// sends what each produces, until it is done or ctx ends.
+func fanIn(ctx context.Context, gens []*generation, run *sync.WaitGroup) <-chan choiceEvent {
+	events := make(chan choiceEvent)
+	for i, g := range gens {
+		run.Add(1)
+		go func() {
+			defer run.Done()
+			for {
+				text, done, err := g.next()
+				ev := choiceEvent{i: i, text: text, lps: g.takeLogprobs(), done: done, err: err}
+				select {
+				case events <- ev:
+				case <-ctx.Done():
+					return
+				}
+				if done || err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return events
+}
+
+// streamChoices streams every generation as a choice: best_of with more
+// candidates than n is never streamed (a choice is known only at the end).
+func (f *Frontend) streamChoices(w http.ResponseWriter, r *http.Request, rc *reqCtx, gens []*generation, plan *choicePlan,
 	s *samplingFields, out choicesFormat, events <-chan choiceEvent) {
+	n := plan.n
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -259,6 +289,16 @@ func (f *Frontend) streamChoices(w http.ResponseWriter, r *http.Request, rc *req
 	sse.hold = true
 	for i, g := range gens {
 		sse.send(out.firstAt(i, &g.info))
+	}
+	if plan.echo {
+		// The prompt comes first, with its tokens' logprobs when asked.
+		for i := range gens {
+			var lps []tokenLogprob
+			if plan.logprobs {
+				lps = gens[i/n*n].promptLPs
+			}
+			sse.send(out.deltaAt(i, plan.echoTexts[i/n], lps))
+		}
 	}
 	sse.hold = false
 	for left := len(gens); left > 0 && sse.err == nil; {

@@ -29,6 +29,13 @@ func (f *Frontend) Generate(ctx context.Context, req *connect.Request[frontendv1
 	if err != nil {
 		return f.connectError(rc, err)
 	}
+	n, err := f.choicesOf(req.Msg, g)
+	if err != nil {
+		return f.connectError(rc, err)
+	}
+	if n > 1 {
+		return f.generateChoices(ctx, rc, g, n, stream)
+	}
 	p, err := f.prepareTraced(ctx, g)
 	if err != nil {
 		return f.connectError(rc, err)
@@ -137,6 +144,9 @@ func (f *Frontend) fromProto(m *frontendv1.GenerateRequest, id string) (*genRequ
 	if m.TopP != nil {
 		p := float64(m.GetTopP())
 		g.topP = &p
+	}
+	if err := controlsFromProto(m, g); err != nil {
+		return nil, err
 	}
 	if m.GetTopLogprobs() > 0 && !m.GetLogprobs() {
 		return nil, invalidField("top_logprobs", "top_logprobs needs logprobs set to true")

@@ -18,6 +18,7 @@ const (
 // request, checked for range here and against the vocabulary in apply.
 type samplingControls struct {
 	presence, frequency, repetition, minP float32
+	topK                                  uint32
 	// logitBias keeps the client's keys until the vocabulary is known.
 	logitBias    map[string]float64
 	stopTokenIDs []uint32
@@ -51,6 +52,12 @@ func (c *samplingControls) parse(s *samplingFields) error {
 		}
 		c.repetition = float32(*r)
 	}
+	if k := s.TopK; k != nil {
+		if *k < -1 || *k > math.MaxUint32 {
+			return invalidField("top_k", "top_k %d is out of range; it must be at least 1, or 0 or -1 for no cut", *k)
+		}
+		c.topK = uint32(max(*k, 0))
+	}
 	if len(s.LogitBias) > maxLogitBias {
 		return invalidField("logit_bias", "logit_bias has %d entries; at most %d are allowed", len(s.LogitBias), maxLogitBias)
 	}
@@ -65,7 +72,7 @@ func (c *samplingControls) parse(s *samplingFields) error {
 
 // apply checks the token ids against the vocabulary and sets the controls on sp.
 func (c *samplingControls) apply(sp *workerv1.SamplingParams, vocab int) error {
-	sp.PresencePenalty, sp.FrequencyPenalty, sp.MinP = c.presence, c.frequency, c.minP
+	sp.PresencePenalty, sp.FrequencyPenalty, sp.MinP, sp.TopK = c.presence, c.frequency, c.minP, c.topK
 	sp.Constraint = c.constraint
 	if c.repetition != 1 {
 		sp.RepetitionPenalty = c.repetition

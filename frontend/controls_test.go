@@ -9,8 +9,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 )
 
-// The SDK's penalties and logit bias, and vLLM's repetition_penalty, min_p and
-// stop_token_ids, reach the backend in the request's sampling parameters.
+// The SDK's penalties and logit bias, and vLLM's repetition_penalty, min_p,
+// stop_token_ids and top_k, reach the backend in the request's sampling parameters.
 func TestSDKSamplingControlsReachBackend(t *testing.T) {
 	c, b, _ := sdkSetup(t, nil)
 	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
@@ -19,12 +19,14 @@ func TestSDKSamplingControlsReachBackend(t *testing.T) {
 		PresencePenalty:  openai.Float(0.5),
 		FrequencyPenalty: openai.Float(-0.25),
 		LogitBias:        map[string]int64{"15339": -100, "9906": 3},
-	}, option.WithJSONSet("repetition_penalty", 1.25), option.WithJSONSet("min_p", 0.125), option.WithJSONSet("stop_token_ids", []int{42}))
+	}, option.WithJSONSet("repetition_penalty", 1.25), option.WithJSONSet("min_p", 0.125), option.WithJSONSet("stop_token_ids", []int{42}),
+		option.WithJSONSet("top_k", 40))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sp := b.reqs[0].GetSampling()
-	if sp.GetPresencePenalty() != 0.5 || sp.GetFrequencyPenalty() != -0.25 || sp.GetRepetitionPenalty() != 1.25 || sp.GetMinP() != 0.125 {
+	if sp.GetPresencePenalty() != 0.5 || sp.GetFrequencyPenalty() != -0.25 || sp.GetRepetitionPenalty() != 1.25 || sp.GetMinP() != 0.125 ||
+		sp.GetTopK() != 40 {
 		t.Errorf("sampling %v", sp)
 	}
 	if lb := sp.GetLogitBias(); len(lb) != 2 || lb[15339] != -100 || lb[9906] != 3 {

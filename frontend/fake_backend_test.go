@@ -31,6 +31,11 @@ type fakeBackend struct {
 	reportCompletion uint32
 	// texts, if set, are the engine's text for each output token (token_texts).
 	texts []string
+	// bySeed, if set, is the output and a shift of every token's logprob for a
+	// request's seed (candidates that differ, for best_of).
+	bySeed func(seed uint64) ([]uint32, float32)
+	// noLogprobs: the backend sends no logprobs, as the sim engine.
+	noLogprobs bool
 
 	mu     sync.Mutex
 	reqs   []*decodev1.GenerateRequest
@@ -45,6 +50,10 @@ func (b *fakeBackend) Generate(ctx context.Context, req *decodev1.GenerateReques
 		return nil, nil, b.err
 	}
 	out := b.output
+	var shift float32
+	if b.bySeed != nil {
+		out, shift = b.bySeed(req.GetSampling().GetSeed())
+	}
 	finish := decodev1.FinishReason_FINISH_REASON_STOP
 	if len(out) > int(req.GetMaxTokens()) {
 		out, finish = out[:req.GetMaxTokens()], decodev1.FinishReason_FINISH_REASON_LENGTH
@@ -56,10 +65,10 @@ func (b *fakeBackend) Generate(ctx context.Context, req *decodev1.GenerateReques
 		if b.texts != nil {
 			m.TokenTexts = b.texts[min(i, len(b.texts)):min(i+per, len(out), len(b.texts))]
 		}
-		if req.GetSampling().GetLogprobs() {
-			// Token k's logprob is -k/10; its alternatives are itself and the next id.
+		if req.GetSampling().GetLogprobs() && !b.noLogprobs {
+			// Token k's logprob is -k/10 (plus shift); its alternatives are itself and the next id.
 			for k := i; k < min(i+per, len(out)); k++ {
-				lp := &workerv1.TokenLogprobs{Logprob: -float32(k) / 10}
+				lp := &workerv1.TokenLogprobs{Logprob: -float32(k)/10 + shift}
 				for a := range min(int(req.GetSampling().GetTopLogprobs()), 2) {
 					lp.Top = append(lp.Top, &workerv1.Logprob{TokenId: out[k] + uint32(a), Logprob: -float32(k)/10 - float32(a)})
 				}
@@ -67,6 +76,17 @@ func (b *fakeBackend) Generate(ctx context.Context, req *decodev1.GenerateReques
 			}
 		}
 		msgs = append(msgs, m)
+	}
+	if req.GetPromptLogprobs() {
+		// Prompt token k's logprob is -k/100; its alternatives are itself and the next id.
+		ids := req.GetPromptTokenIds()
+		for k := 1; k < len(ids); k++ {
+			lp := &workerv1.TokenLogprobs{Logprob: -float32(k) / 100}
+			for a := range min(int(req.GetSampling().GetTopLogprobs()), 2) {
+				lp.Top = append(lp.Top, &workerv1.Logprob{TokenId: ids[k] + uint32(a), Logprob: -float32(k)/100 - float32(a)})
+			}
+			msgs[0].PromptLogprobs = append(msgs[0].PromptLogprobs, lp)
+		}
 	}
 	msgs[0].WorkerId = "decode-1"
 	msgs[0].Prefill = &decodev1.PrefillDecision{

@@ -49,6 +49,11 @@ func FuzzCompletionRequest(f *testing.F) {
 		`{"prompt":"x","unknown_field":{"nested":[1,2]}}`,
 		`{"prompt":"\u00e9\ud83d\ude00","echo":true,"logprobs":3,"suffix":"z"}`,
 		`{"prompt":"x"} trailing`,
+		`{"prompt":"x","echo":true,"max_tokens":0,"logprobs":1}`,
+		`{"prompt":[[1,2],[3]],"echo":true,"n":2,"stream":true,"logprobs":0}`,
+		`{"prompt":"x","best_of":3,"n":2,"temperature":1,"logprobs":2}`,
+		`{"prompt":["a","b"],"best_of":2,"temperature":0.5}`,
+		`{"prompt":"x","top_k":5}`,
 	} {
 		f.Add(seed)
 	}
@@ -106,7 +111,9 @@ func FuzzCompletionRequest(f *testing.F) {
 		}
 
 		var stream struct {
-			Stream bool `json:"stream"`
+			Stream bool   `json:"stream"`
+			N      *int64 `json:"n"`
+			BestOf *int64 `json:"best_of"`
 		}
 		_ = json.Unmarshal([]byte(body), &stream) // it decoded once already: the handler said 200
 		if !stream.Stream {
@@ -114,10 +121,15 @@ func FuzzCompletionRequest(f *testing.F) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil {
 				t.Fatalf("200 body is not a completion: %v: %s", err, rec.Body.String())
 			}
+			// best_of generates best_of candidates per prompt and returns n of them.
+			want := len(reqs)
+			if n, bo := max(derefOr(stream.N, 1), 1), derefOr(stream.BestOf, 0); bo > n {
+				want = len(reqs) / int(bo) * int(n)
+			}
 			if len(reqs) == 1 {
 				checkCompletion(t, c, promptLen)
-			} else if len(c.Choices) != len(reqs) {
-				t.Fatalf("%d choices for %d backend requests", len(c.Choices), len(reqs))
+			} else if len(c.Choices) != want {
+				t.Fatalf("%d choices for %d backend requests, want %d", len(c.Choices), len(reqs), want)
 			}
 			return
 		}
@@ -144,6 +156,13 @@ func FuzzCompletionRequest(f *testing.F) {
 			t.Fatalf("%d chunks carry a finish reason, want %d: %q", finishes, len(reqs), ev)
 		}
 	})
+}
+
+func derefOr(p *int64, def int64) int64 {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 func checkCompletion(t *testing.T, c completion, promptLen int) {

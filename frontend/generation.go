@@ -74,6 +74,14 @@ type generation struct {
 	lps    []tokenLogprob
 	// markers are control tokens rendered as their text for the tool-call parser.
 	markers map[uint32]string
+	// promptLPs are the prompt tokens' logprobs (the first has none), when the
+	// request asked for them (echo with logprobs).
+	promptLPs []tokenLogprob
+	// echoOnly: the answer is the prompt alone (echo with max_tokens 0); the one
+	// token the backend draws is not the client's.
+	echoOnly bool
+	// lpMissing counts tokens the backend sent no logprobs for though asked.
+	lpMissing int
 }
 
 // takeLogprobs returns the logprobs gathered since the last call.
@@ -121,12 +129,19 @@ func (f *Frontend) start(ctx context.Context, p *prepared, log *slog.Logger, sta
 		f: f, requestID: p.req.GetRequestId(), tok: p.served.Tokenizer, stream: stream, log: log, started: started,
 		decision: first.GetPrefill(), routeCachedBlocks: int(route.GetDecodeCachedBlocks()),
 		promptLen: p.promptLen, maxTokens: p.maxTokens, stopIDs: p.req.GetStopTokenIds(),
-		detok:   detok,
-		wantLP:  p.req.GetSampling().GetLogprobs(),
-		stops:   stopMatcher{stops: p.stops},
-		markers: p.markers,
-		pending: first,
-		span:    trace.SpanFromContext(ctx),
+		detok:    detok,
+		wantLP:   p.req.GetSampling().GetLogprobs(),
+		stops:    stopMatcher{stops: p.stops},
+		markers:  p.markers,
+		echoOnly: p.echoOnly,
+		pending:  first,
+		span:     trace.SpanFromContext(ctx),
+	}
+	if p.req.GetPromptLogprobs() {
+		if g.promptLPs, err = promptLogprobsOf(p.served.Tokenizer, p.req.GetPromptTokenIds(), first.GetPromptLogprobs()); err != nil {
+			_ = stream.Close()
+			return nil, err
+		}
 	}
 	g.info = describe(first, route)
 	if d := first.GetPrefill(); d != nil {
@@ -164,6 +179,13 @@ func (g *generation) next() (text string, done bool, err error) {
 	for {
 		resp := g.pending
 		g.pending = nil
+		if g.echoOnly {
+			// The prompt is the whole answer: what the backend drew is dropped
+			// and its stream closed.
+			g.finish = "length"
+			g.release()
+			return "", true, nil
+		}
 		if resp == nil {
 			resp, err = g.stream.Recv()
 			if errors.Is(err, io.EOF) {
@@ -219,6 +241,8 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 			var lp *workerv1.TokenLogprobs
 			if i < len(resp.GetLogprobs()) {
 				lp = resp.GetLogprobs()[i]
+			} else {
+				g.lpMissing++
 			}
 			tlp := logprobOf(g.tok, id, lp)
 			if engineText {
@@ -275,6 +299,9 @@ func (g *generation) consume(resp *decodev1.GenerateResponse) (string, error) {
 // if larger (it may count a stop token it drew but did not send).
 func (g *generation) usage() usage {
 	u := usage{prompt: g.promptLen, completion: g.generated, cached: g.cached}
+	if g.echoOnly {
+		return u
+	}
 	if b := g.backendUsage; b != nil {
 		u.completion = max(u.completion, int(b.GetCompletionTokens()))
 		u.cached = int(b.GetCachedTokens())

@@ -20,6 +20,9 @@ type tokenLogprob struct {
 	bytes   []byte
 	logprob float32
 	top     []topLogprob
+	// none: the token has no logprob (a prompt's first, which nothing precedes);
+	// its logprob and alternatives are null.
+	none bool
 }
 
 type topLogprob struct {
@@ -99,8 +102,10 @@ func chatLogprobsOf(lps []tokenLogprob) *chatLogprobs {
 // Completions' shape: parallel lists, top alternatives as {token: logprob}.
 
 type completionLogprobs struct {
-	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float32            `json:"token_logprobs"`
+	Tokens []string `json:"tokens"`
+	// TokenLogprobs and TopLogprobs are null for a token without a logprob (the
+	// first of an echoed prompt).
+	TokenLogprobs []*float32           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -110,10 +115,16 @@ func completionLogprobsOf(lps []tokenLogprob, offset int) *completionLogprobs {
 	if lps == nil {
 		return nil
 	}
-	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 	for _, lp := range lps {
 		out.Tokens = append(out.Tokens, lp.text)
-		out.TokenLogprobs = append(out.TokenLogprobs, lp.logprob)
+		out.TextOffset = append(out.TextOffset, offset)
+		offset += len(lp.text)
+		if lp.none {
+			out.TokenLogprobs, out.TopLogprobs = append(out.TokenLogprobs, nil), append(out.TopLogprobs, nil)
+			continue
+		}
+		out.TokenLogprobs = append(out.TokenLogprobs, &lp.logprob)
 		top := make(map[string]float32, len(lp.top))
 		for _, t := range lp.top {
 			if _, dup := top[t.text]; !dup { // two ids may share a text; keep the likelier
@@ -121,8 +132,6 @@ func completionLogprobsOf(lps []tokenLogprob, offset int) *completionLogprobs {
 			}
 		}
 		out.TopLogprobs = append(out.TopLogprobs, top)
-		out.TextOffset = append(out.TextOffset, offset)
-		offset += len(lp.text)
 	}
 	return out
 }

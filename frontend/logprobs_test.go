@@ -67,8 +67,8 @@ func TestLogprobsAsOpenAIShapesThem(t *testing.T) {
 			tokens = append(tokens, l.Tokens...)
 			offsets = append(offsets, l.TextOffset...)
 			for i, top := range l.TopLogprobs {
-				if len(top) != 1 || top[l.Tokens[i]] != l.TokenLogprobs[i] {
-					t.Errorf("top %v for %q %g", top, l.Tokens[i], l.TokenLogprobs[i])
+				if len(top) != 1 || top[l.Tokens[i]] != *l.TokenLogprobs[i] {
+					t.Errorf("top %v for %q %g", top, l.Tokens[i], *l.TokenLogprobs[i])
 				}
 			}
 		}

@@ -152,9 +152,20 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		{"/v1/chat/completions", `"repetition_penalty":0`, "repetition_penalty"},
 		{"/v1/completions", `"min_p":1.5`, "min_p"},
 		{"/v1/completions", `"stop_token_ids":[999999]`, "stop_token_ids"},
+		{"/v1/completions", `"top_k":-2`, "top_k"},
+		{"/v1/chat/completions", `"top_k":1.5`, "top_k"},
 		{"/v1/chat/completions", `"n":17`, "n"},
-		{"/v1/completions", `"echo":true`, "echo"},
-		{"/v1/completions", `"best_of":3`, "best_of"},
+		{"/v1/chat/completions", `"echo":true`, "echo"},
+		{"/v1/chat/completions", `"best_of":3`, "best_of"},
+		{"/v1/completions", `"best_of":0`, "best_of"},
+		{"/v1/completions", `"best_of":17,"temperature":1`, "best_of"},
+		{"/v1/completions", `"best_of":1,"n":2`, "best_of"},
+		{"/v1/completions", `"best_of":3,"temperature":1,"stream":true`, "best_of"},
+		{"/v1/completions", `"best_of":3,"temperature":0`, "best_of"},
+		{"/v1/completions", `"best_of":"3"`, "best_of"},
+		{"/v1/completions", `"best_of":8,"prompt":["a","b","c","d","e","f","g","h","i"],"temperature":1`, "best_of"},
+		{"/v1/completions", `"max_tokens":0`, "max_tokens"},
+		{"/v1/completions", `"echo":"yes"`, "echo"},
 		{"/v1/completions", `"suffix":"end"`, "suffix"},
 	} {
 		body := "{" + chat + "," + tc.extra + "}"
@@ -168,7 +179,7 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 	}
 	// Their defaults are accepted.
 	for _, extra := range []string{`"tools":null`, `"tool_choice":"none"`, `"response_format":{"type":"text"}`,
-		`"presence_penalty":0`, `"logit_bias":{}`} {
+		`"presence_penalty":0`, `"logit_bias":{}`, `"top_k":-1`, `"top_k":0`, `"best_of":1`} {
 		if r := do(t, h, "POST", "/v1/chat/completions", "{"+chat+","+extra+"}"); r.status != 200 {
 			t.Errorf("%s: %d %s", extra, r.status, r.body)
 		}

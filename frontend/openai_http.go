@@ -230,9 +230,10 @@ func (s *samplingFields) toGen(g *genRequest) error {
 	case s.MaxTokens != nil:
 		g.maxTokens = *s.MaxTokens
 	}
-	if (s.MaxCompletionTokens != nil || s.MaxTokens != nil) && g.maxTokens < 1 {
-		return invalidField(g.maxTokensParam, "%s must be at least 1, got %d", g.maxTokensParam, g.maxTokens)
+	if (s.MaxCompletionTokens != nil || s.MaxTokens != nil) && g.maxTokens < 1 && !(g.maxTokens == 0 && s.echo) {
+		return invalidField(g.maxTokensParam, "%s must be at least 1, got %d (0 only with echo)", g.maxTokensParam, g.maxTokens)
 	}
+	g.echoOnly = s.echo && g.maxTokens == 0 && (s.MaxCompletionTokens != nil || s.MaxTokens != nil)
 	g.temperature, g.topP = s.Temperature, s.TopP
 	if s.Seed != nil {
 		seed := uint64(*s.Seed) // negative seeds are valid in OpenAI's API; keep their bits
@@ -286,7 +287,7 @@ func (f *Frontend) handleChat(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		return
 	}
 	if n := req.choices(); n > 1 {
-		f.serveChoices(w, r, rc, []*genRequest{g}, n, &req.samplingFields, out)
+		f.serveChoices(w, r, rc, []*genRequest{g}, plainChoices(n), &req.samplingFields, out)
 		return
 	}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)
@@ -304,6 +305,7 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 		return
 	}
 	g := &genRequest{requestID: rc.id, served: served, promptParam: "prompt"}
+	req.echo = req.Echo
 	if err := req.toGen(g); err != nil {
 		f.writeError(w, rc, err)
 		return
@@ -314,6 +316,11 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 			return
 		}
 	}
+	plan, err := f.completionPlan(&req, g)
+	if err != nil {
+		f.writeError(w, rc, err)
+		return
+	}
 	switch p := req.Prompt; {
 	case !p.Present:
 		f.writeError(w, rc, invalidField("prompt", "prompt is required"))
@@ -321,9 +328,13 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 	case p.Count > maxPrompts:
 		f.writeError(w, rc, invalidField("prompt", "%d prompts given; at most %d are allowed in one request", p.Count, maxPrompts))
 		return
-	case p.Count*req.choices() > maxChoices:
-		f.writeError(w, rc, invalidField("n", "%d prompts with n=%d ask for %d choices; at most %d are allowed in one request",
-			p.Count, req.choices(), p.Count*req.choices(), maxChoices))
+	case p.Count*plan.candidates > maxChoices:
+		field, what := "n", fmt.Sprintf("n=%d", plan.n)
+		if plan.ranked() {
+			field, what = "best_of", fmt.Sprintf("best_of=%d", plan.candidates)
+		}
+		f.writeError(w, rc, invalidField(field, "%d prompts with %s ask for %d choices; at most %d are allowed in one request",
+			p.Count, what, p.Count*plan.candidates, maxChoices))
 		return
 	case p.IsIDs:
 		g.promptIDs = p.IDs
@@ -334,8 +345,12 @@ func (f *Frontend) handleCompletions(w http.ResponseWriter, r *http.Request, rc 
 		g.prompt = p.Text
 	}
 	out := &completionFormat{id: "cmpl-" + rc.id, model: served.ID, created: time.Now().Unix()}
-	if n := req.choices(); n > 1 || req.Prompt.Count > 1 {
-		f.serveChoices(w, r, rc, batch(g, &req.Prompt), n, &req.samplingFields, out)
+	if plan.candidates > 1 || req.Prompt.Count > 1 || plan.echo {
+		prompts := batch(g, &req.Prompt)
+		if plan.echo {
+			plan.echoTexts = echoTexts(served, prompts)
+		}
+		f.serveChoices(w, r, rc, prompts, plan, &req.samplingFields, out)
 		return
 	}
 	f.serveGeneration(w, r, rc, g, &req.samplingFields, out)

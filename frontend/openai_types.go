@@ -32,17 +32,21 @@ type samplingFields struct {
 	// end the answer, so it runs to max_tokens (benchmarks that need exact output
 	// lengths send it). Stop strings still apply.
 	IgnoreEOS bool `json:"ignore_eos"`
-	// Penalties and logit bias as OpenAI defines them; repetition_penalty, min_p and
-	// stop_token_ids are vLLM's extensions, with vLLM's meaning.
+	// Penalties and logit bias as OpenAI defines them; repetition_penalty, min_p,
+	// stop_token_ids and top_k are vLLM's extensions, with vLLM's meaning.
 	PresencePenalty   *float64           `json:"presence_penalty"`
 	FrequencyPenalty  *float64           `json:"frequency_penalty"`
 	RepetitionPenalty *float64           `json:"repetition_penalty"`
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	MinP              *float64           `json:"min_p"`
 	StopTokenIDs      []uint32           `json:"stop_token_ids"`
+	// TopK is vLLM's: draw from the k most likely tokens only; 0 or -1 is no cut.
+	TopK *int64 `json:"top_k"`
 	// ResponseFormat asks for JSON, enforced by constrained decoding.
 	ResponseFormat *responseFormatField `json:"response_format"`
 	unsupportedFields
+	// echo is completionRequest.Echo, for toGen (max_tokens 0 is allowed with it).
+	echo bool
 }
 
 type chatRequest struct {
@@ -62,6 +66,10 @@ type completionRequest struct {
 	Prompt promptField `json:"prompt"`
 	// Logprobs is the number of alternatives per token (0 for the chosen one only).
 	Logprobs *int64 `json:"logprobs"`
+	// BestOf and Echo shadow unsupportedFields' (a shallower field wins in
+	// encoding/json), which still refuse them on /v1/chat/completions.
+	BestOf *int64 `json:"best_of"`
+	Echo   bool   `json:"echo"`
 }
 
 type chatMessage struct {

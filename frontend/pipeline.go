@@ -52,6 +52,9 @@ type genRequest struct {
 	user string
 	// tools are the tools a chat request offers (nil: none).
 	tools *toolRequest
+	// promptLogprobs asks for the prompt tokens' logprobs too (echo with
+	// logprobs); echoOnly answers with the prompt alone (echo, max_tokens 0).
+	promptLogprobs, echoOnly bool
 }
 
 // prepared is a validated, tokenized request ready for the backend.
@@ -66,6 +69,8 @@ type prepared struct {
 	// markers are its control tokens, rendered as text for it to see.
 	parser  toolcall.Parser
 	markers map[uint32]string
+	// echoOnly: the backend draws one token, which is dropped (echo with max_tokens 0).
+	echoOnly bool
 }
 
 // prepare validates r against the model and turns it into a decode request.
@@ -145,7 +150,10 @@ func (f *Frontend) prepare(ctx context.Context, r *genRequest) (*prepared, error
 	// answer. The default budget is capped instead; the finish reason "length" says
 	// when it ran out.
 	maxTokens := min(f.cfg.DefaultMaxTokens, room)
-	if r.maxTokens > 0 {
+	if r.echoOnly {
+		// The prompt is prefilled and one token drawn and dropped, as vLLM does.
+		maxTokens = 1
+	} else if r.maxTokens > 0 {
 		if int(r.maxTokens) > room {
 			e := invalidField(r.maxTokensParam,
 				"the model's context length is %d tokens, but %d tokens were requested (%d in the %s, %d in %s); reduce the %s or %s",
@@ -210,7 +218,9 @@ func (f *Frontend) prepare(ctx context.Context, r *genRequest) (*prepared, error
 			MaxTokens:      uint32(maxTokens),
 			StopTokenIds:   stopIDs,
 			Explain:        r.explain,
+			PromptLogprobs: r.promptLogprobs,
 		},
+		echoOnly:  r.echoOnly,
 		promptLen: len(ids),
 		maxTokens: maxTokens,
 		stops:     stops,

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ type Options struct {
 	// VocabSize ids instead of the model's tokenizer: a real BPE vocabulary for a
 	// make-model file, whose tokenizer is stories260K's 512 tokens padded.
 	ConstraintVocab string
+	// Temperature of the generation tests' draws (0: greedy, as llama-bench); each
+	// sequence has its own seed, so sampled runs differ.
+	Temperature float64
 }
 
 // DefaultOptions are llama-bench's defaults, and 8 sequences for the batched test.
@@ -82,6 +86,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the random prompt tokens")
 	fs.StringVar(&o.JSONSchema, "json-schema", o.JSONSchema, "JSON Schema file: also run the generation tests constrained to it (structured outputs)")
 	fs.StringVar(&o.ConstraintVocab, "constraint-vocab", o.ConstraintVocab, `"cl100k": compile the constraint against cl100k_base's ids instead of the model's tokenizer`)
+	fs.Float64Var(&o.Temperature, "temperature", o.Temperature, "temperature of the generation tests' draws (0: greedy)")
 }
 
 // Validate checks the options.
@@ -98,6 +103,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Reps < 1 {
 		errs = append(errs, fmt.Errorf("--reps %d must be at least 1", o.Reps))
+	}
+	if !(o.Temperature >= 0 && o.Temperature <= 2) {
+		errs = append(errs, fmt.Errorf("--temperature %v must be between 0 and 2", o.Temperature))
 	}
 	if o.ConstraintVocab != "" && o.ConstraintVocab != "cl100k" {
 		errs = append(errs, fmt.Errorf("--constraint-vocab %q: want cl100k or nothing", o.ConstraintVocab))
@@ -164,10 +172,12 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		fmt.Fprintf(out, "resident memory after load: %.1f MiB (%s of tensors)\n\n", float64(rss)/(1<<20), size)
 	}
 	fmt.Fprintf(out, "| model | size | params | threads | test | t/s | cpu |\n| --- | ---: | ---: | ---: | --- | ---: | ---: |\n")
-	b := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed}
-	jb := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed, constraint: constraint}
+	temp := float32(o.Temperature)
+	b := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed, temperature: temp}
+	jb := &bencher{e: e, vocab: info.VocabSize, seed: o.Seed, temperature: temp, constraint: constraint}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	var results []Result
+	var coldRates []float64 // the constrained warm-up run at each thread count
 	for _, t := range o.Threads {
 		runtime.GOMAXPROCS(t)
 		// Warm up: pages of the mapped weights in, scratch buffers grown, one pass of
@@ -180,10 +190,13 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		}
 		if constraint != nil {
 			// The constraint compiled and its first states' masks built, as a
-			// server's cache would hold them for a schema it has seen.
-			if _, err := jb.generate(ctx, 1, o.Gen); err != nil {
+			// server's cache would hold them for a schema it has seen. This
+			// first run is a schema's first request; its rate is printed.
+			cold, err := jb.generate(ctx, 1, o.Gen)
+			if err != nil {
 				return results, err
 			}
+			coldRates = append(coldRates, cold)
 		}
 		tests := []struct {
 			name string
@@ -219,32 +232,58 @@ func Run(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	}
 	if constraint != nil {
 		// Paired: plain and constrained runs alternate, so load that comes and goes
-		// on a shared machine falls on both alike; the ratio is per pair.
+		// on a shared machine falls on both alike; the ratio is per pair. The
+		// process's CPU time per run is the second figure: what other processes
+		// take from the cores stretches the wall time, not the work done.
 		for _, t := range o.Threads {
 			runtime.GOMAXPROCS(t)
-			var ratios []float64
+			var ratios, cpuRatios []float64
 			for range o.Reps {
+				c0 := cpuTime()
 				plain, err := b.generate(ctx, 1, o.Gen)
 				if err != nil {
 					return results, err
 				}
+				c1 := cpuTime()
 				constrained, err := jb.generate(ctx, 1, o.Gen)
 				if err != nil {
 					return results, err
 				}
+				c2 := cpuTime()
 				ratios = append(ratios, constrained/plain)
+				if c1 > c0 {
+					cpuRatios = append(cpuRatios, float64(c2-c1)/float64(c1-c0))
+				}
 			}
-			mean, std := meanStd(ratios)
-			fmt.Fprintf(out, "\npaired tg%d at %d threads, json / plain t/s: %.3f ± %.3f (%d pairs:", o.Gen, t, mean, std, len(ratios))
-			for _, r := range ratios {
-				fmt.Fprintf(out, " %.3f", r)
-			}
-			fmt.Fprintln(out, ")")
+			printRatios(out, fmt.Sprintf("paired tg%d at %d threads, temperature %g, json / plain t/s", o.Gen, t, o.Temperature), ratios)
+			printRatios(out, fmt.Sprintf("paired tg%d at %d threads, temperature %g, json / plain CPU time per run", o.Gen, t, o.Temperature), cpuRatios)
 		}
+		// Only the first is a first request: the others find the cache warm.
+		fmt.Fprintf(out, "\nfirst constrained tg%d, at %d threads (the schema compiled, masks built on first visits): %.2f t/s\n",
+			o.Gen, o.Threads[0], coldRates[0])
 		st := e.Stats()
 		fmt.Fprintf(out, "\nconstrained draws: %d, of which the constraint refused the first pick (mask applied): %d\n", st.ConstrainedDraws, st.MaskedDraws)
 	}
 	return results, nil
+}
+
+// printRatios writes a paired measurement: mean ± standard deviation, median and
+// every pair's ratio.
+func printRatios(out io.Writer, what string, ratios []float64) {
+	if len(ratios) == 0 {
+		return
+	}
+	mean, std := meanStd(ratios)
+	sorted := slices.Sorted(slices.Values(ratios))
+	median := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		median = (sorted[len(sorted)/2-1] + median) / 2
+	}
+	fmt.Fprintf(out, "\n%s: %.3f ± %.3f, median %.3f (%d pairs:", what, mean, std, median, len(ratios))
+	for _, r := range ratios {
+		fmt.Fprintf(out, " %.3f", r)
+	}
+	fmt.Fprintln(out, ")")
 }
 
 // describe names the model as llama-bench does: its name and file type, the bytes
@@ -317,7 +356,8 @@ type bencher struct {
 	seed  uint64
 	n     uint64
 	// constraint is put on every generated sequence (nil: free text).
-	constraint *engine.Constraint
+	constraint  *engine.Constraint
+	temperature float32
 }
 
 func (b *bencher) prompt(n int) []uint32 {
@@ -349,7 +389,9 @@ func (b *bencher) generate(ctx context.Context, seqs, n int) (float64, error) {
 	streams := make([]engine.Stream, seqs)
 	start := time.Now()
 	for i := range streams {
-		st, err := b.e.Generate(ctx, engine.Request{Prompt: b.prompt(1), MaxTokens: n, Sampling: engine.Sampling{Constraint: b.constraint}})
+		b.n++
+		sp := engine.Sampling{Constraint: b.constraint, Temperature: b.temperature, Seed: randmodel.SplitMix(b.seed + b.n)}
+		st, err := b.e.Generate(ctx, engine.Request{Prompt: b.prompt(1), MaxTokens: n, Sampling: sp})
 		if err != nil {
 			return 0, err
 		}

@@ -206,7 +206,9 @@ func (e *Engine) validate(req engine.Request) error {
 }
 
 // Generate queues req. Its MaxTokens counts completion tokens; 0 runs until a stop
-// token or the end of the context.
+// token or the end of the context. With req.PromptLogprobs the prompt's logprobs
+// are computed as it is prefilled, from the hidden states the prefill computes
+// anyway (its cached prefix is not reused: those positions would have none).
 func (e *Engine) Generate(ctx context.Context, req engine.Request) (engine.Stream, error) {
 	if err := e.validate(req); err != nil {
 		return nil, err
@@ -223,6 +225,10 @@ func (e *Engine) Generate(ctx context.Context, req engine.Request) (engine.Strea
 func (e *Engine) Prefill(ctx context.Context, req engine.Request) (engine.Export, error) {
 	if err := e.validate(req); err != nil {
 		return nil, err
+	}
+	if req.PromptLogprobs {
+		return nil, fmt.Errorf("%w: a prefill for another worker exports KV, not the prompt's logprobs; prefill it where it decodes",
+			engine.ErrNoPromptLogprobs)
 	}
 	s := newSequence(req, kindPrefill)
 	if err := e.submit(ctx, s); err != nil {

@@ -68,6 +68,10 @@ type segment struct {
 	n      int
 	row0   int
 	logits bool // compute logits for the last token
+	// rows > 0 computes the logits of the first rows positions too and hands each
+	// to onRow (the prompt's logprobs), a few rows at a time.
+	rows  int
+	onRow func(r int, logits []float32)
 }
 
 // workspace holds a forward pass's activations, sized for the largest batch.
@@ -110,6 +114,11 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 	for l := range m.w.layers {
 		m.layer(ws, l, T, segs, plan)
 	}
+	for _, s := range segs {
+		if s.rows > 0 {
+			m.rowLogits(ws, x, s)
+		}
+	}
 	n := 0
 	for _, s := range segs {
 		if s.logits {
@@ -128,6 +137,28 @@ func (m *model) forward(ws *workspace, tokens []uint32, segs []segment) [][]floa
 		finishLogits(mc.arch, out[i][:mc.VocabSize])
 	}
 	return out
+}
+
+// rowLogits hands the logits of s's first s.rows positions to s.onRow, as many
+// rows at a time as the workspace's logits hold: the hidden states are the
+// prefill's own, so only the final norm and the output projection are added.
+func (m *model) rowLogits(ws *workspace, x []float32, s segment) {
+	mc := m.mc
+	d, V := mc.DModel, m.vocabPad
+	per := max(min(len(ws.logits)/V, len(ws.hl)/d), 1)
+	for r0 := 0; r0 < s.rows; r0 += per {
+		k := min(per, s.rows-r0)
+		t0 := s.row0 + r0
+		normRows(ws.hl[:k*d], x[t0*d:(t0+k)*d], k, d, m.w.finalNorm, mc.NormEps)
+		logits := ws.logits[:k*V]
+		clear(logits)
+		m.w.output.mulAdd(k, ws.hl, d, logits, V)
+		for i := range k {
+			row := logits[i*V : i*V+mc.VocabSize]
+			finishLogits(mc.arch, row)
+			s.onRow(r0+i, row)
+		}
+	}
 }
 
 // normRows is rmsNorm over T rows of d, split among the cores for a prompt's rows:

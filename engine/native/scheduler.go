@@ -255,6 +255,9 @@ func (sc *sched) step() bool {
 func (sc *sched) admit(s *sequence) {
 	bs := sc.e.cfg.BlockSize
 	usable := (len(s.tokens) - 1) / bs
+	if s.wantsPromptLogprobs() {
+		usable = 0 // a cached position would have no logits, so no logprob
+	}
 	s.ensureHashes(usable, bs)
 	s.blocks = sc.e.pool.Acquire(s.blocks[:0], s.hashes[:usable])
 	s.computed = len(s.blocks) * bs
@@ -329,6 +332,11 @@ func (sc *sched) run(decodes int) {
 		if segs[i].logits {
 			nLogits++
 		}
+		if s.wantsPromptLogprobs() && s.computed < s.promptLen-1 {
+			segs[i].rows = min(n, s.promptLen-1-s.computed)
+			segs[i].onRow = sc.promptRow(s, s.computed)
+			nLogits = max(nLogits, promptRowsPerPass)
+		}
 		tokens = append(tokens, s.tokens[s.computed:s.computed+n]...)
 	}
 	sc.ws.growLogits(nLogits, sc.e.mc.DModel, sc.e.model.vocabPad)
@@ -340,6 +348,11 @@ func (sc *sched) run(decodes int) {
 		sc.storeFull(s)
 		if !segs[i].logits {
 			continue
+		}
+		if s.wantsPromptLogprobs() {
+			// Handed out before the first token, which the reader waits for.
+			s.promptDone = true
+			s.out.setPromptLogprobs(s.promptLPs)
 		}
 		row := logits[li][:sc.e.mc.VocabSize]
 		sp := s.req.Sampling
@@ -378,6 +391,19 @@ func (sc *sched) run(decodes int) {
 			r.KVUsage = float64(ps.Active) / float64(ps.Total)
 		}
 		sc.e.Step(r)
+	}
+}
+
+// promptRowsPerPass is how many prompt positions' logits are computed at once for
+// a request's prompt logprobs: a bounded buffer, not one row per position.
+const promptRowsPerPass = 8
+
+// promptRow records the logprob of the prompt token after position pos0+r from
+// that position's logits.
+func (sc *sched) promptRow(s *sequence, pos0 int) func(r int, logits []float32) {
+	return func(r int, logits []float32) {
+		pos := pos0 + r
+		s.promptLPs[pos] = *logprobsOf(logits, s.tokens[pos+1], s.req.TopLogprobs)
 	}
 }
 

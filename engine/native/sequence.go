@@ -50,6 +50,11 @@ type sequence struct {
 	matcher *constrain.Matcher // the constraint's parse of the output; nil until the first constrained draw
 	fed     int                // output tokens matcher has read
 
+	// promptLPs[i] is prompt token i+1's logprobs, for a request that asked
+	// (PromptLogprobs); promptDone once every one is computed and handed out.
+	promptLPs  []engine.TokenLogprobs
+	promptDone bool
+
 	export   *export       // kindPrefill: the result
 	released chan struct{} // closed when the scheduler has let go of the sequence
 	stopCtx  func() bool   // detaches the context watcher
@@ -68,8 +73,14 @@ func newSequence(req engine.Request, kind seqKind) *sequence {
 	}
 	s.out.notify = make(chan struct{})
 	s.out.usage.PromptTokens = len(req.Prompt)
+	if req.PromptLogprobs {
+		s.promptLPs = make([]engine.TokenLogprobs, len(req.Prompt)-1)
+	}
 	return s
 }
+
+// wantsPromptLogprobs reports whether s still needs its prompt's logprobs computed.
+func (s *sequence) wantsPromptLogprobs() bool { return s.req.PromptLogprobs && !s.promptDone }
 
 // outputs counts the tokens drawn so far, which is also the output position of the
 // next draw.
@@ -82,6 +93,7 @@ type outbox struct {
 	mu       sync.Mutex
 	toks     []uint32
 	lps      []*engine.TokenLogprobs // beside toks, for a request that asked
+	promptLP []engine.TokenLogprobs  // the prompt's, set before the first token
 	read     int
 	finished bool
 	finish   engine.FinishReason
@@ -116,6 +128,12 @@ func (o *outbox) end(f engine.FinishReason, err error) {
 	}
 	o.finished, o.finish, o.err = true, f, err
 	o.changed()
+}
+
+func (o *outbox) setPromptLogprobs(lps []engine.TokenLogprobs) {
+	o.mu.Lock()
+	o.promptLP = lps
+	o.mu.Unlock()
 }
 
 func (o *outbox) setCached(n int) {
@@ -165,6 +183,14 @@ func (st *stream) Next(ctx context.Context) (uint32, error) {
 
 // Logprobs implements engine.Stream.
 func (st *stream) Logprobs() *engine.TokenLogprobs { return st.last }
+
+// PromptLogprobs implements engine.PromptLogprobsStream.
+func (st *stream) PromptLogprobs() []engine.TokenLogprobs {
+	o := &st.seq.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.promptLP
+}
 
 func (st *stream) Finish() engine.FinishReason {
 	o := &st.seq.out

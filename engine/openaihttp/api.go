@@ -38,6 +38,9 @@ type CompletionRequest struct {
 	// still stop at its model's EOS (vLLM, SGLang and TensorRT-LLM all take it).
 	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 	Logprobs  *int `json:"logprobs,omitempty"`
+	// PromptLogprobs asks for the prompt tokens' logprobs with that many
+	// alternatives (vLLM; never with stream).
+	PromptLogprobs *int `json:"prompt_logprobs,omitempty"`
 	// Penalties, bias and min_p under the names vLLM, SGLang and TensorRT-LLM take;
 	// zero (1 for repetition_penalty) is each one's default, so it is left out.
 	PresencePenalty   float32            `json:"presence_penalty,omitempty"`
@@ -96,6 +99,16 @@ type Choice struct {
 	FinishReason *string   `json:"finish_reason"`
 	// TensorRT-LLM: the context leg's parameters, for the generation leg.
 	DisaggregatedParams json.RawMessage `json:"disaggregated_params"`
+	// vLLM: per prompt token (null for the first), its logprob and the top
+	// alternatives', keyed by token id.
+	PromptLogprobs []map[string]*PromptLogprob `json:"prompt_logprobs"`
+}
+
+// PromptLogprob is one entry of vLLM's prompt_logprobs (vllm/logprobs.py's Logprob).
+type PromptLogprob struct {
+	Logprob      float64 `json:"logprob"`
+	Rank         int     `json:"rank"`
+	DecodedToken string  `json:"decoded_token"`
 }
 
 // Logprobs are the legacy completions logprobs: per token, its text (or

@@ -105,6 +105,15 @@ func (c *client) post(ctx context.Context, path, reqID string, body any) (*http.
 
 // complete posts a non-streamed completion and decodes the answer.
 func (c *client) complete(ctx context.Context, reqID string, body *CompletionRequest) (*CompletionResponse, error) {
+	raw, err := c.postWhole(ctx, reqID, body)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompletion(raw)
+}
+
+// postWhole posts a non-streamed completion and reads the answer's bytes.
+func (c *client) postWhole(ctx context.Context, reqID string, body *CompletionRequest) ([]byte, error) {
 	resp, err := c.post(ctx, "/v1/completions", reqID, body)
 	if err != nil {
 		return nil, err
@@ -117,7 +126,7 @@ func (c *client) complete(ctx context.Context, reqID string, body *CompletionReq
 	if len(raw) > maxBody {
 		return nil, fmt.Errorf("completion response larger than %d bytes", maxBody)
 	}
-	return ParseCompletion(raw)
+	return raw, nil
 }
 
 // ParseCompletion decodes a completions response (or one stream event's data).

@@ -50,6 +50,10 @@ type Dialect struct {
 	// Constrain puts a request's constraint (structured outputs, enforced tool
 	// calls) in the engine's own field.
 	Constrain func(*CompletionRequest, *engine.Constraint)
+	// PromptLogprobs: the engine reports the prompt's logprobs in a
+	// non-streamed answer's choices[].prompt_logprobs (vLLM); without it a
+	// request for them is refused.
+	PromptLogprobs bool
 }
 
 // Config is how to reach and read one engine server.
@@ -262,6 +266,9 @@ func (e *Engine) Import(context.Context, engine.Request, engine.ImportSpec) (eng
 
 // Generate prefills and decodes on the engine, streaming.
 func (e *Engine) Generate(ctx context.Context, req engine.Request) (engine.Stream, error) {
+	if req.PromptLogprobs {
+		return e.generateWhole(ctx, req)
+	}
 	return e.Start(ctx, req, e.Body(req, true))
 }
 

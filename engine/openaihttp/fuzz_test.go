@@ -2,11 +2,14 @@ package openaihttp
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/tandem-serve/tandem/engine"
 	"github.com/tandem-serve/tandem/tokenizer"
 )
 
@@ -20,6 +23,8 @@ func FuzzParseCompletion(f *testing.F) {
 		`"top_logprobs":[{"token_id:5":-0.1,"x":-2}]},"finish_reason":"length"}],"kv_transfer_params":{"remote_engine_id":"e"}}`))
 	f.Add([]byte(`{"choices":[{"index":0,"text":"","disaggregated_params":{"request_type":"context_only","ctx_request_id":3}}]}`))
 	f.Add([]byte(`{"error":{"message":"boom","type":"InternalServerError","code":500}}`))
+	f.Add([]byte(`{"choices":[{"index":0,"text":"","token_ids":[5],"prompt_logprobs":[null,{"2":{"logprob":-0.5,"rank":2,"decoded_token":"b"},` +
+		`"9":{"logprob":-0.1,"rank":1,"decoded_token":"x"}},{"3":{"logprob":-2,"rank":7}}],"finish_reason":"length"}]}`))
 	tok, err := tokenizer.CL100K()
 	if err != nil {
 		f.Fatal(err)
@@ -35,6 +40,23 @@ func FuzzParseCompletion(f *testing.F) {
 			lps := logprobsOf(c.Logprobs, len(c.TokenIDs), 20)
 			if len(lps) != len(c.TokenIDs) {
 				t.Fatalf("%d logprobs for %d tokens", len(lps), len(c.TokenIDs))
+			}
+			// vLLM's prompt logprobs, read against a prompt of as many tokens as
+			// they claim (ids 1, 2, 3, ...): accepted, one per token after the first,
+			// alternatives ordered.
+			prompt := make([]uint32, len(c.PromptLogprobs))
+			for i := range prompt {
+				prompt[i] = uint32(i + 1)
+			}
+			if plps, err := promptLogprobsOf(&CompletionResponse{Choices: []Choice{c}}, prompt, 5); err == nil {
+				if len(plps) != max(len(prompt)-1, 0) {
+					t.Fatalf("%d prompt logprobs for %d tokens", len(plps), len(prompt))
+				}
+				for _, lp := range plps {
+					if len(lp.Top) > 5 || !slices.IsSortedFunc(lp.Top, func(a, b engine.Logprob) int { return cmp.Compare(b.Logprob, a.Logprob) }) {
+						t.Fatalf("alternatives %+v", lp.Top)
+					}
+				}
 			}
 			// A chunk in text mode is at most one token, with the chunk's text.
 			ids, texts := tt.chunk(c)

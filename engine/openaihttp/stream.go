@@ -37,6 +37,8 @@ type stream struct {
 	returned  int
 	usage     engine.Usage
 	closeOnce sync.Once
+	// promptLPs are the prompt's logprobs, for a request that asked.
+	promptLPs []engine.TokenLogprobs
 
 	// The context Next was last called with, bound to cancel once rather than
 	// per token (an AfterFunc registration per token was a lock and an
@@ -47,7 +49,10 @@ type stream struct {
 	unbound bool // Close ran: bind nothing more
 }
 
-var _ engine.TextStream = (*stream)(nil)
+var (
+	_ engine.TextStream           = (*stream)(nil)
+	_ engine.PromptLogprobsStream = (*stream)(nil)
+)
 
 func newStream(e *Engine, req engine.Request, ctx context.Context, cancel context.CancelCauseFunc, dog *watchdog,
 	body io.ReadCloser) *stream {

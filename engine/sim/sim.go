@@ -200,6 +200,9 @@ func (e *Engine) check(req engine.Request, maxTokens int) error {
 		// constraint would look like one that obeyed it, so it is refused outright.
 		return fmt.Errorf("%w: the sim engine generates placeholder tokens and cannot enforce response_format or tool_choice; serve with --engine native or a GPU engine", engine.ErrBadConstraint)
 	}
+	if req.PromptLogprobs {
+		return fmt.Errorf("%w: the sim engine computes no distribution; serve with --engine native or vLLM", engine.ErrNoPromptLogprobs)
+	}
 	if e.closing.Err() != nil {
 		return engine.ErrClosed
 	}

@@ -4,6 +4,8 @@
 // Protocol followed: vLLM main of 2026-11 (v0.11 and later):
 //   - vllm/entrypoints/openai/completion/protocol.py: return_token_ids (v0.10.2+),
 //     return_tokens_as_token_ids, kv_transfer_params in the request and the response;
+//     prompt_logprobs (not with stream) and choices[].prompt_logprobs, a list of
+//     {token id: {logprob, rank, decoded_token}} with null first;
 //   - tests/v1/kv_connector/nixl_integration/toy_proxy_server.py: the two legs;
 //   - vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py and
 //     docs/features/nixl_connector_usage.md: the parameters' meaning;
@@ -39,6 +41,7 @@ func Dialect() openaihttp.Dialect {
 		LogprobTokenIDs: true,
 		Disagg:          Nixl{},
 		Constrain:       Constrain,
+		PromptLogprobs:  true,
 	}
 }
 

@@ -32,7 +32,7 @@ func Of(err error) connect.Code {
 		return connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded
-	case errors.Is(err, engine.ErrPromptTooLong), errors.Is(err, engine.ErrBadConstraint):
+	case errors.Is(err, engine.ErrPromptTooLong), errors.Is(err, engine.ErrBadConstraint), errors.Is(err, engine.ErrNoPromptLogprobs):
 		return connect.CodeInvalidArgument
 	case errors.Is(err, engine.ErrNoBlocks):
 		return connect.CodeResourceExhausted

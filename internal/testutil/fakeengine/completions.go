@@ -17,6 +17,7 @@ type body struct {
 	Stream                 bool            `json:"stream"`
 	StopTokenIDs           []uint32        `json:"stop_token_ids"`
 	Logprobs               *int            `json:"logprobs"`
+	PromptLogprobs         *int            `json:"prompt_logprobs"`
 	ReturnTokenIDs         bool            `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
 	Detokenize             *bool           `json:"detokenize"`
@@ -46,6 +47,15 @@ type choice struct {
 	Logprobs            *logprobs       `json:"logprobs"`
 	FinishReason        *string         `json:"finish_reason"`
 	DisaggregatedParams json.RawMessage `json:"disaggregated_params,omitempty"`
+	// PromptLogprobs is vLLM's: null, then per prompt token a map from token id to
+	// its logprob, rank and text.
+	PromptLogprobs []map[string]promptLogprob `json:"prompt_logprobs,omitempty"`
+}
+
+type promptLogprob struct {
+	Logprob      float64 `json:"logprob"`
+	Rank         int     `json:"rank"`
+	DecodedToken string  `json:"decoded_token"`
 }
 
 type usage struct {
@@ -85,6 +95,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("The model `%s` does not exist.", b.Model))
 		return
 	}
+	if b.PromptLogprobs != nil && (s.Kind != VLLM || b.Stream) {
+		// vLLM refuses them streamed; the others do not know the field.
+		writeError(w, http.StatusBadRequest, "`prompt_logprobs` are not available when `stream=True`.")
+		return
+	}
 	if s.prefillLeg(w, r, b, prompt) || s.faultBefore(w, r) {
 		return
 	}
@@ -100,11 +115,41 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 		c := s.choice(b, out)
 		c.FinishReason = &finish
+		if b.PromptLogprobs != nil {
+			c.PromptLogprobs = s.promptLogprobs(prompt, *b.PromptLogprobs)
+		}
 		writeJSON(w, response{ID: "cmpl-fake", Object: "text_completion", Model: s.Model, Choices: []choice{c},
 			Usage: &usage{PromptTokens: len(prompt), CompletionTokens: len(out), TotalTokens: len(prompt) + len(out)}})
 		return
 	}
 	s.stream(w, r, b, prompt, out, n)
+}
+
+// PromptLogprob is what the fake reports for prompt token i (i >= 1) of a
+// prompt: its own logprob, -i/10 at rank 2, under one likelier token (id+1, at
+// -i/10+0.5) and, further down, ids id+2, id+3, ... at -i/10-1, -i/10-2, ...
+func PromptLogprob(i int) float64 { return -float64(i) / 10 }
+
+// promptLogprobs lays out vLLM's prompt_logprobs for prompt with top
+// alternatives each: the top ranks, and the prompt's token whatever its rank.
+func (s *Server) promptLogprobs(prompt []uint32, top int) []map[string]promptLogprob {
+	out := []map[string]promptLogprob{nil}
+	for i := 1; i < len(prompt); i++ {
+		own := PromptLogprob(i)
+		id := prompt[i]
+		m := map[string]promptLogprob{strconv.Itoa(int(id)): {Logprob: own, Rank: 2, DecodedToken: s.Text(id)}}
+		for rank := 1; rank <= top; rank++ {
+			alt, lp := id+1, own+0.5
+			if rank > 2 {
+				alt, lp = id+uint32(rank), own-float64(rank-2)
+			}
+			if rank != 2 {
+				m[strconv.Itoa(int(alt))] = promptLogprob{Logprob: lp, Rank: rank, DecodedToken: s.Text(alt)}
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // generate is the model's output for n tokens: Output, cycled, ending early at

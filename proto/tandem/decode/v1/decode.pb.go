@@ -147,9 +147,14 @@ type GenerateRequest struct {
 	// the decode worker resolves them through its own discovery.
 	PrefillWorkers []*PrefillCandidate `protobuf:"bytes,6,rep,name=prefill_workers,json=prefillWorkers,proto3" json:"prefill_workers,omitempty"`
 	// Ask for the reasons behind the prefill decision in detail.
-	Explain       bool `protobuf:"varint,7,opt,name=explain,proto3" json:"explain,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Explain bool `protobuf:"varint,7,opt,name=explain,proto3" json:"explain,omitempty"`
+	// Also report the prompt tokens' log-probabilities (OpenAI's echo with logprobs),
+	// with sampling.top_logprobs alternatives each, in the first response. The
+	// prompt is then prefilled on the decode worker, which computes them as it
+	// prefills, and its cached prefix is not reused.
+	PromptLogprobs bool `protobuf:"varint,8,opt,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -227,6 +232,13 @@ func (x *GenerateRequest) GetPrefillWorkers() []*PrefillCandidate {
 func (x *GenerateRequest) GetExplain() bool {
 	if x != nil {
 		return x.Explain
+	}
+	return false
+}
+
+func (x *GenerateRequest) GetPromptLogprobs() bool {
+	if x != nil {
+		return x.PromptLogprobs
 	}
 	return false
 }
@@ -516,14 +528,18 @@ type GenerateResponse struct {
 	// exactly, and the frontend uses them instead of detokenizing. The ids are
 	// then the tokenizer's best guess, and the frontend does not check them for
 	// stop tokens (the engine stopped at them itself). Empty otherwise.
-	TokenTexts    []string         `protobuf:"bytes,8,rep,name=token_texts,json=tokenTexts,proto3" json:"token_texts,omitempty"`
-	Prefill       *PrefillDecision `protobuf:"bytes,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
-	FinishReason  FinishReason     `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=tandem.decode.v1.FinishReason" json:"finish_reason,omitempty"`
-	Usage         *Usage           `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
-	WorkerId      string           `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	WorkerMode    v1.WorkerMode    `protobuf:"varint,6,opt,name=worker_mode,json=workerMode,proto3,enum=tandem.worker.v1.WorkerMode" json:"worker_mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TokenTexts []string `protobuf:"bytes,8,rep,name=token_texts,json=tokenTexts,proto3" json:"token_texts,omitempty"`
+	// With prompt_logprobs asked, on the first message: the log-probability of each
+	// prompt token after the first, given the tokens before it (one fewer than the
+	// prompt's tokens), with its position's most likely tokens.
+	PromptLogprobs []*v1.TokenLogprobs `protobuf:"bytes,9,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	Prefill        *PrefillDecision    `protobuf:"bytes,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	FinishReason   FinishReason        `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=tandem.decode.v1.FinishReason" json:"finish_reason,omitempty"`
+	Usage          *Usage              `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	WorkerId       string              `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerMode     v1.WorkerMode       `protobuf:"varint,6,opt,name=worker_mode,json=workerMode,proto3,enum=tandem.worker.v1.WorkerMode" json:"worker_mode,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
@@ -577,6 +593,13 @@ func (x *GenerateResponse) GetTokenTexts() []string {
 	return nil
 }
 
+func (x *GenerateResponse) GetPromptLogprobs() []*v1.TokenLogprobs {
+	if x != nil {
+		return x.PromptLogprobs
+	}
+	return nil
+}
+
 func (x *GenerateResponse) GetPrefill() *PrefillDecision {
 	if x != nil {
 		return x.Prefill
@@ -616,7 +639,7 @@ var File_tandem_decode_v1_decode_proto protoreflect.FileDescriptor
 
 const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtandem/decode/v1/decode.proto\x12\x10tandem.decode.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\xc4\x02\n" +
+	"\x1dtandem/decode/v1/decode.proto\x12\x10tandem.decode.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1dtandem/worker/v1/worker.proto\"\xed\x02\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -626,7 +649,8 @@ const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"max_tokens\x18\x04 \x01(\rR\tmaxTokens\x12$\n" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x12K\n" +
 	"\x0fprefill_workers\x18\x06 \x03(\v2\".tandem.decode.v1.PrefillCandidateR\x0eprefillWorkers\x12\x18\n" +
-	"\aexplain\x18\a \x01(\bR\aexplain\"\xbe\x01\n" +
+	"\aexplain\x18\a \x01(\bR\aexplain\x12'\n" +
+	"\x0fprompt_logprobs\x18\b \x01(\bR\x0epromptLogprobs\"\xbe\x01\n" +
 	"\x10PrefillCandidate\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
 	"\rqueued_tokens\x18\x02 \x01(\x04R\fqueuedTokens\x12#\n" +
@@ -649,12 +673,13 @@ const file_tandem_decode_v1_decode_proto_rawDesc = "" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\x9a\x03\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xe4\x03\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12;\n" +
 	"\blogprobs\x18\a \x03(\v2\x1f.tandem.worker.v1.TokenLogprobsR\blogprobs\x12\x1f\n" +
 	"\vtoken_texts\x18\b \x03(\tR\n" +
-	"tokenTexts\x12;\n" +
+	"tokenTexts\x12H\n" +
+	"\x0fprompt_logprobs\x18\t \x03(\v2\x1f.tandem.worker.v1.TokenLogprobsR\x0epromptLogprobs\x12;\n" +
 	"\aprefill\x18\x02 \x01(\v2!.tandem.decode.v1.PrefillDecisionR\aprefill\x12C\n" +
 	"\rfinish_reason\x18\x03 \x01(\x0e2\x1e.tandem.decode.v1.FinishReasonR\ffinishReason\x12-\n" +
 	"\x05usage\x18\x04 \x01(\v2\x17.tandem.decode.v1.UsageR\x05usage\x12\x1b\n" +
@@ -708,17 +733,18 @@ var file_tandem_decode_v1_decode_proto_depIdxs = []int32{
 	0,  // 2: tandem.decode.v1.PrefillDecision.path:type_name -> tandem.decode.v1.PrefillPath
 	8,  // 3: tandem.decode.v1.PrefillDecision.prefill_time:type_name -> google.protobuf.Duration
 	9,  // 4: tandem.decode.v1.GenerateResponse.logprobs:type_name -> tandem.worker.v1.TokenLogprobs
-	4,  // 5: tandem.decode.v1.GenerateResponse.prefill:type_name -> tandem.decode.v1.PrefillDecision
-	1,  // 6: tandem.decode.v1.GenerateResponse.finish_reason:type_name -> tandem.decode.v1.FinishReason
-	5,  // 7: tandem.decode.v1.GenerateResponse.usage:type_name -> tandem.decode.v1.Usage
-	10, // 8: tandem.decode.v1.GenerateResponse.worker_mode:type_name -> tandem.worker.v1.WorkerMode
-	2,  // 9: tandem.decode.v1.DecodeService.Generate:input_type -> tandem.decode.v1.GenerateRequest
-	6,  // 10: tandem.decode.v1.DecodeService.Generate:output_type -> tandem.decode.v1.GenerateResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	9,  // 5: tandem.decode.v1.GenerateResponse.prompt_logprobs:type_name -> tandem.worker.v1.TokenLogprobs
+	4,  // 6: tandem.decode.v1.GenerateResponse.prefill:type_name -> tandem.decode.v1.PrefillDecision
+	1,  // 7: tandem.decode.v1.GenerateResponse.finish_reason:type_name -> tandem.decode.v1.FinishReason
+	5,  // 8: tandem.decode.v1.GenerateResponse.usage:type_name -> tandem.decode.v1.Usage
+	10, // 9: tandem.decode.v1.GenerateResponse.worker_mode:type_name -> tandem.worker.v1.WorkerMode
+	2,  // 10: tandem.decode.v1.DecodeService.Generate:input_type -> tandem.decode.v1.GenerateRequest
+	6,  // 11: tandem.decode.v1.DecodeService.Generate:output_type -> tandem.decode.v1.GenerateResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_tandem_decode_v1_decode_proto_init() }

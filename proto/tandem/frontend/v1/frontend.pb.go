@@ -381,8 +381,32 @@ type GenerateRequest struct {
 	// The answer's shape, enforced by constrained decoding (OpenAI's response_format);
 	// unset is free text.
 	ResponseFormat *ResponseFormat `protobuf:"bytes,17,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How many answers (choices) to generate, 1 to 16; 0 means 1. Each has its own
+	// seed (seed+i when seed is set) and streams with its index
+	// (GenerateResponse.index); the prompt is prefilled once for all.
+	N uint32 `protobuf:"varint,18,opt,name=n,proto3" json:"n,omitempty"`
+	// OpenAI's penalties, -2 to 2, over the tokens generated so far: a token's logit
+	// is lowered by frequency_penalty times the times it was drawn, plus
+	// presence_penalty once it was. Unset is 0.
+	PresencePenalty  *float32 `protobuf:"fixed32,19,opt,name=presence_penalty,json=presencePenalty,proto3,oneof" json:"presence_penalty,omitempty"`
+	FrequencyPenalty *float32 `protobuf:"fixed32,20,opt,name=frequency_penalty,json=frequencyPenalty,proto3,oneof" json:"frequency_penalty,omitempty"`
+	// vLLM's repetition penalty over prompt and output tokens, above 0 and at most
+	// 100: a positive logit is divided by it, a negative one multiplied. Unset is 1
+	// (none).
+	RepetitionPenalty *float32 `protobuf:"fixed32,21,opt,name=repetition_penalty,json=repetitionPenalty,proto3,oneof" json:"repetition_penalty,omitempty"`
+	// Added to a token's logit (OpenAI's logit_bias, keyed by token id), -100 to
+	// 100; -100 bans the token. At most 1024 entries.
+	LogitBias map[uint32]float32 `protobuf:"bytes,22,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
+	// Draw only from the top_k most likely tokens (vLLM's top_k); 0 is no cut.
+	TopK uint32 `protobuf:"varint,23,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	// Drop tokens less likely than min_p times the most likely, 0 to 1 (vLLM's
+	// min_p). Unset is 0 (off).
+	MinP *float32 `protobuf:"fixed32,24,opt,name=min_p,json=minP,proto3,oneof" json:"min_p,omitempty"`
+	// The answer ends after any of these tokens (vLLM's stop_token_ids), which it
+	// leaves out; at most 64, within the vocabulary. They apply with ignore_eos too.
+	StopTokenIds  []uint32 `protobuf:"varint,25,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -530,6 +554,62 @@ func (x *GenerateRequest) GetParallelToolCalls() bool {
 func (x *GenerateRequest) GetResponseFormat() *ResponseFormat {
 	if x != nil {
 		return x.ResponseFormat
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetN() uint32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetPresencePenalty() float32 {
+	if x != nil && x.PresencePenalty != nil {
+		return *x.PresencePenalty
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetFrequencyPenalty() float32 {
+	if x != nil && x.FrequencyPenalty != nil {
+		return *x.FrequencyPenalty
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetRepetitionPenalty() float32 {
+	if x != nil && x.RepetitionPenalty != nil {
+		return *x.RepetitionPenalty
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetLogitBias() map[uint32]float32 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetTopK() uint32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetMinP() float32 {
+	if x != nil && x.MinP != nil {
+		return *x.MinP
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetStopTokenIds() []uint32 {
+	if x != nil {
+		return x.StopTokenIds
 	}
 	return nil
 }
@@ -892,7 +972,11 @@ type GenerateResponse struct {
 	Logprobs []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	// With tools, the pieces of the calls in the reply; text is then the content
 	// around them.
-	ToolCalls     []*ToolCallDelta `protobuf:"bytes,7,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ToolCalls []*ToolCallDelta `protobuf:"bytes,7,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// The answer this message belongs to, 0 to n-1 (always 0 with n unset or 1).
+	// With n > 1 each answer has its own first message (request id, prefill) and
+	// last (finish reason and that answer's usage), interleaved with the others'.
+	Index         uint32 `protobuf:"varint,8,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -974,6 +1058,13 @@ func (x *GenerateResponse) GetToolCalls() []*ToolCallDelta {
 		return x.ToolCalls
 	}
 	return nil
+}
+
+func (x *GenerateResponse) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 type ListModelsRequest struct {
@@ -1132,7 +1223,7 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x04 \x01(\tR\targuments\"\xe1\x05\n" +
+	"\targuments\x18\x04 \x01(\tR\targuments\"\xb7\t\n" +
 	"\x0fGenerateRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12;\n" +
@@ -1154,11 +1245,27 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"toolChoice\x120\n" +
 	"\x14tool_choice_function\x18\x0f \x01(\tR\x12toolChoiceFunction\x123\n" +
 	"\x13parallel_tool_calls\x18\x10 \x01(\bH\x03R\x11parallelToolCalls\x88\x01\x01\x12K\n" +
-	"\x0fresponse_format\x18\x11 \x01(\v2\".tandem.frontend.v1.ResponseFormatR\x0eresponseFormatB\x0e\n" +
+	"\x0fresponse_format\x18\x11 \x01(\v2\".tandem.frontend.v1.ResponseFormatR\x0eresponseFormat\x12\f\n" +
+	"\x01n\x18\x12 \x01(\rR\x01n\x12.\n" +
+	"\x10presence_penalty\x18\x13 \x01(\x02H\x04R\x0fpresencePenalty\x88\x01\x01\x120\n" +
+	"\x11frequency_penalty\x18\x14 \x01(\x02H\x05R\x10frequencyPenalty\x88\x01\x01\x122\n" +
+	"\x12repetition_penalty\x18\x15 \x01(\x02H\x06R\x11repetitionPenalty\x88\x01\x01\x12Q\n" +
+	"\n" +
+	"logit_bias\x18\x16 \x03(\v22.tandem.frontend.v1.GenerateRequest.LogitBiasEntryR\tlogitBias\x12\x13\n" +
+	"\x05top_k\x18\x17 \x01(\rR\x04topK\x12\x18\n" +
+	"\x05min_p\x18\x18 \x01(\x02H\aR\x04minP\x88\x01\x01\x12$\n" +
+	"\x0estop_token_ids\x18\x19 \x03(\rR\fstopTokenIds\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
 	"\x05_seedB\x16\n" +
-	"\x14_parallel_tool_calls\"E\n" +
+	"\x14_parallel_tool_callsB\x13\n" +
+	"\x11_presence_penaltyB\x14\n" +
+	"\x12_frequency_penaltyB\x15\n" +
+	"\x13_repetition_penaltyB\b\n" +
+	"\x06_min_p\"E\n" +
 	"\x0eResponseFormat\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1f\n" +
 	"\vjson_schema\x18\x02 \x01(\tR\n" +
@@ -1184,7 +1291,7 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
 	"\alogprob\x18\x02 \x01(\x02R\alogprob\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\fR\x05bytes\x12A\n" +
-	"\ftop_logprobs\x18\x04 \x03(\v2\x1e.tandem.frontend.v1.TopLogprobR\vtopLogprobs\"\xd2\x02\n" +
+	"\ftop_logprobs\x18\x04 \x03(\v2\x1e.tandem.frontend.v1.TopLogprobR\vtopLogprobs\"\xe8\x02\n" +
 	"\x10GenerateResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
@@ -1194,7 +1301,8 @@ const file_tandem_frontend_v1_frontend_proto_rawDesc = "" +
 	"\aprefill\x18\x05 \x01(\v2\x1b.tandem.frontend.v1.PrefillR\aprefill\x12<\n" +
 	"\blogprobs\x18\x06 \x03(\v2 .tandem.frontend.v1.TokenLogprobR\blogprobs\x12@\n" +
 	"\n" +
-	"tool_calls\x18\a \x03(\v2!.tandem.frontend.v1.ToolCallDeltaR\ttoolCalls\"\x13\n" +
+	"tool_calls\x18\a \x03(\v2!.tandem.frontend.v1.ToolCallDeltaR\ttoolCalls\x12\x14\n" +
+	"\x05index\x18\b \x01(\rR\x05index\"\x13\n" +
 	"\x11ListModelsRequest\">\n" +
 	"\x05Model\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
@@ -1227,7 +1335,7 @@ func file_tandem_frontend_v1_frontend_proto_rawDescGZIP() []byte {
 }
 
 var file_tandem_frontend_v1_frontend_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_tandem_frontend_v1_frontend_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_tandem_frontend_v1_frontend_proto_goTypes = []any{
 	(ToolChoice)(0),            // 0: tandem.frontend.v1.ToolChoice
 	(*ChatMessage)(nil),        // 1: tandem.frontend.v1.ChatMessage
@@ -1244,6 +1352,7 @@ var file_tandem_frontend_v1_frontend_proto_goTypes = []any{
 	(*ListModelsRequest)(nil),  // 12: tandem.frontend.v1.ListModelsRequest
 	(*Model)(nil),              // 13: tandem.frontend.v1.Model
 	(*ListModelsResponse)(nil), // 14: tandem.frontend.v1.ListModelsResponse
+	nil,                        // 15: tandem.frontend.v1.GenerateRequest.LogitBiasEntry
 }
 var file_tandem_frontend_v1_frontend_proto_depIdxs = []int32{
 	3,  // 0: tandem.frontend.v1.ChatMessage.tool_calls:type_name -> tandem.frontend.v1.ToolCall
@@ -1251,21 +1360,22 @@ var file_tandem_frontend_v1_frontend_proto_depIdxs = []int32{
 	2,  // 2: tandem.frontend.v1.GenerateRequest.tools:type_name -> tandem.frontend.v1.Tool
 	0,  // 3: tandem.frontend.v1.GenerateRequest.tool_choice:type_name -> tandem.frontend.v1.ToolChoice
 	6,  // 4: tandem.frontend.v1.GenerateRequest.response_format:type_name -> tandem.frontend.v1.ResponseFormat
-	9,  // 5: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
-	7,  // 6: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
-	8,  // 7: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
-	10, // 8: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
-	4,  // 9: tandem.frontend.v1.GenerateResponse.tool_calls:type_name -> tandem.frontend.v1.ToolCallDelta
-	13, // 10: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
-	5,  // 11: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
-	12, // 12: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
-	11, // 13: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
-	14, // 14: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 5: tandem.frontend.v1.GenerateRequest.logit_bias:type_name -> tandem.frontend.v1.GenerateRequest.LogitBiasEntry
+	9,  // 6: tandem.frontend.v1.TokenLogprob.top_logprobs:type_name -> tandem.frontend.v1.TopLogprob
+	7,  // 7: tandem.frontend.v1.GenerateResponse.usage:type_name -> tandem.frontend.v1.Usage
+	8,  // 8: tandem.frontend.v1.GenerateResponse.prefill:type_name -> tandem.frontend.v1.Prefill
+	10, // 9: tandem.frontend.v1.GenerateResponse.logprobs:type_name -> tandem.frontend.v1.TokenLogprob
+	4,  // 10: tandem.frontend.v1.GenerateResponse.tool_calls:type_name -> tandem.frontend.v1.ToolCallDelta
+	13, // 11: tandem.frontend.v1.ListModelsResponse.models:type_name -> tandem.frontend.v1.Model
+	5,  // 12: tandem.frontend.v1.FrontendService.Generate:input_type -> tandem.frontend.v1.GenerateRequest
+	12, // 13: tandem.frontend.v1.FrontendService.ListModels:input_type -> tandem.frontend.v1.ListModelsRequest
+	11, // 14: tandem.frontend.v1.FrontendService.Generate:output_type -> tandem.frontend.v1.GenerateResponse
+	14, // 15: tandem.frontend.v1.FrontendService.ListModels:output_type -> tandem.frontend.v1.ListModelsResponse
+	14, // [14:16] is the sub-list for method output_type
+	12, // [12:14] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_tandem_frontend_v1_frontend_proto_init() }
@@ -1280,7 +1390,7 @@ func file_tandem_frontend_v1_frontend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tandem_frontend_v1_frontend_proto_rawDesc), len(file_tandem_frontend_v1_frontend_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
