@@ -46,8 +46,10 @@ func TestPlannerPinHolds(t *testing.T) {
 		t.Errorf("the pinned plan says %q (pin %+v); want it to say the operator pinned it, and the pin", p.Reason, p.Pin)
 	}
 	// Why it matters: the planner says what it would do unpinned.
-	if i := strings.Index(p.Reason, "best would be "); i < 0 || !strings.Contains(p.Reason[i:], "P/") {
-		t.Errorf("the pinned plan says %q; want the best shape it found, with prefill workers, beside the pin", p.Reason)
+	// Which shape is best depends on the load the planner measured in the window, which
+	// a busy machine moves (a CI run saw "3 aggregated"): the reason must name one.
+	if !strings.Contains(p.Reason, "best would be ") {
+		t.Errorf("the pinned plan says %q; want the best shape it found beside the pin", p.Reason)
 	}
 	if v, ok := metricValue(rt.addr, "tandem_planner_switches_total"); !ok || v != 0 {
 		t.Errorf("tandem_planner_switches_total = %v (%v), want 0 while pinned", v, ok)
