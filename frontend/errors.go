@@ -2,9 +2,11 @@ package frontend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -171,3 +173,41 @@ func (e *apiError) openAI() openAIError {
 // statusClientClosed is nginx's 499 (client closed request), which Connect's own
 // mapping uses for Canceled: the client left before the answer.
 const statusClientClosed = 499
+
+// jsonError turns a body encoding/json could not decode into a 400 naming the
+// field, when it knows one.
+func jsonError(err error) *apiError {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return &apiError{code: connect.CodeInvalidArgument, msg: fmt.Sprintf("request body is not valid JSON: %v (at byte %d)", syn, syn.Offset)}
+	case errors.As(err, &typ) && typ.Field != "":
+		// The path names Go's embedded struct too; clients know only JSON names.
+		field := strings.TrimPrefix(strings.TrimPrefix(typ.Field, "samplingFields."), "unsupportedFields.")
+		return invalidField(field, "%s: expected %s, got a JSON %s", field, jsonTypeName(typ.Type), typ.Value)
+	case errors.As(err, &typ):
+		return &apiError{code: connect.CodeInvalidArgument, msg: "request body must be a JSON object"}
+	}
+	return &apiError{code: connect.CodeInvalidArgument, msg: "request body could not be decoded: " + err.Error()}
+}
+
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return jsonTypeName(t.Elem())
+	default:
+		return "an object"
+	}
+}

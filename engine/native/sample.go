@@ -60,19 +60,23 @@ func (s *sampler) sample(logits []float32, vocab int, sp engine.Sampling, k int)
 		return uint32(best)
 	}
 	inv := 1 / sp.Temperature
-	mx := slices.Max(logits)
+	mx := maxf(logits)
 	u := uniform(sp.Seed, k)
 	topP := sp.TopP
 	if topP <= 0 || topP >= 1 {
 		topP = 1
 	}
 	if sp.TopK <= 0 && topP == 1 {
-		// Plain temperature: walk the vocabulary in id order.
-		var total float64
+		// Plain temperature: walk the vocabulary in id order. The exponentials
+		// are expSub's, eight at a time, and the same bits as expf((v-mx)*inv)
+		// one at a time: inv*(v-mx) - 0 is that product exactly.
 		probs := s.grow(len(logits))
 		for i, v := range logits {
-			p := expf((v - mx) * inv)
-			probs[i] = p
+			probs[i] = v - mx
+		}
+		expSub(probs, probs, 0, inv)
+		var total float64
+		for _, p := range probs {
 			total += float64(p)
 		}
 		return uint32(pick(probs, u*total, len(probs)-1))
