@@ -233,22 +233,7 @@ func alertNames(t *testing.T) []string {
 // dashboardExpr is the first query of the dashboard's panel titled title.
 func dashboardExpr(t *testing.T, title string) string {
 	t.Helper()
-	b, err := os.ReadFile(monitoringDir + "dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("dashboard.json: %v", err)
-	}
-	for _, p := range dash.Panels {
+	for _, p := range dashboardPanels(t) {
 		if p.Title == title && len(p.Targets) > 0 {
 			return p.Targets[0].Expr
 		}

@@ -30,22 +30,7 @@ func monitoringExprs(t *testing.T) []string {
 			exprs = append(exprs, strings.TrimSpace(e))
 		}
 	}
-	b, err := os.ReadFile(monitoringDir + "dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("dashboard.json: %v", err)
-	}
-	for _, p := range dash.Panels {
+	for _, p := range dashboardPanels(t) {
 		for _, tg := range p.Targets {
 			exprs = append(exprs, tg.Expr)
 		}
@@ -120,4 +105,29 @@ func TestMonitoringNamesExposedMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dashboardPanel is a panel of deploy/monitoring/dashboard.json: its title and the
+// PromQL of its queries.
+type dashboardPanel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+// dashboardPanels reads the dashboard's panels.
+func dashboardPanels(t *testing.T) []dashboardPanel {
+	t.Helper()
+	b, err := os.ReadFile(monitoringDir + "dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []dashboardPanel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	return dash.Panels
 }
